@@ -1,0 +1,137 @@
+"""Which staged buffers can be pipelined, and why not: ALCOP's three rules mapped onto Triton.
+
+1. Produced by an asynchronous copy: a direct global load (pointer or tensor descriptor) of an input,
+   with at least 4 contiguous bytes per thread (cp.async moves 4, 8 or 16 bytes; Triton leaves
+   narrower loads synchronous), not a value computed before staging (prologue ops are fused at the use).
+   A register buffer is produced by the shared buffer it reads (a multi-level chain).
+2. Inside a sequential load-and-use loop: the pipelined loop is the innermost enclosing loop that is
+   sequential (a runtime loop, not unrolled by ``static_range`` nor mapped to program ids) and whose
+   variable does not index the buffer (it selects which tile is loaded, not where in the buffer).
+3. Sync scope: buffers Triton synchronizes together (one loop's async-copy groups) share a stage
+   count; the resolution is in ``plan.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..loop_ir import Copy, For, Kernel, Operand, find
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One staged buffer and the verdict of rules 1 and 2 on it."""
+    buffer: str
+    tensor: str
+    scope: str                 # 'shared' or 'register'
+    role: str                  # operand 'a' or 'b'
+    requested: int             # stages asked for by the schedule
+    loop: str | None           # the load-and-use loop it would be pipelined on
+    feeds_from: str | None     # register level: the shared buffer it reads
+    pipelinable: bool
+    reasons: tuple[str, ...]   # why (not), in the words shown by explain()
+    tma_ok: bool = False
+    tma_reason: str = ""
+
+
+def contiguous_bytes(k: Kernel, o: Operand) -> tuple[int, str]:
+    """Bytes one thread can move contiguously for operand ``o``'s tile, and how that was decided."""
+    elem = _ELEM[o.tensor.dtype]
+    d = o.contiguous
+    if d is None:
+        return elem, f"{o.tensor.name} has no unit-stride dim, so each thread loads single {elem}-byte elements"
+    along = o.dims[d]
+    if along not in ("m", "n", "k") or not _plain_axis(o, d):
+        return elem, (f"{o.tensor.name}'s unit-stride dim {d} is indexed by {o.load.indices[d]!r}, not by one tile "
+                      f"axis, so consecutive threads' addresses are not contiguous ({elem}-byte loads)")
+    extent = {"m": "BLOCK_M", "n": "BLOCK_N", "k": "SUB_K"}[along]
+    tile = k.constexprs[extent]
+    return min(16, tile * elem), f"{o.tensor.name} is contiguous along {along.upper()} ({extent}={tile})"
+
+
+def _plain_axis(o: Operand, d: int) -> bool:
+    from .. import te
+    return isinstance(o.load.indices[d], te.IterVar)
+
+
+_ELEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8}
+
+
+def tma_feasible(k: Kernel, o: Operand) -> tuple[bool, str]:
+    """Whether a 2-D tensor descriptor can copy this operand's tiles (TMA's layout rules)."""
+    from .. import te
+    want = ("m", "k") if o.role == "a" else ("k", "n")
+    dims = [i for i, d in enumerate(o.dims) if d != "b"]
+    kinds = tuple(o.dims[i] for i in dims)
+    if len(dims) != 2 or sorted(kinds) != sorted(want):
+        return False, (f"{o.tensor.name}'s index {list(o.load.indices)} is not one {want[0].upper()} and one "
+                       f"{want[1].upper()} dim (plus batch dims); a tensor descriptor needs a plain 2-D tile")
+    if not all(isinstance(o.load.indices[i], te.IterVar) for i in dims):
+        return False, f"{o.tensor.name} is indexed by expressions {list(o.load.indices)}, not plain axes"
+    for i in dims:
+        ax = o.load.indices[i]
+        if len(k.axes[o.dims[i]]) != 1:
+            return False, f"{o.dims[i].upper()} fuses axes {k.axes[o.dims[i]]}; a descriptor tile follows one axis"
+        if o.dims[i] == "k" and ax.extent != o.tensor.shape[i]:  # type: ignore[union-attr]
+            return False, (f"reduction axis {ax!r} covers {ax.extent!r} of {o.tensor.name}'s dim {o.tensor.shape[i]!r}; "  # type: ignore[union-attr]
+                           "TMA would read past the reduction instead of zero-filling")
+    if o.contiguous != dims[-1]:
+        return False, f"{o.tensor.name}'s last dim is not unit-stride (TMA needs a contiguous last dim)"
+    return True, "tensor descriptor (TMA on sm90; pointer copies elsewhere)"
+
+
+def find_pipeline_candidates(k: Kernel) -> tuple[Candidate, ...]:
+    """Every staged buffer of ``k`` with its verdict on rules 1 and 2 (rule 3 is for the planner)."""
+    out: list[Candidate] = []
+    shared_of: dict[str, Candidate] = {}
+    for node, loops in find(k.body, lambda n: isinstance(n, Copy) and n.scope in ("shared", "register")):
+        assert isinstance(node, Copy)
+        o = k.operand(node.role)
+        reasons: list[str] = []
+        ok = True
+        # Rule 1: produced by an asynchronous copy.
+        if node.scope == "shared":
+            nbytes, why = contiguous_bytes(k, o)
+            if nbytes < 4:
+                ok = False
+                reasons.append(f"rule 1 (async copy): {why}; cp.async needs >= 4 bytes per thread. "
+                               f"Make {o.tensor.name} contiguous along a tile axis (or use fp32)")
+            else:
+                reasons.append(f"rule 1 (async copy): direct load of input {o.tensor.name}, {nbytes} contiguous "
+                               f"bytes per thread ({why})")
+            if o.prologue_from is not None:
+                reasons.append(f"ordering: {o.prologue_from} is an elementwise prologue; it is fused at the use and "
+                               f"the buffer stages raw {o.tensor.name}, so the copy stays asynchronous "
+                               "(paper Fig. 5 case 2)")
+            feeds = None
+        else:
+            src = shared_of.get(node.role)
+            feeds = src.buffer if src else None
+            reasons.append(f"rule 1 (async copy): a register buffer fed by shared buffer {feeds} "
+                           "(multi-level chain; the register level is explicit prefetch code)")
+        # Rule 2: inside a sequential load-and-use loop.
+        loop = _load_use_loop(loops)
+        if loop is None:
+            ok = False
+            kinds = ", ".join(f"{lp.var}: {lp.kind}" for lp in loops) or "none"
+            reasons.append(f"rule 2 (sequential loop): no sequential loop encloses the copy (loops: {kinds}); "
+                           "an unrolled or parallel loop has no next iteration to overlap. Remove the unroll step")
+        else:
+            reasons.append(f"rule 2 (sequential loop): loads in loop {loop.var} and is used in the same iteration")
+        tma_ok, tma_reason = tma_feasible(k, o)
+        cand = Candidate(node.buffer, o.tensor.name, node.scope, node.role, node.stages, loop.var if loop else None,
+                         feeds, ok, tuple(reasons), tma_ok, tma_reason)
+        if node.scope == "shared":
+            shared_of[node.role] = cand
+        out.append(cand)
+    return tuple(out)
+
+
+def _load_use_loop(loops: tuple[For, ...]) -> For | None:
+    """Innermost enclosing sequential loop (buffers here are indexed by tile offsets, never by loop vars)."""
+    for lp in reversed(loops):
+        if lp.kind in ("serial", "range"):
+            return lp
+        if lp.kind == "static_range":
+            return None
+    return None

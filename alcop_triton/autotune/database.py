@@ -1,0 +1,484 @@
+"""Persistent tuning database: every measurement, keyed by GPU, versions and workload.
+
+Storage choice: **SQLite in WAL mode** (stdlib ``sqlite3``), one row per measurement.
+
+* Several processes tune at once (one per GPU, or a CI matrix): SQLite serialises writers with its
+  own file locks and a busy timeout, and WAL lets readers proceed while a writer commits, so no
+  hand-rolled ``flock``/append protocol is needed and none can lose a line.
+* Each measurement is committed on its own, as it arrives: Ctrl-C or a crash in the middle of a
+  tuning run keeps everything measured so far and cannot leave a half-written record behind.
+* ``best()`` and dispatch look a workload up through an index instead of re-reading all history.
+
+The interchange format stays **JSON lines** (``benchmarks/data/*.jsonl``, the shipped default
+table, ``alcop-tune export``): each row stores exactly that JSON object, so import/export is
+lossless and a JSONL file can be grepped, diffed and merged. Exports are written to a temporary
+file and ``os.replace``-d into place, so readers never see half a file.
+
+Nothing read back is trusted: every record (from SQLite or JSONL) is re-validated on read, and a
+record with bad JSON, an unknown schema, a workload or config that fails ``Workload`` /
+``KernelConfig`` validation, a negative/NaN time, or index columns that disagree with its JSON is
+skipped with a ``RecordSkipped`` warning, so it never reaches code generation.
+
+WAL needs a local filesystem (shared memory); on network filesystems SQLite keeps its rollback
+journal, which is slower but still correct.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import importlib.metadata
+import json
+import math
+import os
+import sqlite3
+import statistics
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
+
+from ..errors import DatabaseError, ScheduleError
+from ..records import KernelConfig, Workload
+from .measure import ERROR_KINDS, MeasureResult
+
+SCHEMA = 1
+"""Version of the record format (``"schema"`` key; absent means 1, the documented format)."""
+
+_RECORD_KEYS = frozenset({"schema", "workload", "config", "time_ms", "error", "message", "timer", "gpu",
+                          "device", "cc", "mma", "triton", "torch", "alcop", "date"})
+
+
+class RecordSkipped(UserWarning):
+    """A stored record failed validation and was ignored."""
+
+
+class GpuKey(NamedTuple):
+    """What records are keyed by on the hardware side: short GPU name and compute capability."""
+
+    name: str
+    cc: str
+
+
+def normalize_cc(cc: Any) -> str:
+    """'9.0' for any of (9, 0), '9.0', 9.0, '90'-free inputs; records always store the string form."""
+    if isinstance(cc, (tuple, list)) and len(cc) == 2:
+        return f"{int(cc[0])}.{int(cc[1])}"
+    if isinstance(cc, (int, float)) and not isinstance(cc, bool):
+        return f"{float(cc):.1f}"
+    if isinstance(cc, str) and cc:
+        return cc
+    raise DatabaseError(f"compute capability {cc!r}: expected 'major.minor', a (major, minor) tuple or a float")
+
+
+def gpu_key(gpu: Any) -> GpuKey:
+    """GpuKey of a GPUSpec (anything with .name and .cc), a GpuKey or a (name, cc) pair."""
+    if isinstance(gpu, GpuKey):
+        return gpu
+    if isinstance(gpu, tuple) and len(gpu) == 2:
+        return GpuKey(str(gpu[0]), normalize_cc(gpu[1]))
+    return GpuKey(str(gpu.name), normalize_cc(gpu.cc))
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def versions() -> dict[str, str]:
+    """alcop/triton/torch versions of this process, read without importing torch or triton."""
+    import alcop_triton
+
+    alcop = getattr(alcop_triton, "__version__", None) or _dist_version("alcop_triton")
+    return {"alcop": alcop, "triton": _dist_version("triton"), "torch": _dist_version("torch")}
+
+
+@dataclass(frozen=True)
+class TuningRecord:
+    """One measurement of one config on one workload and GPU (the JSON line of ARCHITECTURE.md)."""
+
+    workload: Workload
+    config: KernelConfig
+    time_ms: float | None
+    error: str | None
+    gpu: str
+    cc: str
+    triton: str
+    torch: str
+    alcop: str
+    date: str
+    device: str = ""
+    mma: str = ""
+    message: str = ""
+    timer: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def gpu_key(self) -> GpuKey:
+        return GpuKey(self.gpu, self.cc)
+
+    @property
+    def version_key(self) -> tuple[str, str, str]:
+        return (self.alcop, self.triton, self.torch)
+
+    @classmethod
+    def from_result(cls, workload: Workload, result: MeasureResult, gpu: Any, *, device: str = "",
+                    mma: str = "", vers: Mapping[str, str] | None = None) -> "TuningRecord":
+        """Record a measurement made in this process (versions and date filled in here)."""
+        g = gpu_key(gpu)
+        v = dict(vers) if vers is not None else versions()
+        return cls(workload=workload, config=result.config, time_ms=result.time_ms,
+                   error=result.error.value if result.error is not None else None, gpu=g.name, cc=g.cc,
+                   triton=v["triton"], torch=v["torch"], alcop=v["alcop"],
+                   date=_dt.date.today().isoformat(), device=device, mma=mma,
+                   message=result.message[:2000], timer=result.timer)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"workload": self.workload.to_dict(), "config": self.config.to_dict(),
+                             "time_ms": self.time_ms, "error": self.error, "gpu": self.gpu,
+                             "device": self.device, "cc": self.cc, "mma": self.mma, "triton": self.triton,
+                             "torch": self.torch, "alcop": self.alcop, "date": self.date}
+        if self.message:
+            d["message"] = self.message
+        if self.timer:
+            d["timer"] = self.timer
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=False, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "TuningRecord":
+        """Validate and parse one record; any problem raises DatabaseError (never half-parsed)."""
+        if not isinstance(d, dict):
+            raise DatabaseError(f"record is a {type(d).__name__}, expected a JSON object")
+        schema = d.get("schema", SCHEMA)
+        if schema != SCHEMA:
+            raise DatabaseError(f"record schema {schema!r} is unknown (this alcop_triton reads schema {SCHEMA})")
+        try:
+            workload = Workload.from_dict(d["workload"])
+            config = KernelConfig.from_dict(d["config"])
+        except (KeyError, TypeError, ValueError, ScheduleError) as exc:
+            raise DatabaseError(f"invalid workload/config: {exc}") from None
+        time_ms, error = d.get("time_ms"), d.get("error")
+        if error is None:
+            if isinstance(time_ms, bool) or not isinstance(time_ms, (int, float)) or not math.isfinite(time_ms) \
+                    or time_ms <= 0:
+                raise DatabaseError(f"time_ms={time_ms!r}: a successful record needs a finite time > 0")
+            time_ms = float(time_ms)
+        else:
+            if error not in ERROR_KINDS:
+                raise DatabaseError(f"error={error!r}: must be null or one of {ERROR_KINDS}")
+            if time_ms is not None:
+                raise DatabaseError(f"error={error!r} with time_ms={time_ms!r}: a failed record has no time")
+        strs: dict[str, str] = {}
+        for k in ("gpu", "cc", "triton", "torch", "alcop", "date", "device", "mma", "message", "timer"):
+            v = d.get(k, "")
+            if not isinstance(v, str):
+                raise DatabaseError(f"{k}={v!r}: expected a string")
+            strs[k] = v
+        for k in ("gpu", "cc"):
+            if not strs[k]:
+                raise DatabaseError(f"record has no {k!r}: cannot tell which GPU it was measured on")
+        extra = {k: v for k, v in d.items() if k not in _RECORD_KEYS}
+        return cls(workload=workload, config=config, time_ms=time_ms, error=error, extra=extra, **strs)
+
+
+def _skip(source: str, where: Any, reason: Any) -> None:
+    warnings.warn(f"{source}:{where}: tuning record skipped: {reason}", RecordSkipped, stacklevel=3)
+
+
+def parse_line(line: str) -> TuningRecord:
+    """One JSONL line to a validated record (DatabaseError on anything wrong)."""
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DatabaseError(f"bad JSON ({exc.msg} at column {exc.colno})") from None
+    return TuningRecord.from_dict(d)
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
+    """Valid records of a JSONL file, in order; bad lines are skipped with a RecordSkipped warning."""
+    out: list[TuningRecord] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(parse_line(line))
+            except DatabaseError as exc:
+                _skip(str(path), lineno, exc)
+    return out
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# ----------------------------------------------------------------------------------------------
+# Queries over lists of records (shared by the database, the shipped default table and replay).
+
+@dataclass(frozen=True)
+class RankedConfig:
+    config: KernelConfig
+    time_ms: float  # median over this config's successful measurements
+    count: int
+
+
+def current_version_group(records: Sequence[TuningRecord]) -> list[TuningRecord]:
+    """Records of this process's alcop+triton versions if there are any, else all of them.
+
+    A version upgrade changes codegen and Triton's compiler, so fresh measurements win; but old
+    ones are still far better than no data, so they are used when nothing newer exists.
+    """
+    v = versions()
+    cur = [r for r in records if r.alcop == v["alcop"] and r.triton == v["triton"]]
+    return cur or list(records)
+
+
+def rank_configs(records: Iterable[TuningRecord]) -> list[RankedConfig]:
+    """Configs of one workload, fastest median first; a config that ever failed is excluded."""
+    times: dict[KernelConfig, list[float]] = {}
+    failed: set[KernelConfig] = set()
+    for r in records:
+        if r.ok:
+            times.setdefault(r.config, []).append(r.time_ms)  # type: ignore[arg-type]
+        else:
+            # A wrong answer or crash on this GPU disqualifies the config even if another run
+            # timed it: a fast wrong kernel must never be dispatched.
+            failed.add(r.config)
+    ranked = [RankedConfig(c, statistics.median(ts), len(ts)) for c, ts in times.items() if c not in failed]
+    ranked.sort(key=lambda rc: (rc.time_ms, rc.config))
+    return ranked
+
+
+def select(records: Iterable[TuningRecord], workload: Workload | None = None, gpu: Any = None) -> list[TuningRecord]:
+    g = gpu_key(gpu) if gpu is not None else None
+    return [r for r in records if (workload is None or r.workload == workload) and (g is None or r.gpu_key == g)]
+
+
+def best_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any) -> RankedConfig | None:
+    ranked = rank_configs(current_version_group(select(records, workload, gpu)))
+    return ranked[0] if ranked else None
+
+
+def shape_distance(a: Workload, b: Workload) -> float:
+    """Euclidean distance between the log GEMM dims (batch, M, N, K) of two workloads."""
+    return math.sqrt(sum((math.log(x) - math.log(y)) ** 2 for x, y in zip(a.gemm_dims(), b.gemm_dims())))
+
+
+def nearest_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any, top: int = 8
+               ) -> tuple[Workload, list[RankedConfig]] | None:
+    """The tuned workload nearest to ``workload`` (same op and dtype, same GPU) and its top configs.
+
+    Ties prefer the same layout. Workloads whose every config failed are passed over.
+    """
+    g = gpu_key(gpu)
+    by_wl: dict[Workload, list[TuningRecord]] = {}
+    for r in records:
+        if r.gpu_key == g and r.workload.op == workload.op and r.workload.dtype == workload.dtype:
+            by_wl.setdefault(r.workload, []).append(r)
+    order = sorted(by_wl, key=lambda w: (shape_distance(w, workload), w.layout != workload.layout, w.key()))
+    for w in order:
+        ranked = rank_configs(current_version_group(by_wl[w]))
+        if ranked:
+            return w, ranked[:top]
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+
+def default_db_path() -> Path:
+    """``$ALCOP_DB`` if set, else ``<user data dir>/alcop_triton/tuning.sqlite``."""
+    env = os.environ.get("ALCOP_DB")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("alcop_triton", appauthor=False)) / "tuning.sqlite"
+
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS measurements (
+    id      INTEGER PRIMARY KEY,
+    gpu     TEXT NOT NULL,
+    cc      TEXT NOT NULL,
+    op      TEXT NOT NULL,
+    shape   TEXT NOT NULL,
+    dtype   TEXT NOT NULL,
+    layout  TEXT NOT NULL,
+    alcop   TEXT NOT NULL,
+    triton  TEXT NOT NULL,
+    torch   TEXT NOT NULL,
+    time_ms REAL,
+    error   TEXT,
+    record  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS measurements_by_key ON measurements (gpu, cc, op, dtype, shape, layout);
+"""
+
+
+class Database:
+    """SQLite tuning database (see the module docstring); safe to share between processes.
+
+    Args:
+        path: database file; ``None`` = ``default_db_path()`` (``$ALCOP_DB`` or the user data dir).
+        timeout_s: how long a writer waits for another process's lock before failing.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout_s: float = 60.0) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+
+    def __repr__(self) -> str:
+        return f"Database({str(self.path)!r})"
+
+    # A connection is not shared across fork(); reopen in a child process.
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=self.timeout_s, check_same_thread=False, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = %d" % int(self.timeout_s * 1000))
+            # Concurrent creators race on the DDL and on the journal-mode switch; the busy timeout
+            # above makes the losers wait instead of failing.
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA:
+                raise DatabaseError(f"{self.path}: database schema {version} is newer than this alcop_triton "
+                                    f"(reads {SCHEMA}); upgrade alcop_triton or point ALCOP_DB elsewhere")
+            if version < SCHEMA:
+                with conn:
+                    # executescript() would commit mid-way; run the DDL statement by statement inside
+                    # one IMMEDIATE transaction so concurrent creators serialise cleanly.
+                    conn.execute("BEGIN IMMEDIATE")
+                    for stmt in filter(str.strip, _DDL.split(";")):
+                        conn.execute(stmt)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA}")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise DatabaseError(f"{self.path}: not a usable SQLite tuning database: {exc}") from exc
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def add(self, records: TuningRecord | Iterable[TuningRecord]) -> int:
+        """Append measurements (one transaction); returns how many were written."""
+        recs = [records] if isinstance(records, TuningRecord) else list(records)
+        rows = [(r.gpu, r.cc, r.workload.op, "x".join(map(str, r.workload.shape)), r.workload.dtype,
+                 r.workload.layout, r.alcop, r.triton, r.torch, r.time_ms, r.error, r.to_json()) for r in recs]
+        if not rows:
+            return 0
+        with self._lock:
+            conn = self._connect()
+            with conn:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany("INSERT INTO measurements (gpu, cc, op, shape, dtype, layout, alcop, triton, "
+                                 "torch, time_ms, error, record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        return len(rows)
+
+    def import_jsonl(self, path: str | os.PathLike[str]) -> int:
+        """Add every valid record of a JSONL file (invalid lines warn and are skipped)."""
+        return self.add(read_jsonl(path))
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _rows(self, where: str, args: Sequence[Any]) -> Iterator[tuple[int, tuple[Any, ...], str]]:
+        with self._lock:
+            conn = self._connect()
+            rows = conn.execute(
+                "SELECT id, gpu, cc, op, shape, dtype, layout, alcop, triton, torch, record FROM measurements"
+                + (f" WHERE {where}" if where else "") + " ORDER BY id", args).fetchall()
+        for row in rows:
+            yield row[0], tuple(row[1:10]), row[10]
+
+    def records(self, workload: Workload | None = None, gpu: Any = None, *, op: str | None = None,
+                dtype: str | None = None) -> list[TuningRecord]:
+        """Valid records matching every given filter, oldest first (tampered rows warn and are skipped)."""
+        conds, args = [], []
+        if gpu is not None:
+            g = gpu_key(gpu)
+            conds += ["gpu = ?", "cc = ?"]
+            args += [g.name, g.cc]
+        if workload is not None:
+            conds += ["op = ?", "shape = ?", "dtype = ?", "layout = ?"]
+            args += [workload.op, "x".join(map(str, workload.shape)), workload.dtype, workload.layout]
+        if op is not None:
+            conds.append("op = ?")
+            args.append(op)
+        if dtype is not None:
+            conds.append("dtype = ?")
+            args.append(dtype)
+        out = []
+        for rowid, cols, text in self._rows(" AND ".join(conds), args):
+            try:
+                r = parse_line(text)
+            except DatabaseError as exc:
+                _skip(str(self.path), f"id={rowid}", exc)
+                continue
+            want = (r.gpu, r.cc, r.workload.op, "x".join(map(str, r.workload.shape)), r.workload.dtype,
+                    r.workload.layout, r.alcop, r.triton, r.torch)
+            if cols != want:
+                # The indexed columns drive lookups; if they disagree with the JSON the row was edited
+                # by hand, and neither side can be trusted.
+                _skip(str(self.path), f"id={rowid}", f"index columns {cols} disagree with the record {want}")
+                continue
+            out.append(r)
+        return out
+
+    def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
+        """Fastest config measured for exactly this workload on this GPU (failed configs never)."""
+        return best_of(self.records(workload, gpu), workload, gpu)
+
+    def nearest(self, workload: Workload, gpu: Any, top: int = 8) -> tuple[Workload, list[RankedConfig]] | None:
+        """Nearest tuned workload (log-space GEMM dims, same op/dtype/GPU) and its fastest configs."""
+        return nearest_of(self.records(gpu=gpu, op=workload.op, dtype=workload.dtype), workload, gpu, top)
+
+    def workloads(self, gpu: Any = None) -> list[Workload]:
+        seen: dict[Workload, None] = {}
+        for r in self.records(gpu=gpu):
+            seen.setdefault(r.workload, None)
+        return list(seen)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._connect().execute("SELECT COUNT(*) FROM measurements").fetchone()[0])

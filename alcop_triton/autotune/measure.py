@@ -1,0 +1,453 @@
+"""Measure kernel configs of one workload: compile in parallel, check, time; failures classified.
+
+The only interface to kernels is ``alcop_triton.kernels.runner.make_runner`` (ARCHITECTURE.md).
+
+* ``LocalMeasurer`` does the work in this process: builds every config's runner (a thread pool
+  compiles them at once: Triton's compiler and ptxas run outside the GIL), checks each config
+  against ``runner.reference`` on fresh random inputs with the output poisoned, then times it.
+* ``ProcessMeasurer`` runs a ``LocalMeasurer`` in a spawned child so a kernel that hangs or kills
+  its process (illegal address, segfault in the compiler) cannot take the tuning session down:
+  the config in flight is recorded as failed and a fresh child carries on with the rest.
+
+Timing on GPU: kernels under ``SMALL_KERNEL_MS`` are timed with ``do_bench_cudagraph`` (launch
+overhead would dominate otherwise) over rotating input copies larger than L2, so every call reads
+cold inputs (``do_bench_cudagraph`` does not flush L2 itself); bigger kernels use ``do_bench``,
+which zeroes a 256 MB buffer before every call. Both report the median. In the Triton interpreter
+(CPU tensors) times come from ``time.perf_counter`` and are marked ``timer="perf_counter"``:
+they rank nothing on a GPU and are stored under the GPU key ``interpreter``.
+
+This module imports neither torch nor triton at import time: a spawned child must be able to
+set ``TRITON_INTERPRET`` before triton is first imported.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import math
+import multiprocessing
+import os
+import statistics
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+from ..errors import AlcopError, OutOfResources, PipelineError, ScheduleError, TuningError, UnsupportedError
+from ..records import KernelConfig, Workload
+
+
+class ErrorKind(str, enum.Enum):
+    """Why a config produced no time (values are what the database stores)."""
+
+    INVALID_CONFIG = "invalid_config"
+    OUT_OF_RESOURCES = "out_of_resources"
+    COMPILE = "compile"
+    RUNTIME = "runtime"
+    WRONG_ANSWER = "wrong_answer"
+    TIMEOUT = "timeout"
+
+
+ERROR_KINDS: tuple[str, ...] = tuple(e.value for e in ErrorKind)
+
+SMALL_KERNEL_MS = 0.1
+"""Below this (first estimate) a kernel is timed under a CUDA graph."""
+
+INTERPRETER_GPU = ("interpreter", "0.0")
+"""GpuKey under which interpreter (CPU) measurements are stored, apart from every real GPU."""
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Outcome of measuring one config: a time, or an error kind and message (never both)."""
+
+    config: KernelConfig
+    time_ms: float | None
+    error: ErrorKind | None = None
+    message: str = ""
+    timer: str = ""  # "cuda_graph" | "do_bench" | "perf_counter" | "replay"
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "time_ms": self.time_ms,
+                "error": self.error.value if self.error is not None else None,
+                "message": self.message, "timer": self.timer}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "MeasureResult":
+        return cls(KernelConfig.from_dict(d["config"]), d["time_ms"],
+                   ErrorKind(d["error"]) if d["error"] is not None else None, d["message"], d["timer"])
+
+
+OnResult = Callable[[MeasureResult], None]
+
+
+class Measurer(Protocol):
+    """What tuners call: measure configs of the measurer's workload, results in the same order."""
+
+    workload: Workload
+
+    def measure(self, configs: Sequence[KernelConfig], on_result: OnResult | None = None) -> list[MeasureResult]:
+        ...
+
+
+_COMPILE_ERRORS = {"CompilationError", "CompileTimeAssertionFailure", "PTXASError", "MLIRCompilationError",
+                   "CodegenError", "LoweringError"}
+
+
+def classify(exc: BaseException, phase: str) -> ErrorKind:
+    """ErrorKind of an exception raised while building ("build") or running ("run") a config.
+
+    Triton's own exception classes are matched by name so this module need not import triton.
+    """
+    names = {c.__name__ for c in type(exc).__mro__}
+    if isinstance(exc, OutOfResources) or "OutOfResources" in names or "out of resource" in str(exc).lower():
+        return ErrorKind.OUT_OF_RESOURCES
+    if isinstance(exc, (ScheduleError, PipelineError, UnsupportedError)):
+        return ErrorKind.INVALID_CONFIG
+    if names & _COMPILE_ERRORS:
+        return ErrorKind.COMPILE
+    if isinstance(exc, AlcopError) or phase == "build":
+        return ErrorKind.COMPILE
+    return ErrorKind.RUNTIME
+
+
+def _message(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return text[-2000:]
+
+
+def _poisoned_run(runner: Any, inputs: tuple[Any, ...]) -> Any:
+    """Run after filling the memory the output will land in with NaN.
+
+    The runner allocates its output; after a first run the caching allocator hands the same
+    block back on the next one, so NaN-filling and freeing the first output poisons the second:
+    a kernel that skips part of the output then fails the check instead of reusing stale values.
+    """
+    first = runner.run(inputs)
+    first.fill_(math.nan)
+    del first
+    return runner.run(inputs)
+
+
+def check_output(out: Any, ref: Any, rtol: float) -> str | None:
+    """None if ``out`` matches ``ref`` normwise (max error <= rtol * max |ref|), else why not."""
+    import torch
+
+    if tuple(out.shape) != tuple(ref.shape):
+        return f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}"
+    o, r = out.detach().double(), ref.detach().double()
+    if not bool(torch.isfinite(o).all()):
+        bad = int((~torch.isfinite(o)).sum())
+        return f"{bad} of {o.numel()} output elements are NaN/inf (unwritten or overflowed)"
+    scale = max(float(r.abs().max()), 1e-6)
+    err = float((o - r).abs().max())
+    if err > rtol * scale:
+        return f"max abs error {err:.3g} > rtol {rtol:g} x max|ref| {scale:.3g}"
+    return None
+
+
+def _rotating_copies(runner: Any, seed: int, l2_bytes: int) -> list[tuple[Any, ...]]:
+    """Enough fresh input sets that cycling through them evicts L2 between calls (cap 1 GiB)."""
+    first = runner.inputs(seed)
+    nbytes = sum(t.numel() * t.element_size() for t in first) or 1
+    n = max(1, min(64, math.ceil(2 * l2_bytes / nbytes), (1 << 30) // nbytes))
+    return [first] + [runner.inputs(seed + i) for i in range(1, n)]
+
+
+def time_gpu(runner: Any, seed: int) -> tuple[float, str]:
+    """Median time (ms) of ``runner.run`` on a CUDA device, and which timer produced it."""
+    import torch
+    import triton.testing
+
+    inputs = runner.inputs(seed)
+    estimate = triton.testing.do_bench(lambda: runner.run(inputs), warmup=5, rep=20, return_mode="median")
+    if estimate < SMALL_KERNEL_MS:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        copies = _rotating_copies(runner, seed, int(getattr(props, "L2_cache_size", 50 << 20)))
+        state = {"i": 0}
+
+        def call() -> None:
+            state["i"] = (state["i"] + 1) % len(copies)
+            runner.run(copies[state["i"]])
+
+        try:
+            return float(triton.testing.do_bench_cudagraph(call, rep=50, return_mode="median")), "cuda_graph"
+        except RuntimeError:
+            # Some launches cannot be captured (host-side TMA descriptors, allocator hooks): time
+            # them eagerly rather than fail a config that runs fine.
+            torch.cuda.synchronize()
+    return float(triton.testing.do_bench(lambda: runner.run(inputs), warmup=25, rep=100,
+                                         return_mode="median")), "do_bench"
+
+
+def time_cpu(runner: Any, seed: int, reps: int = 3) -> tuple[float, str]:
+    """Median wall time (ms) of ``runner.run`` in the interpreter."""
+    inputs = runner.inputs(seed)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        runner.run(inputs)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times), "perf_counter"
+
+
+Event = Callable[..., None]
+
+DEFAULT_FACTORY = "alcop_triton.kernels.runner:make_runner"
+
+
+def resolve_factory(spec: str) -> Callable[..., Any]:
+    """Import a "module:function" runner factory."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class LocalMeasurer:
+    """Measure configs in this process (see the module docstring).
+
+    Args:
+        workload: what to run.
+        device: "cuda" (or "cuda:N") or "cpu" (the Triton interpreter must then be enabled).
+        seed: base seed of the check/timing inputs; config i of a batch uses ``seed + i``.
+        check: compare with ``runner.reference`` before timing (a failure never gets a time).
+        compile_threads: runners built and warmed up at once before timing starts.
+        cpu_reps: timing repetitions in the interpreter.
+        factory: "module:function" with make_runner's signature; other kernels (a baseline, a
+            test double) are measured through the same checks and timers.
+    """
+
+    def __init__(self, workload: Workload, device: str = "cuda", *, seed: int = 0, check: bool = True,
+                 compile_threads: int = 8, cpu_reps: int = 3, factory: str = DEFAULT_FACTORY) -> None:
+        self.workload, self.device, self.seed, self.check = workload, device, seed, check
+        self.compile_threads, self.cpu_reps = max(1, compile_threads), cpu_reps
+        # Resolved here, not per config: a broken install fails once, loudly, instead of being
+        # recorded as a compile error of every config.
+        self._make_runner = resolve_factory(factory)
+
+    def _build(self, config: KernelConfig, seed: int) -> Any:
+        runner = self._make_runner(self.workload, config, self.device)
+        if not self.device.startswith("cpu"):
+            # The first launch JIT-compiles; doing it here puts compilation in the parallel phase.
+            runner.run(runner.inputs(seed))
+        return runner
+
+    def _measure_one(self, runner: Any, config: KernelConfig, seed: int) -> MeasureResult:
+        try:
+            if self.check:
+                inputs = runner.inputs(seed)
+                ref = runner.reference(inputs)
+                out = _poisoned_run(runner, inputs)
+                if self.device.startswith("cuda"):
+                    import torch
+
+                    torch.cuda.synchronize()
+                why = check_output(out, ref, float(runner.rtol))
+                if why is not None:
+                    return MeasureResult(config, None, ErrorKind.WRONG_ANSWER, why)
+            if self.device.startswith("cpu"):
+                t, timer = time_cpu(runner, seed, self.cpu_reps)
+            else:
+                t, timer = time_gpu(runner, seed)
+        except Exception as exc:  # noqa: BLE001 - every failure is a data point, scored 0
+            return MeasureResult(config, None, classify(exc, "run"), _message(exc))
+        if not math.isfinite(t) or t <= 0:
+            return MeasureResult(config, None, ErrorKind.RUNTIME, f"timer returned {t!r} ms")
+        return MeasureResult(config, t, None, "", timer)
+
+    def measure(self, configs: Sequence[KernelConfig], on_result: OnResult | None = None,
+                event: Event | None = None) -> list[MeasureResult]:
+        """Measure ``configs``; ``on_result`` sees each result as it is made.
+
+        ``event`` is told ``("begin", i, phase)`` before each serial step so a supervising
+        process knows which config was in flight if this one dies.
+        """
+        emit = event or (lambda *a: None)
+        results: list[MeasureResult | None] = [None] * len(configs)
+        runners: dict[int, Any] = {}
+
+        def done(i: int, r: MeasureResult) -> None:
+            results[i] = r
+            if on_result is not None:
+                on_result(r)
+
+        def build(i: int) -> tuple[int, Any, BaseException | None]:
+            try:
+                return i, self._build(configs[i], self.seed + i), None
+            except Exception as exc:  # noqa: BLE001
+                return i, None, exc
+
+        if self.compile_threads > 1 and len(configs) > 1:
+            built = []
+            with ThreadPoolExecutor(self.compile_threads) as pool:
+                for fut in as_completed([pool.submit(build, i) for i in range(len(configs))]):
+                    built.append(fut.result())
+                    emit("built", built[-1][0])  # liveness for a supervisor's timeout
+            built.sort(key=lambda b: b[0])
+        else:
+            built = []
+            for i in range(len(configs)):
+                emit("begin", i, "build")
+                built.append(build(i))
+        for i, runner, exc in built:
+            if exc is not None:
+                done(i, MeasureResult(configs[i], None, classify(exc, "build"), _message(exc)))
+            else:
+                runners[i] = runner
+        for i in sorted(runners):
+            emit("begin", i, "run")
+            done(i, self._measure_one(runners.pop(i), configs[i], self.seed + i))
+        return [r for r in results if r is not None]
+
+
+def _worker_main(conn: Any, workload: dict[str, Any], device: str, opts: dict[str, Any]) -> None:
+    """Child process: measure batches sent by a ProcessMeasurer until told to stop."""
+    local = LocalMeasurer(Workload.from_dict(workload), device, **opts)
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg[0] == "stop":
+            return
+        _, config_dicts, seed = msg
+        local.seed = seed
+
+        def on_result(r: MeasureResult) -> None:
+            conn.send(("result", r.to_dict()))
+            # After a device-side fault the CUDA context is unusable: quit, and the parent starts a
+            # clean child for the remaining configs.
+            if r.error is ErrorKind.RUNTIME and device.startswith("cuda") and "CUDA error" in r.message:
+                conn.close()
+                os._exit(3)
+
+        local.measure([KernelConfig.from_dict(c) for c in config_dicts], on_result, lambda *m: conn.send(m))
+        conn.send(("batch_done",))
+
+
+class ProcessMeasurer:
+    """A LocalMeasurer in a spawned child, restarted whenever a kernel kills or hangs it.
+
+    Args:
+        workload, device, seed, check, compile_threads, cpu_reps, factory: as for LocalMeasurer.
+        timeout_s: longest wait for one step (a compile batch, one check+timing) before the
+            child is killed and the config in flight recorded as ``timeout``.
+    """
+
+    def __init__(self, workload: Workload, device: str = "cuda", *, seed: int = 0, check: bool = True,
+                 compile_threads: int = 8, cpu_reps: int = 3, timeout_s: float = 120.0,
+                 factory: str = DEFAULT_FACTORY) -> None:
+        self.workload, self.device, self.seed = workload, device, seed
+        self.timeout_s = timeout_s
+        self._opts: dict[str, Any] = {"check": check, "compile_threads": compile_threads, "cpu_reps": cpu_reps,
+                                      "factory": factory}
+        self._proc: Any = None
+        self._conn: Any = None
+        self._batches = 0
+
+    def __enter__(self) -> "ProcessMeasurer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self, compile_threads: int) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        opts = dict(self._opts, compile_threads=compile_threads)
+        saved = os.environ.get("TRITON_INTERPRET")
+        if self.device.startswith("cpu"):
+            # The spawned child inherits os.environ; triton reads this at import time.
+            os.environ["TRITON_INTERPRET"] = "1"
+        try:
+            proc = ctx.Process(target=_worker_main, args=(child, self.workload.to_dict(), self.device, opts),
+                               daemon=True, name=f"alcop-measure-{self.workload.key()}")
+            proc.start()
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+        child.close()
+        self._proc, self._conn = proc, parent
+
+    def close(self) -> None:
+        """Stop the child (politely, then by force)."""
+        if self._proc is None:
+            return
+        try:
+            self._conn.send(("stop",))
+        except (OSError, ValueError):
+            pass
+        self._proc.join(timeout=5)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._conn.close()
+        self._proc = self._conn = None
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join()
+            self._conn.close()
+            self._proc = self._conn = None
+
+    def measure(self, configs: Sequence[KernelConfig], on_result: OnResult | None = None) -> list[MeasureResult]:
+        results: dict[KernelConfig, MeasureResult] = {}
+        todo = list(dict.fromkeys(configs))
+        threads = int(self._opts["compile_threads"])
+
+        def record(r: MeasureResult) -> None:
+            results[r.config] = r
+            if on_result is not None:
+                on_result(r)
+
+        while todo:
+            if self._proc is None:
+                self._start(threads)
+            # A distinct seed per batch: every check draws fresh random inputs.
+            self._batches += 1
+            self._conn.send(("batch", [c.to_dict() for c in todo], self.seed + 7919 * self._batches))
+            in_flight: tuple[int, str] | None = None  # (index into todo, phase) of the serial step running
+            progress = False
+            failure: tuple[ErrorKind, str] | None = None
+            while failure is None:
+                try:
+                    msg = self._conn.recv() if self._conn.poll(self.timeout_s) else None
+                except (EOFError, OSError):
+                    self._proc.join(timeout=5)
+                    failure = (ErrorKind.RUNTIME, f"measurement worker died (exit code {self._proc.exitcode})")
+                    break
+                except KeyboardInterrupt:
+                    self._kill()
+                    raise
+                if msg is None:
+                    failure = (ErrorKind.TIMEOUT, f"no progress within {self.timeout_s:g} s; worker killed")
+                elif msg[0] == "result":
+                    record(MeasureResult.from_dict(msg[1]))
+                    in_flight, progress = None, True
+                elif msg[0] == "begin":
+                    in_flight = (msg[1], msg[2])
+                elif msg[0] == "batch_done":
+                    break
+            if failure is not None:
+                self._kill()
+                kind, text = failure
+                if in_flight is not None and todo[in_flight[0]] not in results:
+                    if kind is ErrorKind.RUNTIME and in_flight[1] == "build":
+                        kind = ErrorKind.COMPILE
+                    record(MeasureResult(todo[in_flight[0]], None, kind, text))
+                elif not progress:
+                    if threads == 1:
+                        raise TuningError(f"measurement worker for {self.workload.key()} failed before "
+                                          f"measuring any config ({text}); see its traceback above")
+                    # The parallel compile phase died and which config did it is unknown: rebuild
+                    # one at a time so the next failure names its config.
+                    threads = 1
+            todo = [c for c in todo if c not in results]
+        return [results[c] for c in dict.fromkeys(configs)]

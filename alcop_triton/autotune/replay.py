@@ -1,0 +1,185 @@
+"""Offline replay: run any tuner against recorded measurements instead of a GPU.
+
+A dataset is any set of JSONL files in the record format of ARCHITECTURE.md (``benchmarks/data``,
+an ``alcop-tune export --format jsonl``). For each (GPU, workload) the recorded configs form the
+space, ``ReplayMeasurer`` answers with what was recorded, and ``compare_tuners`` draws ALCOP's
+best-in-k-trials curves: the best throughput a tuner found within its first k trials, divided by
+the best in the whole recording (the exhaustive best), averaged over seeds for tuners that use
+randomness (grid and analytical are deterministic and run once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from ..errors import TuningError, UnsupportedError
+from ..records import KernelConfig, Workload
+from .database import GpuKey, TuningRecord, atomic_write_text, rank_configs, read_jsonl
+from .measure import ErrorKind, MeasureResult, OnResult
+from .space import ConfigSpace
+from .tuner import TUNERS, make_tuner
+
+DETERMINISTIC = frozenset({"grid", "analytical"})
+
+
+@dataclass(frozen=True)
+class Task:
+    """One replayable tuning problem: a workload on a GPU and everything measured for it."""
+
+    gpu: GpuKey
+    workload: Workload
+    records: tuple[TuningRecord, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.gpu.name}/{self.workload.key()}"
+
+
+def load_tasks(paths: Iterable[str | os.PathLike[str]]) -> list[Task]:
+    """Group the valid records of JSONL files by (GPU, workload); corrupt lines are skipped."""
+    groups: dict[tuple[GpuKey, Workload], list[TuningRecord]] = {}
+    for p in paths:
+        for r in read_jsonl(p):
+            groups.setdefault((r.gpu_key, r.workload), []).append(r)
+    return [Task(g, w, tuple(rs)) for (g, w), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1].key()))]
+
+
+class ReplayMeasurer:
+    """Answers measurements from records: the median recorded time, or the recorded failure.
+
+    A config that failed in any recorded run fails here too (as dispatch would never pick it);
+    a config absent from the recording is ``invalid_config``.
+    """
+
+    def __init__(self, workload: Workload, records: Sequence[TuningRecord]) -> None:
+        self.workload = workload
+        ok = {rc.config: rc.time_ms for rc in rank_configs(records)}
+        self._results: dict[KernelConfig, MeasureResult] = {}
+        for r in records:
+            if r.config in ok:
+                self._results[r.config] = MeasureResult(r.config, ok[r.config], None, "", "replay")
+            elif r.config not in self._results:
+                self._results[r.config] = MeasureResult(r.config, None, ErrorKind(r.error or "runtime"),
+                                                        r.message, "replay")
+
+    @property
+    def configs(self) -> list[KernelConfig]:
+        return list(self._results)
+
+    def best_time_ms(self) -> float | None:
+        times = [r.time_ms for r in self._results.values() if r.ok]
+        return min(times) if times else None  # type: ignore[type-var]
+
+    def measure(self, configs: Sequence[KernelConfig], on_result: OnResult | None = None) -> list[MeasureResult]:
+        out = []
+        for c in configs:
+            r = self._results.get(c) or MeasureResult(c, None, ErrorKind.INVALID_CONFIG, "not in the recorded data",
+                                                      "replay")
+            out.append(r)
+            if on_result is not None:
+                on_result(r)
+        return out
+
+
+def _spec_for(gpu: GpuKey) -> Any | None:
+    from ..model import hardware
+
+    try:
+        return hardware.get_spec(gpu.name)
+    except (UnsupportedError, ValueError):
+        return None
+
+
+@dataclass
+class Comparison:
+    """Best-in-k curves: ``curves[tuner][task_key][k-1]`` = fraction of the exhaustive best."""
+
+    k_max: int
+    seeds: int
+    curves: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    space_sizes: dict[str, int] = field(default_factory=dict)
+
+    def mean_curve(self, tuner: str) -> list[float]:
+        per_task = list(self.curves[tuner].values())
+        return [statistics.fmean(c[k] for c in per_task) for k in range(self.k_max)] if per_task else []
+
+    def at(self, tuner: str, k: int, task: str | None = None) -> float:
+        """Normalised best within ``k`` trials (mean over tasks unless one is named)."""
+        curve = self.curves[tuner][task] if task is not None else self.mean_curve(tuner)
+        return curve[min(k, self.k_max) - 1]
+
+    def table(self, budgets: Sequence[int] = (10, 50), per_task: bool = False) -> str:
+        """Text table of normalised best-in-k per tuner (and per task if asked)."""
+        budgets = [k for k in budgets if k <= self.k_max] or [self.k_max]
+        head = f"{'tuner':<16}" + "".join(f"{'k=' + str(k):>9}" for k in budgets)
+        lines = [head, "-" * len(head)]
+        for t in self.curves:
+            lines.append(f"{t:<16}" + "".join(f"{self.at(t, k):>9.1%}" for k in budgets))
+        if per_task:
+            for task in sorted(self.space_sizes):
+                lines += ["", f"{task} ({self.space_sizes[task]} configs)"]
+                for t in self.curves:
+                    if task in self.curves[t]:
+                        lines.append(f"  {t:<14}" + "".join(f"{self.at(t, k, task):>9.1%}" for k in budgets))
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({"k_max": self.k_max, "seeds": self.seeds, "curves": self.curves,
+                           "space_sizes": self.space_sizes}, indent=1)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        atomic_write_text(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "Comparison":
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+        return cls(int(d["k_max"]), int(d["seeds"]), d["curves"], d.get("space_sizes", {}))
+
+
+def replay_task(task: Task, tuner: str, k_max: int, seed: int, batch_size: int = 8) -> list[float]:
+    """One tuner on one task: the normalised best-in-k curve for k = 1..k_max."""
+    measurer = ReplayMeasurer(task.workload, task.records)
+    best = measurer.best_time_ms()
+    if best is None:
+        raise TuningError(f"{task.key}: no successful measurement recorded; cannot normalise")
+    space = ConfigSpace.from_configs(task.workload, measurer.configs, _spec_for(task.gpu))
+    result = make_tuner(tuner, space, seed=seed).tune(measurer, min(k_max, len(space)), batch_size=batch_size)
+    exhaustive = task.workload.flops / (best * 1e-3)
+    curve = [x / exhaustive for x in result.curve()]
+    # A space smaller than k_max has been searched exhaustively once the tuner stops.
+    return curve + [curve[-1]] * (k_max - len(curve))
+
+
+def compare_tuners(tasks: Sequence[Task], tuners: Sequence[str] = TUNERS, *, k_max: int = 50, seeds: int = 5,
+                   batch_size: int = 8, progress: Callable[[str], None] | None = None) -> Comparison:
+    """Best-in-k curves of every tuner on every task (see the module docstring).
+
+    Tasks with no successful record, and analytical tuners on GPUs without a model spec, are
+    skipped with a warning.
+    """
+    unknown = [t for t in tuners if t not in TUNERS]
+    if unknown:
+        raise TuningError(f"tuners {unknown} are unknown; expected some of {TUNERS}")
+    comp = Comparison(k_max, seeds, {t: {} for t in tuners})
+    for task in tasks:
+        if not any(r.ok for r in task.records):
+            warnings.warn(f"{task.key}: every recorded config failed; task skipped", stacklevel=2)
+            continue
+        comp.space_sizes[task.key] = len({r.config for r in task.records})
+        has_spec = _spec_for(task.gpu) is not None
+        for t in tuners:
+            if t.startswith("analytical") and not has_spec:
+                warnings.warn(f"{task.key}: no GPU spec for {task.gpu.name!r}; {t} skipped", stacklevel=2)
+                continue
+            runs = [replay_task(task, t, k_max, seed, batch_size) for seed in range(1 if t in DETERMINISTIC else seeds)]
+            comp.curves[t][task.key] = [statistics.fmean(col) for col in zip(*runs)]
+            if progress is not None:
+                progress(f"{task.key} {t}")
+    return comp
+

@@ -1,0 +1,90 @@
+"""One tuning run end to end: space -> tuner -> isolated measurement -> database, as results come.
+
+Shared by ``alcop-tune tune``, ``ALCOP_AUTOTUNE=1`` dispatch and scripts. Every measurement is
+committed to the database the moment it arrives, so Ctrl-C or a crash keeps what was measured and
+a failed run leaves the database as it was plus the completed records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..records import Workload
+from .database import Database, GpuKey, TuningRecord, gpu_key, versions
+from .measure import INTERPRETER_GPU, Measurer, ProcessMeasurer
+from .space import ConfigSpace
+from .tuner import Trial, TuneResult, make_tuner
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where measurements run and under which key they are stored.
+
+    ``spec`` is what the models prune and rank with; ``key`` is the database's GPU key. In the
+    interpreter the two differ: configs are chosen for ``spec`` but CPU timings are stored under
+    the ``interpreter`` key so they never rank kernels for a real GPU.
+    """
+
+    device: str
+    spec: Any
+    key: GpuKey
+    device_name: str
+    mma: str
+
+
+def resolve_target(device: str | None = None, gpu: str | None = None) -> Target:
+    """The device to measure on (cuda if available, else the CPU interpreter) and its GPU spec.
+
+    Args:
+        device: "cuda", "cuda:N" or "cpu"; None picks cuda when torch sees one.
+        gpu: GPU name for the models (default: the detected GPU; "H100" in the interpreter).
+    """
+    import torch
+
+    from ..model import hardware
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        index = torch.device(device).index
+        spec = hardware.get_spec(gpu) if gpu else hardware.detect(index)
+        return Target(device, spec, gpu_key(spec), torch.cuda.get_device_name(index), spec.mma)
+    spec = hardware.get_spec(gpu or "H100")
+    return Target(device, spec, GpuKey(*INTERPRETER_GPU), "cpu (triton interpreter)", "")
+
+
+def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "analytical+xgb", n_trials: int = 50,
+         batch_size: int = 8, seed: int = 0, variant: str = "full", top_k: int | float | None = None,
+         timeout_s: float = 120.0, measurer: Measurer | None = None,
+         on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
+    """Tune one workload and store every measurement in ``db`` as it arrives.
+
+    Args:
+        workload: what to tune.
+        target: from ``resolve_target``.
+        db: where records go.
+        tuner: one of ``TUNERS``.
+        n_trials: measurement budget.
+        batch_size: configs proposed, compiled in parallel and measured per round.
+        seed: makes proposals and check inputs reproducible.
+        variant, top_k: space restrictions (``ConfigSpace.build``).
+        timeout_s: a config that makes no progress for this long is recorded as ``timeout``.
+        measurer: measure with this instead of an isolated child process (tests, replay).
+        on_trial: called after each trial is stored (progress bars).
+    """
+    space = ConfigSpace.build(workload, target.spec, variant=variant, top_k=top_k)
+    t = make_tuner(tuner, space, seed=seed)
+    vers = versions()
+
+    def store(trial: Trial) -> None:
+        db.add(TuningRecord.from_result(workload, trial.result, target.key, device=target.device_name,
+                                        mma=target.mma, vers=vers))
+        if on_trial is not None:
+            on_trial(trial)
+
+    if measurer is not None:
+        return t.tune(measurer, n_trials, batch_size=batch_size, on_trial=store)
+    with ProcessMeasurer(workload, target.device, seed=seed, compile_threads=batch_size,
+                         timeout_s=timeout_s) as m:
+        return t.tune(m, n_trials, batch_size=batch_size, on_trial=store)

@@ -1,0 +1,266 @@
+"""Config spaces: the knobs per op, static pruning, analytical top-k, and the ablation variants.
+
+A ``ConfigSpace`` is an ordered, de-duplicated tuple of valid ``KernelConfig``s for one workload
+on one GPU, plus a count of what was pruned and why (users asked to see pruned configs, not to
+have them vanish: triton-ascend#633). Order is the grid-search order (lexicographic in the knobs).
+
+Pruning, cheapest first:
+1. shape rules: a tile never exceeds the problem's next power of two (bigger tiles only add
+   masked work and duplicate a smaller config), stages beyond the reduction trip count pipeline
+   nothing, ``reg_split > 1`` without register prefetch only splits the dot, TMA needs sm90;
+2. the variant filter (the paper's ablation: none / double_buffer / smem_multistage / full);
+3. the model's resource accounting: ``model.analytical.resources(...).valid`` (shared memory,
+   registers, threads), so out-of-resource configs are never compiled;
+4. optionally the analytical model's ``top_k`` (an int, or a fraction <= 1 as in Triton).
+At least one config always survives: if the model rejects everything, the config with the
+smallest shared-memory footprint is kept and compilation gets the last word.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+from ..errors import ScheduleError, TuningError
+from ..records import KernelConfig, Workload
+
+VARIANTS: tuple[str, ...] = ("none", "double_buffer", "smem_multistage", "full")
+"""Ablation variants (ALCOP Figure 10): no pipelining, 2-stage shared only, multi-stage shared only,
+multi-stage multi-level (shared + register)."""
+
+KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
+                               "reg_stages", "reg_split", "async_copy")
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Candidate values per knob; the space is their product, filtered."""
+
+    block_m: tuple[int, ...] = (16, 32, 64, 128, 256)
+    block_n: tuple[int, ...] = (16, 32, 64, 128, 256)
+    block_k: tuple[int, ...] = (16, 32, 64, 128)
+    group_m: tuple[int, ...] = (1, 8)
+    num_warps: tuple[int, ...] = (2, 4, 8)
+    smem_stages: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
+    reg_stages: tuple[int, ...] = (1, 2, 3)
+    reg_split: tuple[int, ...] = (1, 2, 4)
+    async_copy: tuple[str, ...] = ("pointer", "tma")
+
+    def values(self) -> list[tuple[Any, ...]]:
+        return [getattr(self, k) for k in KNOB_NAMES]
+
+
+def default_knobs(op: str) -> Knobs:
+    """Knobs per op. Convolutions run as implicit GEMM with the same tile knobs; their im2col
+    gathers cannot use TMA descriptors, so only pointer loads are offered."""
+    if op in ("conv1d", "conv2d", "conv3d"):
+        return Knobs(async_copy=("pointer",))
+    return Knobs()
+
+
+def variant_ok(config: KernelConfig, variant: str) -> bool:
+    """Whether ``config`` belongs to an ablation variant."""
+    if variant == "none":
+        return config.smem_stages == 1 and config.reg_stages == 1
+    if variant == "double_buffer":
+        return config.smem_stages == 2 and config.reg_stages == 1
+    if variant == "smem_multistage":
+        return config.reg_stages == 1
+    if variant == "full":
+        return True
+    raise ScheduleError(f"variant {variant!r} is unknown; expected one of {VARIANTS}")
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def _cc_tuple(cc: Any) -> tuple[int, int]:
+    if isinstance(cc, str):
+        major, _, minor = cc.partition(".")
+        return int(major), int(minor or 0)
+    return int(cc[0]), int(cc[1])
+
+
+def shape_reason(workload: Workload, c: KernelConfig, spec: Any | None) -> str | None:
+    """Why a config is pointless or impossible for this shape/GPU before any model runs, or None."""
+    _, m, n, k = workload.gemm_dims()
+    if c.block_m > max(16, _next_pow2(m)) or c.block_n > max(16, _next_pow2(n)) \
+            or c.block_k > max(16, _next_pow2(k)):
+        return "tile larger than the problem"
+    if c.smem_stages > 1 and c.smem_stages > math.ceil(k / c.block_k):
+        return "more smem stages than reduction steps"
+    if c.reg_split > 1 and c.reg_stages == 1:
+        return "reg_split without register prefetch"
+    if c.reg_stages > 1 and c.reg_stages > c.reg_split * math.ceil(k / c.block_k):
+        return "more register stages than sub-tiles"
+    if c.num_warps > max(2, c.block_m * c.block_n // 256):
+        return "more warps than the tile can feed"
+    if c.async_copy == "tma" and spec is not None and _cc_tuple(spec.cc) < (9, 0):
+        return "tma needs sm90"
+    return None
+
+
+@dataclass(frozen=True)
+class ConfigSpace:
+    """Valid configs of one workload, in grid order, and what was pruned."""
+
+    workload: Workload
+    configs: tuple[KernelConfig, ...]
+    spec: Any = None
+    pruned: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.configs:
+            raise TuningError(f"config space of {self.workload.key()} is empty")
+        object.__setattr__(self, "_index", {c: i for i, c in enumerate(self.configs)})
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    def __iter__(self) -> Iterator[KernelConfig]:
+        return iter(self.configs)
+
+    def __contains__(self, c: object) -> bool:
+        return c in self._index  # type: ignore[attr-defined]
+
+    def index(self, c: KernelConfig) -> int:
+        return self._index[c]  # type: ignore[attr-defined]
+
+    def knob_values(self) -> dict[str, tuple[Any, ...]]:
+        """Values each knob takes in this space (sorted), what neighbours move along."""
+        return {k: tuple(sorted({getattr(c, k) for c in self.configs})) for k in KNOB_NAMES}
+
+    def summary(self) -> str:
+        pruned = ", ".join(f"{n} {why}" for why, n in sorted(self.pruned.items(), key=lambda kv: -kv[1]))
+        return f"{len(self)} configs for {self.workload.key()}" + (f" (pruned: {pruned})" if pruned else "")
+
+    def restrict(self, configs: Iterable[KernelConfig], why: str) -> "ConfigSpace":
+        """A sub-space (order kept); what is dropped is counted under ``why``. Keeps >= 1."""
+        keep = set(configs)
+        sub = tuple(c for c in self.configs if c in keep) or self.configs[:1]
+        pruned = dict(self.pruned)
+        if len(self) - len(sub):
+            pruned[why] = pruned.get(why, 0) + len(self) - len(sub)
+        return ConfigSpace(self.workload, sub, self.spec, pruned)
+
+    @classmethod
+    def from_configs(cls, workload: Workload, configs: Iterable[KernelConfig], spec: Any = None) -> "ConfigSpace":
+        """A space of exactly these configs (e.g. everything a replay dataset measured), sorted."""
+        return cls(workload, tuple(sorted(set(configs))), spec)
+
+    @classmethod
+    def build(cls, workload: Workload, spec: Any, *, knobs: Knobs | None = None, variant: str = "full",
+              prune: bool = True, top_k: int | float | None = None) -> "ConfigSpace":
+        """Enumerate ``knobs`` (default: ``default_knobs(op)``) and prune (see the module docstring).
+
+        Args:
+            workload: the op instance.
+            spec: GPUSpec the resource model checks against (``model.hardware.get_spec/detect``).
+            variant: ablation filter, one of VARIANTS.
+            prune: apply the model's resource check (shape rules always apply).
+            top_k: keep only the analytically fastest configs: an int, or a fraction <= 1.0.
+        """
+        if variant not in VARIANTS:
+            raise ScheduleError(f"variant {variant!r} is unknown; expected one of {VARIANTS}")
+        knobs = knobs or default_knobs(workload.op)
+        pruned: Counter[str] = Counter()
+        candidates: list[KernelConfig] = []
+        for values in itertools.product(*knobs.values()):
+            try:
+                c = KernelConfig(**dict(zip(KNOB_NAMES, values)))
+            except ScheduleError:
+                pruned["invalid knob combination"] += 1
+                continue
+            why = shape_reason(workload, c, spec)
+            if why is None and not variant_ok(c, variant):
+                why = f"outside variant {variant!r}"
+            if why is not None:
+                pruned[why] += 1
+                continue
+            candidates.append(c)
+        if not candidates:
+            raise TuningError(f"no config of {knobs} fits {workload.key()} (variant {variant!r}); widen the knobs")
+        configs = candidates
+        if prune:
+            from ..model import analytical
+
+            valid, smallest = [], None
+            for c in candidates:
+                res = analytical.resources(workload, c, spec)
+                if res.valid:
+                    valid.append(c)
+                else:
+                    pruned[f"model: {_reason_class(res.reason)}"] += 1
+                if smallest is None or res.smem_bytes < smallest[0]:
+                    smallest = (res.smem_bytes, c)
+            # Like Triton's early_config_prune contract: never return nothing.
+            configs = valid or [smallest[1]]  # type: ignore[index]
+        space = cls(workload, tuple(configs), spec, dict(pruned))
+        if top_k is not None:
+            space = space.top_k(top_k)
+        return space
+
+    def estimates(self) -> list[float]:
+        """Analytical time (s) per config, in space order; inf where the model calls it invalid.
+
+        Cached: the analytical tuner, top-k pruning and pretraining all rank the same configs.
+        """
+        cached = self.__dict__.get("_estimates")
+        if cached is None:
+            if self.spec is None:
+                raise TuningError(f"{self.summary()}: no GPU spec, so the analytical model cannot rank it")
+            from ..model import analytical
+
+            cached = []
+            for c in self.configs:
+                e = analytical.estimate(self.workload, c, self.spec)
+                cached.append(float(e.time_s) if e.valid and math.isfinite(e.time_s) and e.time_s > 0 else math.inf)
+            object.__setattr__(self, "_estimates", cached)
+        return list(cached)
+
+    def ranked(self) -> list[KernelConfig]:
+        """Configs by analytical estimate, fastest first (ties in grid order)."""
+        est = self.estimates()
+        return [self.configs[i] for i in sorted(range(len(self)), key=lambda i: (est[i], i))]
+
+    def top_k(self, k: int | float) -> "ConfigSpace":
+        """The ``k`` analytically fastest configs (``k <= 1.0`` as a float: that fraction)."""
+        if isinstance(k, float) and k <= 1.0:
+            k = max(1, round(k * len(self)))
+        if not isinstance(k, int) or k < 1:
+            raise ScheduleError(f"top_k={k!r}: must be an int >= 1 or a fraction in (0, 1]")
+        return self.restrict(self.ranked()[:k], "analytical top_k")
+
+    def mutate(self, c: KernelConfig, rng: Any, values: dict[str, tuple[Any, ...]] | None = None,
+               tries: int = 8) -> KernelConfig:
+        """A neighbour of ``c`` inside the space: one knob moved to an adjacent value.
+
+        Used by simulated annealing. Returns ``c`` itself when no neighbour is found in ``tries``.
+        """
+        values = values or self.knob_values()
+        movable = [k for k in KNOB_NAMES if len(values[k]) > 1]
+        for _ in range(tries if movable else 0):
+            knob = movable[int(rng.integers(len(movable)))]
+            vals = values[knob]
+            i = vals.index(getattr(c, knob)) if getattr(c, knob) in vals else 0
+            j = i + (1 if rng.random() < 0.5 else -1)
+            if not 0 <= j < len(vals):
+                j = i - (j - i)
+            try:
+                n = c.replace(**{knob: vals[j]})
+            except ScheduleError:
+                continue
+            if n in self:
+                return n
+        return c
+
+
+def _reason_class(reason: str) -> str:
+    """Group model reasons by their first clause so the pruning summary stays short."""
+    head = (reason or "invalid").split(":")[0].split(",")[0].strip()
+    return head[:60] or "invalid"
+

@@ -1,0 +1,276 @@
+"""``build``: schedule -> callable kernel; the whole lowering in one function, one line per pass."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from . import __version__, codegen, config, te
+from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipeline
+from .errors import ScheduleError
+from .lower import lower
+from .records import KernelConfig
+from .rewrite import apply_pipeline
+from .runtime import launcher, load_kernel
+from .schedule import Schedule
+
+log = logging.getLogger("alcop_triton")
+
+TORCH_DTYPE_NAMES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
+                     "int32": "int32", "int64": "int64", "bool": "bool"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One specialisation of a kernel: unit-stride dims, planned depths, copy mechanism, device."""
+    source: str
+    path: str
+    fn: Any
+    plan: PipelinePlan
+    kernel_name: str
+    num_warps: int
+    num_stages: int
+
+
+@dataclass(frozen=True)
+class _Key:
+    unit_stride: tuple[tuple[str, int | None], ...]
+    trip_count: int | None
+    tma_ok: bool
+    allow_tf32: bool
+
+
+def _torch_dtype_name(t: Any) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+class CompiledKernel:
+    """A built kernel: call it with torch tensors (inputs, then optionally the output).
+
+    One generated kernel serves every shape (sizes are runtime arguments); variants are specialised
+    lazily per unit-stride layout, per clamped pipeline depth and per copy mechanism.
+    """
+
+    def __init__(self, schedule: Schedule, args: Sequence[te.Tensor], *, gpu: Any = None, strict: bool | None = None,
+                 name: str | None = None) -> None:
+        if not args or args[-1] is not schedule.out:
+            raise ScheduleError(f"build(args=...): the last argument must be the output {schedule.out.name!r}")
+        self.schedule = schedule
+        self.inputs = tuple(args[:-1])
+        self.out = schedule.out
+        self.config: KernelConfig = schedule.config()
+        self.name = name
+        self.strict = config.strict() if strict is None else strict
+        self._gpu = gpu
+        self._variants: dict[tuple[_Key, str], Variant] = {}
+        self.last: Variant | None = None
+        # Lower once with the default layout now, so schedule errors surface at build time.
+        self._default = self._variant(self._default_key(), "cpu")
+
+    # ------------------------------------------------------------------ compile
+    def _spec(self, device_type: str) -> Any:
+        from .model.hardware import detect, get_spec
+        if self._gpu is not None:
+            return get_spec(self._gpu)
+        return detect() if device_type == "cuda" else None
+
+    def _default_key(self) -> _Key:
+        us = tuple((t.name, t.ndim - 1 if t.ndim else None) for t in list(self.inputs) + [self.out])
+        return _Key(us, None, True, _allow_tf32())
+
+    def _variant(self, key: _Key, device_type: str) -> Variant:
+        cached = self._variants.get((key, device_type))
+        if cached is not None:
+            return cached
+        spec = self._spec(device_type)
+        # lower: tensor expression + schedule -> loop nest (operands, epilogue, chunk/sub-tile loops)
+        k = lower(self.schedule, self.inputs, dict(key.unit_stride), key.allow_tf32)
+        k = k.replace(name=self.name or k.name, interpreter=device_type == "cpu")
+        # analysis: which staged buffers can be pipelined (ALCOP's rules 1 and 2), with reasons
+        cands = find_pipeline_candidates(k)
+        # plan: depths per level (rule 3, trip-count and shared-memory clamps) and copy mechanism
+        plan = plan_pipeline(k, cands, async_copy=self.config.async_copy if key.tma_ok else "pointer",
+                             trip_count=key.trip_count, smem_limit=spec.smem_per_block if spec else None,
+                             strict=self.strict)
+        if self.config.async_copy == "tma" and not key.tma_ok:
+            plan = PipelinePlan(plan.smem_stages, plan.reg_stages, plan.async_copy, plan.candidates,
+                                plan.notes + ("TMA requested but a tensor's address or strides are not 16-byte "
+                                              "aligned; copied with pointers",))
+        # rewrite: async-copy mechanism, register prefetch, shared-memory num_stages
+        k = apply_pipeline(k, plan)
+        # codegen: loop nest -> Triton source, checked by compile()
+        src = codegen.generate(k, self._header(k, plan, spec))
+        fn, path = load_kernel(src, k.name)
+        for n in plan.notes:
+            if config.debug_level() >= 1:
+                log.warning("alcop %s: %s", k.name, n)
+        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages)
+        self._variants[(key, device_type)] = v
+        return v
+
+    def _header(self, k: Any, plan: PipelinePlan, spec: Any) -> str:
+        import triton
+        red = k.reduction
+        shapes = ", ".join(f"{t.name}({', '.join(map(repr, t.shape))}) {t.dtype}" for t in k.inputs)
+        unit = ", ".join(f"{t}: dim {d}" if d is not None else f"{t}: none" for t, d in k.unit_stride.items())
+        steps, notes = self.schedule.canonical_steps()
+        lines = [
+            f"alcop_triton generated kernel {k.name}",
+            "",
+            f"op:        {red.name}[{', '.join(a.name for a in red.op.axes)}] = {red.op.body!r}",
+            f"output:    {k.out.name}({', '.join(map(repr, k.out.shape))}) {k.out.dtype} = {k.body[-1].expr!r}",
+            f"inputs:    {shapes}",
+            f"sizes:     runtime {', '.join(n for n, _ in k.sizes)}; unit strides {unit}",
+            f"axes:      batch {k.axes['b']}, rows (M) {k.axes['m']}, columns (N) {k.axes['n']}, reduction (K) {k.axes['k']}",
+            f"config:    {self.config}  ({', '.join(f'{a}={b}' for a, b in self.config.to_dict().items())})",
+            f"target:    {spec.name if spec else 'any (no GPU given: no shared-memory clamp)'}",
+            "schedule:  " + "; ".join(_step_text(s) for s in steps),
+            *(f"           {n}" for n in notes),
+            "passes:    lower; find_pipeline_candidates; plan_pipeline; " + "; ".join(k.passes),
+            "pipeline:",
+            *("  " + ln for ln in explain(plan).splitlines()),
+            f"versions:  alcop_triton {__version__}, triton {triton.__version__}",
+        ]
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ call
+    @property
+    def source(self) -> str:
+        """Triton source of the most recently launched variant (the default layout before any call)."""
+        return (self.last or self._default).source
+
+    def explain(self) -> str:
+        """Each staged buffer: level, stages, loop, and why it is or is not pipelined."""
+        return explain((self.last or self._default).plan)
+
+    def __call__(self, *tensors: Any) -> Any:
+        import torch
+        n_in = len(self.inputs)
+        if len(tensors) not in (n_in, n_in + 1):
+            raise TypeError(f"{self.out.name} kernel takes {n_in} inputs "
+                            f"({', '.join(t.name for t in self.inputs)}) and optionally the output; got {len(tensors)} tensors")
+        env: dict[str, int] = {}
+        for t, x in zip(self.inputs, tensors):
+            _bind(t, x, env)
+        sizes = {n: int(te.evaluate(e, env)) for n, e in self._default_kernel_sizes()}
+        env.update(sizes)
+        out_shape = tuple(int(te.evaluate(d, env)) for d in self.out.shape)
+        dev = tensors[0].device
+        for t, x in zip(self.inputs, tensors):
+            if x.device != dev:
+                raise RuntimeError(f"Expected all tensors to be on the same device, but found {dev} and {x.device} "
+                                   f"(argument {t.name!r})")
+        if len(tensors) == n_in:
+            out = torch.empty(out_shape, dtype=getattr(torch, self.out.dtype), device=dev)
+        else:
+            out = tensors[-1]
+            _bind(self.out, out, dict(env))
+            if tuple(out.shape) != out_shape:
+                raise ValueError(f"argument {self.out.name!r}: shape {tuple(out.shape)}, expected {out_shape}")
+            if out.device != dev:
+                raise RuntimeError(f"Expected all tensors to be on the same device, but found {dev} and {out.device} "
+                                   f"(argument {self.out.name!r})")
+        if out.numel() == 0:
+            return out
+        all_t = list(self.inputs) + [self.out]
+        all_x = list(tensors[:n_in]) + [out]
+        unit = tuple((t.name, _unit_dim(x)) for t, x in zip(all_t, all_x))
+        bk = self.config.block_k
+        k_total = math.prod(env[a] if a in env else int(te.evaluate(self._extent(a), env)) for a in self._k_axes())
+        key = _Key(unit, -(-k_total // bk), _tma_aligned(all_x), _allow_tf32())
+        v = self._variant(key, dev.type)
+        self.last = v
+        args: list[Any] = list(all_x) + [sizes[n] for n in sizes]
+        for t, x in zip(all_t, all_x):
+            u = dict(unit)[t.name]
+            args += [x.stride(d) for d in range(t.ndim) if d != u]
+        c = self._constexprs()
+        tot = self._totals(env)
+        grid = (-(-tot["m"] // c["BLOCK_M"]) * -(-tot["n"] // c["BLOCK_N"]), tot["b"])
+        if grid[1] > 65535:
+            raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
+        launcher(v.fn, dev.type)[grid](*args, **c, num_warps=v.num_warps, num_stages=v.num_stages)
+        return out
+
+    # sizes/extents of the lowered kernel (the same for every variant)
+    def _kernel(self) -> Any:
+        if not hasattr(self, "_lowered"):
+            self._lowered = lower(self.schedule, self.inputs)
+        return self._lowered
+
+    def _default_kernel_sizes(self) -> tuple[tuple[str, te.Expr], ...]:
+        return self._kernel().sizes
+
+    def _k_axes(self) -> tuple[str, ...]:
+        return self._kernel().axes["k"]
+
+    def _extent(self, axis: str) -> te.Expr:
+        return self._kernel().extents[axis]
+
+    def _constexprs(self) -> dict[str, int]:
+        return self._kernel().constexprs
+
+    def _totals(self, env: dict[str, int]) -> dict[str, int]:
+        k = self._kernel()
+        return {d: math.prod(int(te.evaluate(k.extents[a], env)) for a in k.axes[d]) for d in ("b", "m", "n")}
+
+
+def _step_text(s: Any) -> str:
+    name = type(s).__name__
+    fields = ", ".join(f"{v}" for v in s.__dict__.values() if v is not None)
+    return f"{name}({fields})"
+
+
+def _allow_tf32() -> bool:
+    import torch
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+def _unit_dim(x: Any) -> int | None:
+    """The dim to specialise to stride 1: the innermost with stride 1 and more than one element."""
+    dims = [d for d in range(x.dim()) if x.stride(d) == 1 and x.shape[d] > 1]
+    return dims[-1] if dims else None
+
+
+def _tma_aligned(xs: list[Any]) -> bool:
+    """TMA's rules: 16-byte aligned base addresses and 16-byte multiple strides (except the unit one)."""
+    for x in xs:
+        e = x.element_size()
+        if x.data_ptr() % 16 or any(x.stride(d) * e % 16 for d in range(x.dim()) if x.stride(d) != 1):
+            return False
+    return True
+
+
+def _bind(t: te.Tensor, x: Any, env: dict[str, int]) -> None:
+    """Check a tensor against its placeholder and bind the size variables of its shape."""
+    import torch
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"argument {t.name!r}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != t.ndim:
+        raise ValueError(f"argument {t.name!r}: expected a {t.ndim}-d tensor {tuple(t.shape)}, got shape {tuple(x.shape)}")
+    if _torch_dtype_name(x) != t.dtype:
+        raise TypeError(f"argument {t.name!r}: expected dtype {t.dtype}, got {_torch_dtype_name(x)}")
+    for d, (e, n) in enumerate(zip(t.shape, x.shape)):
+        if isinstance(e, te.Var):
+            if env.setdefault(e.name, int(n)) != int(n):
+                raise ValueError(f"argument {t.name!r}: dim {d} is {n} but {e.name} = {env[e.name]} from an earlier "
+                                 "argument; the shapes do not agree")
+    for d, (e, n) in enumerate(zip(t.shape, x.shape)):
+        if not isinstance(e, te.Var) and int(te.evaluate(e, env)) != int(n):
+            raise ValueError(f"argument {t.name!r}: dim {d} is {n}, expected {e!r} = {te.evaluate(e, env)}")
+
+
+def build(schedule: Schedule, args: Sequence[te.Tensor], *, gpu: Any = None, strict: bool | None = None,
+          name: str | None = None) -> CompiledKernel:
+    """Compile ``schedule`` into a callable kernel; ``args`` are the inputs then the output, as in TVM.
+
+    Args:
+        schedule: from ``te.create_schedule(out)`` (or ``Schedule.from_config``).
+        args: the placeholder tensors in call order, then the output tensor.
+        gpu: target GPU name for shared-memory clamping ("H100"); default: the current CUDA device.
+        strict: raise instead of clamping pipeline depths (default ``ALCOP_STRICT``).
+        name: kernel function name (default ``alcop_<output>``).
+    """
+    return CompiledKernel(schedule, args, gpu=gpu, strict=strict, name=name)

@@ -1,0 +1,436 @@
+"""``alcop-tune``: tune, benchmark and inspect ALCOP kernel configs from the command line.
+
+Commands:
+    tune            tune an op's shapes, a suite file or a torch model's GEMM/conv shapes
+    bench           alcop (tuned) vs torch vs Triton tutorial 03's configs: table + CSV/JSON
+    show            database contents: best config per workload (or every record)
+    export          best configs as ``triton.Config(...)`` lines, JSON or JSONL
+    import          add JSONL records (another machine's export, benchmarks/data) to the database
+    compare-tuners  best-in-k-trials curves of the five tuners, offline, by replaying measurements
+    report          PNG plots: tuning curves, per-shape speedups
+
+The database is ``--db`` or ``$ALCOP_DB`` (default: the user data dir). Without CUDA, kernels run
+in the Triton interpreter (``TRITON_INTERPRET=1`` is set before triton is imported) and CPU
+timings are stored under the GPU key ``interpreter``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import AlcopError
+from .records import DTYPES, OPS, KernelConfig, Workload
+
+EXIT_INTERRUPTED = 130
+
+
+def _conv_op(op: str) -> bool:
+    return op.startswith("conv")
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """'1024x768x3072' (or with commas) to a tuple of ints."""
+    try:
+        dims = tuple(int(d) for d in text.replace(",", "x").lower().split("x") if d)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: expected ints joined by 'x', e.g. 1024x768x3072") from None
+    if not dims:
+        raise argparse.ArgumentTypeError(f"shape {text!r} is empty")
+    return dims
+
+
+def suite_workloads(path: str | os.PathLike[str], dtype: str, ops: Sequence[str] | None = None) -> list[Workload]:
+    """Workloads of an ALCOP suite file (``/work/shared/suite/alcop_suite.json`` format).
+
+    Sections: ``dense`` (matmul, B stored N x K: layout 'nt'), ``bmm`` (B stored N x K), ``conv2d``
+    and ``conv3d`` (channels-last inputs: 'nhwc').
+    """
+    with open(path, encoding="utf-8") as f:
+        suite = json.load(f)
+    sections = {"dense": ("matmul", "shapes_MNK", "nt"), "bmm": ("bmm", "shapes_BMNK", "nt"),
+                "conv2d": ("conv2d", "shapes", "nhwc"), "conv3d": ("conv3d", "shapes", "nhwc")}
+    out: list[Workload] = []
+    for name, (op, key, layout) in sections.items():
+        if name in suite and (not ops or name in ops or op in ops):
+            out += [Workload(op, tuple(s), dtype, layout) for s in suite[name][key]]
+    return list(dict.fromkeys(out))
+
+
+def _workloads(args: argparse.Namespace) -> list[Workload]:
+    """Workloads named on the command line: op + shapes, --suite, and/or --model."""
+    out: list[Workload] = []
+    if args.op is not None:
+        if args.op not in OPS:
+            raise AlcopError(f"op {args.op!r} is unknown; expected one of {OPS}")
+        if not args.shapes:
+            raise AlcopError(f"{args.op}: give at least one shape, e.g. 1024x768x3072")
+        layout = args.layout or ("nhwc" if _conv_op(args.op) else "nn")
+        out += [Workload(args.op, s, args.dtype, layout) for s in args.shapes]
+    if args.suite:
+        out += suite_workloads(args.suite, args.dtype, args.suite_ops.split(",") if args.suite_ops else None)
+    if args.model:
+        from .autotune.capture import capture_factory
+
+        out += capture_factory(args.model, device=args.capture_device, dtype=args.dtype)
+    if not out:
+        raise AlcopError("nothing to do: name an op and shapes, --suite FILE or --model module:callable")
+    return list(dict.fromkeys(out))
+
+
+def _db(args: argparse.Namespace) -> Any:
+    from .autotune.database import Database
+
+    return Database(args.db)
+
+
+def _prepare_device(device: str | None) -> str:
+    """cuda if torch sees one (or asked for), else the CPU interpreter, set up before triton loads."""
+    if device is None or device == "cpu":
+        import torch
+
+        if device is None and torch.cuda.is_available():
+            return "cuda"
+        # Must precede the first triton import of this process and of its measurement children.
+        os.environ["TRITON_INTERPRET"] = "1"
+        return "cpu"
+    return device
+
+
+def _tflops(w: Workload, ms: float | None) -> str:
+    return f"{w.flops / (ms * 1e-3) / 1e12:.1f}" if ms else "-"
+
+
+def _print_table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(fmt.format(*header))
+    print(fmt.format(*("-" * w for w in widths)))
+    for r in rows:
+        print(fmt.format(*map(str, r)))
+
+
+# ----------------------------------------------------------------------------------------------
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    workloads = _workloads(args)
+    device = _prepare_device(args.device)
+    from .autotune import session
+
+    target = session.resolve_target(device, args.gpu)
+    db = _db(args)
+    print(f"tuning {len(workloads)} workload(s) on {target.device_name} ({target.key.name}, cc {target.key.cc}) "
+          f"with {args.tuner}, {args.trials} trials each; records -> {db.path}")
+    if target.device == "cpu":
+        print("note: no CUDA device; measuring in the Triton interpreter (slow; times are CPU times)")
+    summary: list[list[str]] = []
+    for w in workloads:
+        bar = tqdm(total=args.trials, desc=w.key(), unit="trial", leave=True, dynamic_ncols=True)
+        best = {"ms": None}
+
+        def on_trial(t: Any, bar: Any = bar, best: dict[str, Any] = best, w: Workload = w) -> None:
+            if t.result.ok and (best["ms"] is None or t.result.time_ms < best["ms"]):
+                best["ms"] = t.result.time_ms
+            bar.update(1)
+            bar.set_postfix_str(f"best {_tflops(w, best['ms'])} TFLOP/s" if best["ms"] else "no valid config yet")
+
+        try:
+            result = session.tune(w, target, db, tuner=args.tuner, n_trials=args.trials, batch_size=args.batch,
+                                  seed=args.seed, variant=args.variant, top_k=args.top_k, timeout_s=args.timeout,
+                                  on_trial=on_trial)
+        finally:
+            bar.close()
+        b = result.best
+        failed = sum(1 for t in result.trials if not t.result.ok)
+        summary.append([w.key(), str(b.config) if b else "(none valid)",
+                        f"{b.result.time_ms:.4f}" if b else "-", _tflops(w, b.result.time_ms if b else None),
+                        f"{len(result.trials)}/{failed}"])
+        if result.interrupted:
+            print(f"interrupted during {w.key()} after {len(result.trials)} trial(s); every measured record "
+                  f"is in {db.path}", file=sys.stderr)
+            _print_table(summary, ["workload", "best config", "ms", "TFLOP/s", "trials/failed"])
+            return EXIT_INTERRUPTED
+    _print_table(summary, ["workload", "best config", "ms", "TFLOP/s", "trials/failed"])
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    workloads = _workloads(args)
+    device = _prepare_device(args.device)
+    from .autotune import bench, session
+
+    target = session.resolve_target(device, args.gpu)
+    rows = bench.run(workloads, target, _db(args), tutorial=not args.no_tutorial, timeout_s=args.timeout)
+    print(bench.format_table(rows))
+    if args.csv:
+        bench.write_csv(rows, args.csv)
+        print(f"wrote {args.csv}")
+    if args.json:
+        bench.write_json(rows, args.json, target)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _selected_records(args: argparse.Namespace) -> list[Any]:
+    db = _db(args)
+    if not db.path.exists():
+        raise AlcopError(f"no tuning database at {db.path}; run `alcop-tune tune ...` or pass --db")
+    records = db.records(op=args.op)
+    if args.gpu:
+        records = [r for r in records if r.gpu.lower() == args.gpu.lower()]
+    return records
+
+
+def _best_per_workload(records: list[Any], top: int) -> list[tuple[Any, Any, list[Any], int, int]]:
+    """(gpu key, workload, top ranked configs, n records, n failed) per (gpu, workload)."""
+    from .autotune.database import current_version_group, rank_configs
+
+    groups: dict[tuple[Any, Workload], list[Any]] = {}
+    for r in records:
+        groups.setdefault((r.gpu_key, r.workload), []).append(r)
+    out = []
+    for (g, w), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1].key())):
+        out.append((g, w, rank_configs(current_version_group(rs))[:top], len(rs), sum(not r.ok for r in rs)))
+    return out
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    records = _selected_records(args)
+    if args.all:
+        rows = [[r.gpu, r.workload.key(), str(r.config), f"{r.time_ms:.4f}" if r.ok else "-", r.error or "",
+                 r.timer, r.date] for r in records]
+        _print_table(rows, ["gpu", "workload", "config", "ms", "error", "timer", "date"])
+        return 0
+    rows = []
+    for g, w, ranked, n, failed in _best_per_workload(records, args.top):
+        if not ranked:
+            rows.append([g.name, w.key(), "(no valid config)", "-", "-", f"{n}/{failed}"])
+        for i, rc in enumerate(ranked):
+            rows.append([g.name if i == 0 else "", w.key() if i == 0 else "", str(rc.config), f"{rc.time_ms:.4f}",
+                         _tflops(w, rc.time_ms), f"{n}/{failed}" if i == 0 else ""])
+    if not rows:
+        print("no records match")
+        return 0
+    _print_table(rows, ["gpu", "workload", "config", "ms", "TFLOP/s", "records/failed"])
+    return 0
+
+
+def _triton_config_line(c: KernelConfig) -> str:
+    d = c.to_dict()
+    meta = {k: v for k, v in d.items() if k not in ("num_warps", "num_stages")}
+    return f"triton.Config({meta!r}, num_warps={c.num_warps}, num_stages={c.smem_stages})"
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .autotune.database import atomic_write_text
+
+    records = _selected_records(args)
+    if args.format == "jsonl":
+        if args.all:
+            lines = [r.to_json() for r in records]
+        else:
+            chosen = {(g, w): {rc.config for rc in ranked} for g, w, ranked, _, _ in
+                      _best_per_workload(records, args.top)}
+            keep: dict[tuple[Any, Workload, KernelConfig], Any] = {}
+            for r in records:
+                if r.ok and r.config in chosen.get((r.gpu_key, r.workload), ()):
+                    prev = keep.get((r.gpu_key, r.workload, r.config))
+                    if prev is None or r.time_ms < prev.time_ms:
+                        keep[(r.gpu_key, r.workload, r.config)] = r
+            lines = [r.to_json() for r in keep.values()]
+        text = "".join(line + "\n" for line in lines)
+    elif args.format == "json":
+        text = json.dumps([{"gpu": g.name, "cc": g.cc, "workload": w.to_dict(), "configs": [
+            {"config": rc.config.to_dict(), "time_ms": rc.time_ms, "runs": rc.count} for rc in ranked]}
+            for g, w, ranked, _, _ in _best_per_workload(records, args.top) if ranked], indent=1) + "\n"
+    else:
+        lines = ["# Generated by `alcop-tune export --format triton`: best configs per workload.",
+                 "import triton", "", "configs = ["]
+        for g, w, ranked, _, _ in _best_per_workload(records, args.top):
+            for rc in ranked:
+                lines.append(f"    # {g.name} (cc {g.cc}) {w.key()}: {rc.time_ms:.4f} ms")
+                lines.append(f"    {_triton_config_line(rc.config)},")
+        text = "\n".join(lines + ["]", ""])
+    if args.output:
+        atomic_write_text(args.output, text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    db = _db(args)
+    total = 0
+    for p in args.files:
+        n = db.import_jsonl(p)
+        total += n
+        print(f"{p}: {n} record(s) imported")
+    print(f"{total} record(s) added to {db.path}")
+    return 0
+
+
+def _data_files(paths: Sequence[str]) -> list[Path]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files += sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
+    if not files:
+        raise AlcopError(f"no JSONL measurement files in {list(paths)}")
+    return files
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .autotune.replay import compare_tuners, load_tasks
+
+    tasks = load_tasks(_data_files(args.data))
+    if args.workload:
+        tasks = [t for t in tasks if any(s in t.key for s in args.workload)]
+    if not tasks:
+        raise AlcopError("no (GPU, workload) with records in the given data")
+    tuners = args.tuners.split(",")
+    with tqdm(total=len(tasks) * len(tuners), desc="replay", unit="run", dynamic_ncols=True) as bar:
+        comp = compare_tuners(tasks, tuners, k_max=args.k_max, seeds=args.seeds, batch_size=args.batch,
+                              progress=lambda _: bar.update(1))
+    budgets = [int(b) for b in args.budgets.split(",")]
+    print(comp.table(budgets, per_task=args.per_task))
+    if args.json:
+        comp.save(args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .autotune import report
+    from .autotune.replay import Comparison, compare_tuners, load_tasks
+
+    written: list[Path] = []
+    comp = None
+    if args.curves:
+        comp = Comparison.load(args.curves)
+    elif args.data:
+        comp = compare_tuners(load_tasks(_data_files(args.data)), k_max=args.k_max, seeds=args.seeds)
+    if comp is not None:
+        written += report.plot_curves(comp, args.out)
+        (Path(args.out) / "tuning_curves.txt").write_text(comp.table((10, 50), per_task=True) + "\n")
+        written.append(Path(args.out) / "tuning_curves.txt")
+    if args.bench:
+        with open(args.bench, encoding="utf-8") as f:
+            written.append(report.plot_speedups(json.load(f)["rows"], args.out))
+    if not written:
+        raise AlcopError("report: give --curves FILE, --data DIR or --bench FILE")
+    for p in written:
+        print(f"wrote {p}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+
+def _add_workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("op", nargs="?", help=f"operator: {', '.join(OPS)}")
+    p.add_argument("shapes", nargs="*", type=parse_shape, metavar="SHAPE",
+                   help="e.g. 1024x768x3072 (M x N x K); bmm: B x M x N x K; conv2d: N x H x W x CI x CO x KH x KW "
+                        "x stride x pad")
+    p.add_argument("--dtype", default="float16", choices=DTYPES)
+    p.add_argument("--layout", help="operand layout: 'nn'/'nt'/'tn'/'tt' for GEMMs, 'nhwc'/'nchw' for conv")
+    p.add_argument("--suite", help="suite JSON file (e.g. /work/shared/suite/alcop_suite.json)")
+    p.add_argument("--suite-ops", help="comma-separated suite sections: dense,bmm,conv2d,conv3d")
+    p.add_argument("--model", help="torch model factory 'module:callable' returning (model, example_inputs)")
+    p.add_argument("--capture-device", default="meta", choices=("meta", "cpu"),
+                   help="device the model runs on while its shapes are captured")
+    p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available, else the interpreter)")
+    p.add_argument("--gpu", help="GPU model for the performance model (default: detected; H100 in the interpreter)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds without progress before a config is "
+                                                                 "recorded as timed out")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .autotune.space import VARIANTS
+    from .autotune.tuner import TUNERS
+
+    parser = argparse.ArgumentParser(prog="alcop-tune", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", help="tuning database file (default: $ALCOP_DB or the user data dir)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("tune", help="tune workloads and store every measurement")
+    _add_workload_args(p)
+    p.add_argument("--trials", type=int, default=50, help="measurement budget per workload")
+    p.add_argument("--tuner", default="analytical+xgb", choices=TUNERS)
+    p.add_argument("--batch", type=int, default=8, help="configs compiled in parallel and measured per round")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variant", default="full", choices=VARIANTS, help="ablation: restrict pipelining knobs")
+    p.add_argument("--top-k", type=int, help="keep only the analytical model's top K configs")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("bench", help="alcop vs torch vs Triton tutorial 03 configs")
+    _add_workload_args(p)
+    p.add_argument("--csv", help="write rows as CSV")
+    p.add_argument("--json", help="write rows as JSON (input of `report --bench`)")
+    p.add_argument("--no-tutorial", action="store_true", help="skip the 16 tutorial-03 configs")
+    p.set_defaults(func=cmd_bench)
+
+    for name, helptext, func in (("show", "database contents", cmd_show),
+                                 ("export", "best configs as triton.Config lines, JSON or JSONL", cmd_export)):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--gpu", help="only this GPU (e.g. H100)")
+        p.add_argument("--op", choices=OPS, help="only this op")
+        p.add_argument("--top", type=int, default=1, help="configs per workload")
+        p.add_argument("--all", action="store_true", help="every record, not only the best")
+        if name == "export":
+            p.add_argument("--format", default="triton", choices=("triton", "json", "jsonl"))
+            p.add_argument("-o", "--output", help="file to write (atomically); default stdout")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("import", help="add JSONL records to the database")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("compare-tuners", help="best-in-k curves of the tuners, replayed offline")
+    p.add_argument("data", nargs="+", help="JSONL files or directories of them (e.g. benchmarks/data)")
+    p.add_argument("--tuners", default=",".join(TUNERS), help=f"comma-separated subset of {','.join(TUNERS)}")
+    p.add_argument("--k-max", type=int, default=50)
+    p.add_argument("--seeds", type=int, default=5, help="seeds averaged for the randomised tuners")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--budgets", default="10,50", help="k values in the table")
+    p.add_argument("--workload", action="append", help="only tasks whose key contains this (repeatable)")
+    p.add_argument("--per-task", action="store_true", help="also print numbers per workload")
+    p.add_argument("--json", help="save the curves (input of `report --curves`)")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", help="PNG plots of tuning curves and speedups")
+    p.add_argument("--curves", help="JSON saved by `compare-tuners --json`")
+    p.add_argument("--data", nargs="*", help="or: replay these JSONL files/directories now")
+    p.add_argument("--k-max", type=int, default=50)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--bench", help="JSON saved by `bench --json`")
+    p.add_argument("--out", default="alcop_report", help="output directory")
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.db:
+        # Children and dispatch in this process see the same database.
+        os.environ["ALCOP_DB"] = str(Path(args.db).expanduser())
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("interrupted; measured records are kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (AlcopError, ValueError, OSError) as exc:
+        print(f"alcop-tune {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,385 @@
+"""Code generation: loop-nest IR -> readable Triton source.
+
+One emitter per node type (``EMITTERS``); an unknown node names itself. Names follow the math
+(the user's axis names, ``acc``, ``tile_a``, ``offs_m``), comments mark every rewrite site, and the
+header says what the kernel computes, for which config, through which passes.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from . import te
+from .errors import CodegenError, ScheduleError, UnsupportedError
+from .loop_ir import (BatchIndices, Comment, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, MakeDescriptor, Node,
+                      ProgramIds, Rotate, Store, TileIndices)
+
+TL_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64",
+            "int32": "tl.int32", "int64": "tl.int64", "bool": "tl.int1"}
+RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid_in_group", "group_id", "first_pid_m",
+            "group_size_m", "acc", "k0", "ks", "tl", "triton", "out", "mask_m", "mask_n", "mask_out", "offs_m", "offs_n",
+            "a_desc", "b_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K", "REG_SPLIT", "GROUP_M"}
+
+
+class CodeWriter:
+    """Indented source buffer (in the manner of Inductor's IndentedBuffer)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.level = 0
+
+    def line(self, text: str = "") -> None:
+        self.lines.append(("    " * self.level + text) if text else "")
+
+    @contextmanager
+    def indent(self) -> Iterator[None]:
+        self.level += 1
+        try:
+            yield
+        finally:
+            self.level -= 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+class Ctx:
+    """What an emitter needs besides the node: the kernel and the writer."""
+
+    def __init__(self, k: Kernel, w: CodeWriter) -> None:
+        self.k, self.w = k, w
+        self.kind = {a: d for d, axs in k.axes.items() for a in axs}
+
+    # -- expressions ---------------------------------------------------------------------------
+    def index(self, e: te.Expr, tile: tuple[str, str], ksfx: str) -> str:
+        """An index expression over axes, broadcast into a 2-D tile whose dims follow ``tile``."""
+        def rec(x: te.Expr) -> str:
+            if isinstance(x, te.IterVar):
+                d = self.kind[x.name]
+                name = x.name + (ksfx if d == "k" else "")
+                if d == "b":
+                    return name
+                if d == tile[0]:
+                    return f"{name}[:, None]"
+                if d == tile[1]:
+                    return f"{name}[None, :]"
+                raise CodegenError(f"axis {x.name!r} ({d}) used in a {tile} tile")
+            return self.scalar(x, rec)
+        return rec(e)
+
+    def scalar(self, x: te.Expr, rec: Callable[[te.Expr], str]) -> str:
+        if isinstance(x, te.Const):
+            return repr(x.value)
+        if isinstance(x, te.Var):
+            return x.name
+        if isinstance(x, te.BinOp):
+            a, b = rec(x.a), rec(x.b)
+            if x.op in ("max", "min"):
+                return f"tl.{'maximum' if x.op == 'max' else 'minimum'}({a}, {b})"
+            return f"({a} {x.op} {b})"
+        if isinstance(x, te.Compare):
+            return f"({rec(x.a)} {x.op} {rec(x.b)})"
+        if isinstance(x, te.Where):
+            return f"tl.where({rec(x.cond)}, {rec(x.a)}, {rec(x.b)})"
+        if isinstance(x, te.Cast):
+            return f"{rec(x.a)}.to({TL_DTYPE[x.to]})"
+        if isinstance(x, te.Unary):
+            return _unary(x, rec(x.a))
+        raise UnsupportedError(f"codegen: expression node {type(x).__name__} ({x!r}) has no Triton lowering")
+
+    def size(self, e: te.Expr) -> str:
+        def rec(x: te.Expr) -> str:
+            return self.scalar(x, rec)
+        return rec(e)
+
+    def value(self, e: te.Expr, tile: tuple[str, str], ksfx: str, replace: dict[str, str]) -> str:
+        """A value expression; loads of tensors in ``replace`` become those names (acc, tile_a, ...)."""
+        def rec(x: te.Expr) -> str:
+            if isinstance(x, te.Load):
+                if x.tensor.name in replace:
+                    return replace[x.tensor.name]
+                ptr, mask = self.address(x, tile, ksfx)
+                return f"tl.load({ptr}, mask={mask}, other=0.0)"
+            if isinstance(x, (te.IterVar,)):
+                return self.index(x, tile, ksfx)
+            return self.scalar(x, rec)
+        return rec(e)
+
+    def address(self, ld: te.Load, tile: tuple[str, str], ksfx: str) -> tuple[str, str]:
+        """Pointer expression and mask of a 2-D tile of ``ld``; out-of-range indices read 0."""
+        t = ld.tensor
+        unit = self.k.unit_stride.get(t.name)
+        terms, masks = [t.name], []
+        dims_seen: set[str] = set()
+        for d, idx in enumerate(ld.indices):
+            txt = self.index(idx, tile, ksfx)
+            terms.append(txt if d == unit else f"{txt} * stride_{t.name}_{d}")
+            kinds = {self.kind[v] for v in te.free_vars(idx) if v in self.kind}
+            dims_seen |= kinds
+            plain = isinstance(idx, te.IterVar) and idx.extent == t.shape[d]
+            if not plain:
+                dim = self.size(t.shape[d])
+                masks.append(f"({txt} >= 0) & ({txt} < {dim})")
+        tile_masks = [f"mask_{d}{ksfx if d == 'k' else ''}" + ("[:, None]" if pos == 0 else "[None, :]")
+                      for pos, d in enumerate(tile) if d in dims_seen]
+        masks = tile_masks + masks
+        return " + ".join(terms), " & ".join(masks) if masks else "None"
+
+
+def _unary(x: te.Unary, a: str) -> str:
+    f32 = x.a.dtype != "float32" and x.fn not in ("neg", "abs", "relu")
+    v = f"{a}.to(tl.float32)" if f32 else a
+    body = {"exp": f"tl.exp({v})", "log": f"tl.log({v})", "sqrt": f"tl.sqrt({v})", "abs": f"tl.abs({v})",
+            "neg": f"(-{v})", "relu": f"tl.maximum({v}, 0.0)", "sigmoid": f"tl.sigmoid({v})",
+            # tanh(x) = 2 sigmoid(2x) - 1: tl has no tanh that also runs in the interpreter
+            "tanh": f"(2.0 * tl.sigmoid(2.0 * {v}) - 1.0)",
+            "gelu": f"(0.5 * {v} * (1.0 + tl.erf({v} * 0.7071067811865476)))",
+            "silu": f"({v} * tl.sigmoid({v}))"}[x.fn]
+    return f"{body}.to({TL_DTYPE[x.dtype]})" if f32 and x.dtype in TL_DTYPE else body
+
+
+# ------------------------------------------------------------------------------------ emitters
+EMITTERS: dict[type, Callable[[Node, Ctx], None]] = {}
+
+
+def emitter(cls: type) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def reg(fn: Callable[..., None]) -> Callable[..., None]:
+        EMITTERS[cls] = fn
+        return fn
+    return reg
+
+
+def emit(n: Node, c: Ctx) -> None:
+    fn = EMITTERS.get(type(n))
+    if fn is None:
+        raise UnsupportedError(f"codegen: no emitter for loop-IR node {type(n).__name__}")
+    fn(n, c)
+
+
+@emitter(Comment)
+def _comment(n: Comment, c: Ctx) -> None:
+    c.w.line(f"# {n.text}")
+
+
+@emitter(ProgramIds)
+def _pids(n: ProgramIds, c: Ctx) -> None:
+    t = c.k.totals
+    w = c.w
+    w.line("# program ids; GROUP_M rows of tiles run together so their B columns stay in L2")
+    w.line("pid = tl.program_id(0)")
+    w.line(f"num_pid_m = tl.cdiv({t['m']}, BLOCK_M)")
+    w.line(f"num_pid_n = tl.cdiv({t['n']}, BLOCK_N)")
+    w.line("num_pid_in_group = GROUP_M * num_pid_n")
+    w.line("group_id = pid // num_pid_in_group")
+    w.line("first_pid_m = group_id * GROUP_M")
+    w.line("group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)")
+    w.line("pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m")
+    w.line("pid_n = (pid % num_pid_in_group) // group_size_m")
+    if n.batched:
+        w.line("pid_b = tl.program_id(1)")
+
+
+def _decompose(c: Ctx, flat: str, axes: tuple[tuple[str, str], ...], sfx: str = "") -> None:
+    """Split a fused index into its axes, innermost fastest (div/mod by the inner extents)."""
+    if len(axes) == 1:
+        c.w.line(f"{axes[0][0]}{sfx} = {flat}")
+        return
+    inner = ""
+    for i, (name, ext) in enumerate(reversed(axes)):
+        base = f"({flat} // ({inner}))" if inner else flat
+        c.w.line(f"{name}{sfx} = {base} % {ext}" if i < len(axes) - 1 else f"{name}{sfx} = {base}")
+        inner = f"{inner} * {ext}" if inner else ext
+
+
+@emitter(BatchIndices)
+def _batch(n: BatchIndices, c: Ctx) -> None:
+    c.w.line(f"# batch axes {', '.join(a for a, _ in n.axes)}")
+    _decompose(c, "pid_b", n.axes)
+
+
+@emitter(TileIndices)
+def _tile(n: TileIndices, c: Ctx) -> None:
+    blk = "BLOCK_M" if n.dim == "m" else "BLOCK_N"
+    c.w.line(f"# output {'rows' if n.dim == 'm' else 'columns'}: {', '.join(a for a, _ in n.axes) or '(none)'}")
+    c.w.line(f"offs_{n.dim} = pid_{n.dim} * {blk} + tl.arange(0, {blk})")
+    c.w.line(f"mask_{n.dim} = offs_{n.dim} < {n.total}")
+    if n.axes:
+        _decompose(c, f"offs_{n.dim}", n.axes)
+
+
+@emitter(InitAcc)
+def _acc(n: InitAcc, c: Ctx) -> None:
+    c.w.line(f"{n.name} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+
+
+def _kstart(at: KRef) -> str:
+    parts = []
+    if at.loop:
+        parts.append(f"({at.loop} + {at.tile}) * BLOCK_K" if at.tile else f"{at.loop} * BLOCK_K")
+    elif at.tile:
+        parts.append(f"{at.tile} * BLOCK_K" if at.tile > 1 else "BLOCK_K")
+    if isinstance(at.sub, str):
+        parts.append(f"{at.sub} * SUB_K")
+    elif at.sub:
+        parts.append(f"{at.sub} * SUB_K" if at.sub > 1 else "SUB_K")
+    return " + ".join(parts) or "0"
+
+
+@emitter(KIndices)
+def _kidx(n: KIndices, c: Ctx) -> None:
+    k = c.k
+    c.w.line(f"offs_k{n.suffix} = {_kstart(n.at)} + tl.arange(0, {n.extent})")
+    c.w.line(f"mask_k{n.suffix} = offs_k{n.suffix} < {k.totals['k']}")
+    _decompose(c, f"offs_k{n.suffix}", tuple((a, k.axis_size[a]) for a in k.axes["k"]), n.suffix)
+
+
+def _descriptor_dims(c: Ctx, role: str) -> list[tuple[int, str]]:
+    o = c.k.operand(role)
+    return [(d, o.dims[d]) for d in range(o.tensor.ndim) if o.dims[d] != "b"]
+
+
+@emitter(MakeDescriptor)
+def _desc(n: MakeDescriptor, c: Ctx) -> None:
+    o = c.k.operand(n.role)
+    t = o.tensor
+    base = " + ".join([t.name] + [f"{c.index(o.load.indices[d], ('m', 'n'), '')} * stride_{t.name}_{d}"
+                                  for d in range(t.ndim) if o.dims[d] == "b"])
+    dims = _descriptor_dims(c, n.role)
+    ext = "SUB_K" if c.k.constexprs["REG_SPLIT"] > 1 or _has_register(c.k, n.role) else "BLOCK_K"
+    blocks = {"m": "BLOCK_M", "n": "BLOCK_N", "k": ext}
+    c.w.line(f"# {t.name} copied by TMA: a device-side tensor descriptor over its 2-D tile")
+    c.w.line(f"{n.role}_desc = tl.make_tensor_descriptor({base}, shape=[{', '.join(c.size(t.shape[d]) for d, _ in dims)}], "
+             f"strides=[{', '.join('1' if d == o.contiguous else f'stride_{t.name}_{d}' for d, _ in dims)}], "
+             f"block_shape=[{', '.join(blocks[k] for _, k in dims)}])")
+
+
+def _has_register(k: Kernel, role: str) -> bool:
+    from .loop_ir import find
+    return bool(find(k.body, lambda x: isinstance(x, Copy) and x.role == role and x.scope == "register"))
+
+
+@emitter(Copy)
+def _copy(n: Copy, c: Ctx) -> None:
+    o = c.k.operand(n.role)
+    tile = ("m", "k") if n.role == "a" else ("k", "n")
+    where = {"shared": "shared memory", "register": "registers", "global": "registers (plain load)"}[n.scope]
+    size = f"{'BLOCK_M' if n.role == 'a' else n.extent} x {n.extent if n.role == 'a' else 'BLOCK_N'}"
+    if n.realised_by_register:
+        c.w.line(f"# {n.buffer}: {size} chunk of {o.tensor.name} in shared memory, async-copied "
+                 f"({'TMA' if n.mechanism == 'tma' else 'cp.async'}) by the pipeliner; its register sub-tiles load it below")
+        return
+    note = f"; {n.note}" if n.note else ""
+    c.w.line(f"# {n.buffer} -> {n.target}: {size} tile of {o.tensor.name} into {where}{note}")
+    if n.mechanism == "tma":
+        dims = _descriptor_dims(c, n.role)
+        start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "k": _kstart(n.at)}
+        load = f"{n.role}_desc.load([{', '.join(start[k] for _, k in dims)}])"
+        order = tuple(k for _, k in dims)
+        c.w.line(f"{n.target} = {load if order == tile else f'tl.trans({load})'}")
+        return
+    ptr, mask = c.address(o.load, tile, n.suffix)
+    c.w.line(f"{n.target} = tl.load({ptr}, mask={mask}, other=0.0)")
+
+
+@emitter(Dot)
+def _dot(n: Dot, c: Ctx) -> None:
+    k = c.k
+    args = []
+    interp_bf16 = k.interpreter and k.dot_dtype == "bfloat16"
+    for role, name in (("a", n.a), ("b", n.b)):
+        o = k.operand(role)
+        tile = ("m", "k") if role == "a" else ("k", "n")
+        v = c.value(o.expr, tile, "", {o.tensor.name: name})
+        if o.expr.dtype != k.dot_dtype:
+            v = f"{v}.to({TL_DTYPE[k.dot_dtype]})"
+        if interp_bf16:
+            v = f"{v}.to(tl.float32)"
+        args.append(v)
+    prec = ""
+    if interp_bf16:
+        c.w.line("# NOTE: Triton 3.6's interpreter miscomputes bf16 tl.dot; upcasting is exact (CPU only)")
+    if k.dot_dtype == "float32" or interp_bf16:
+        prec = f', input_precision="{"tf32" if k.allow_tf32 and not interp_bf16 else "ieee"}"'
+    if n.note:
+        c.w.line(f"# {n.note}")
+    c.w.line(f"{n.acc} = tl.dot({args[0]}, {args[1]}, {n.acc}{prec})")
+
+
+@emitter(Rotate)
+def _rotate(n: Rotate, c: Ctx) -> None:
+    c.w.line("# modulo wrap: rename the register buffers so the next chunk finds its sub-tiles in order")
+    c.w.line(f"{', '.join(n.targets)} = {', '.join(n.sources)}")
+
+
+@emitter(For)
+def _for(n: For, c: Ctx) -> None:
+    if n.note:
+        c.w.line(f"# {n.note}")
+    if n.kind == "range":
+        stages = f", num_stages={n.num_stages}" if n.num_stages is not None else ""
+        c.w.line(f"for {n.var} in tl.range(0, {n.extent}{stages}):")
+    elif n.kind == "static_range":
+        c.w.line(f"for {n.var} in tl.static_range(0, {n.extent}):")
+    else:
+        raise CodegenError(f"loop {n.var!r} is still 'serial': a rewrite pass must decide range or static_range")
+    with c.w.indent():
+        for s in n.body:
+            emit(s, c)
+
+
+@emitter(Store)
+def _store(n: Store, c: Ctx) -> None:
+    k = c.k
+    out = k.out
+    val = c.value(n.expr, ("m", "n"), "", {k.reduction.name: "acc"})
+    c.w.line(f"# epilogue, fused into the store: {out.name} = {n.expr!r}".replace(f"{k.reduction.name}[", "acc["))
+    c.w.line(f"out = {val}")
+    ptr, mask = c.address(te.Load(out, out.op.axes), ("m", "n"), "")  # type: ignore[union-attr]
+    c.w.line(f"tl.store({ptr}, out.to({out.name}.dtype.element_ty), mask={mask})")
+
+
+# ------------------------------------------------------------------------------------ kernel
+def signature(k: Kernel) -> list[str]:
+    """Kernel parameters: tensors, sizes, strides (unit strides are specialised away), constexprs."""
+    params = [t.name for t in k.inputs] + [k.out.name] + [n for n, _ in k.sizes]
+    for t in list(k.inputs) + [k.out]:
+        params += [f"stride_{t.name}_{d}" for d in range(t.ndim) if d != k.unit_stride.get(t.name)]
+    return params
+
+
+def check_names(k: Kernel) -> None:
+    names = [t.name for t in k.inputs] + [k.out.name] + [n for n, _ in k.sizes] + [a for axs in k.axes.values() for a in axs]
+    for nm in names:
+        if nm in RESERVED or nm.startswith(("tile_", "offs_", "mask_", "stride_")):
+            raise ScheduleError(f"name {nm!r} is reserved in generated kernels; rename the tensor, var or axis")
+    dup = {x for x in names if names.count(x) > 1}
+    if dup:
+        raise ScheduleError(f"names {sorted(dup)} are used for more than one tensor/var/axis; make them unique")
+
+
+def generate(k: Kernel, header: str) -> str:
+    """The module text: header docstring, imports, and the @triton.jit kernel."""
+    check_names(k)
+    w = CodeWriter()
+    w.line('"""' + header.strip().replace('"""', "'''"))
+    w.line('"""')
+    w.line("import triton")
+    w.line("import triton.language as tl")
+    w.line()
+    w.line()
+    w.line("@triton.jit")
+    consts = ", ".join(f"{c}: tl.constexpr" for c in k.constexprs)
+    w.line(f"def {k.name}({', '.join(signature(k))}, {consts}):")
+    c = Ctx(k, w)
+    with w.indent():
+        for n in k.body:
+            emit(n, c)
+    src = w.text()
+    try:
+        compile(src, f"<{k.name}>", "exec")
+    except SyntaxError as e:  # pragma: no cover - a bug in an emitter
+        lines = src.splitlines()
+        raise CodegenError(f"generated source does not parse at line {e.lineno}: {lines[(e.lineno or 1) - 1]!r}; "
+                           "please report") from e
+    return src

@@ -1,0 +1,48 @@
+"""Typed ``ALCOP_*`` environment knobs, read when used (so tests can set them per case)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _flag(name: str) -> bool:
+    v = os.environ.get(name, "0").strip().lower()
+    if v in ("", "0", "false", "no", "off"):
+        return False
+    if v in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"Unable to use {name}={v!r}: expected 0/1, true/false, yes/no or on/off")
+
+
+def cache_dir() -> Path:
+    """Where generated kernels live: ``ALCOP_CACHE_DIR``, else the user's cache directory."""
+    env = os.environ.get("ALCOP_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+    return Path(platformdirs.user_cache_dir("alcop_triton"))
+
+
+def debug_level() -> int:
+    """``ALCOP_DEBUG``: 1 logs fallbacks and clamps, 3 also prints every generated kernel."""
+    v = os.environ.get("ALCOP_DEBUG", "0")
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"Unable to use ALCOP_DEBUG={v!r}: expected an int") from None
+
+
+def strict() -> bool:
+    """``ALCOP_STRICT=1``: raise instead of clamping a pipeline depth or falling back to torch."""
+    return _flag("ALCOP_STRICT")
+
+
+def autotune() -> bool:
+    """``ALCOP_AUTOTUNE=1``: tune unseen shapes at call time (otherwise: database, then the model)."""
+    return _flag("ALCOP_AUTOTUNE")
+
+
+def interpret() -> bool:
+    """``TRITON_INTERPRET=1``: Triton runs kernels in its CPU interpreter."""
+    return _flag("TRITON_INTERPRET")

@@ -1,0 +1,262 @@
+"""Loop-nest IR: what a kernel does, before it is printed as Triton.
+
+Immutable nodes with tuple children. ``lower`` builds it from a schedule, ``analysis`` reads it,
+``rewrite`` passes return new trees (``Transformer`` rebuilds only what changed) and ``codegen``
+prints it. Addresses stay symbolic (``KRef``: which reduction chunk and sub-tile a copy reads), so
+pipelining rewrites shift indices without string surgery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import te
+
+
+@dataclass(frozen=True)
+class KRef:
+    """The reduction offset of a tile: ``(loop + tile) * BLOCK_K + sub * SUB_K``.
+
+    ``loop`` is the chunk loop's variable (None in a prologue, i.e. chunk 0); ``sub`` is a sub-tile
+    number, or the name of the sub-tile loop's variable before that loop is unrolled.
+    """
+    loop: str | None
+    tile: int = 0
+    sub: int | str = 0
+
+    def shifted(self, steps: int, split: int) -> KRef:
+        """The sub-tile ``steps`` further along the linearised (chunk, sub-tile) sequence."""
+        assert isinstance(self.sub, int)
+        t = self.tile * split + self.sub + steps
+        return KRef(self.loop, t // split, t % split)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One input of the contraction (``a``: M x K tile, ``b``: K x N tile)."""
+    role: str                    # "a" or "b"
+    tensor: te.Tensor            # the placeholder read
+    load: te.Load                # its index expressions over the kernel's axes
+    expr: te.Expr                # the factor: prologue ops around ``load``, fused at the use
+    dims: tuple[str, ...]        # per tensor dim: the tile dim it follows ('m', 'n', 'k', 'b' or '' if mixed)
+    contiguous: int | None       # tensor dim specialised to unit stride, if any
+    prologue_from: str | None = None  # the inlined compute tensor the prologue came from
+
+
+@dataclass(frozen=True)
+class Node:
+    def children(self) -> tuple[Node, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class Comment(Node):
+    text: str
+
+
+@dataclass(frozen=True)
+class ProgramIds(Node):
+    """pid_m / pid_n (grouped when GROUP_M > 1) and pid_b for the batch axes."""
+    batched: bool
+
+
+@dataclass(frozen=True)
+class TileIndices(Node):
+    """offs_<dim> for a tile dim and the output axes fused into it (decomposed by div/mod)."""
+    dim: str                                  # 'm' or 'n'
+    axes: tuple[tuple[str, str], ...]         # (axis name, extent parameter), outermost first
+    total: str                                # extent of the fused dim
+
+
+@dataclass(frozen=True)
+class BatchIndices(Node):
+    axes: tuple[tuple[str, str], ...]
+    total: str
+
+
+@dataclass(frozen=True)
+class InitAcc(Node):
+    name: str = "acc"
+
+
+@dataclass(frozen=True)
+class MakeDescriptor(Node):
+    """A device-side tensor descriptor for an operand copied by TMA."""
+    role: str
+
+
+@dataclass(frozen=True)
+class KIndices(Node):
+    """Reduction indices of one tile: offs_k<suffix> and the reduce axes decomposed from it."""
+    at: KRef
+    extent: str       # 'BLOCK_K' or 'SUB_K'
+    suffix: str = ""
+
+
+@dataclass(frozen=True)
+class Copy(Node):
+    """Stage a tile of an operand into a buffer.
+
+    ``scope``: 'shared' (global -> shared: an async copy that Triton's pipeliner stages), 'register'
+    (shared -> registers: the explicit level) or 'global' (a plain load, no buffer). A shared copy whose
+    operand also has a register buffer is realised by the register copies' loads (Triton fuses the
+    two levels into one ``tl.load``); it prints as a comment.
+    """
+    buffer: str
+    scope: str
+    role: str
+    target: str
+    at: KRef
+    extent: str
+    suffix: str = ""
+    mechanism: str = "pointer"
+    realised_by_register: bool = False
+    stages: int = 1          # depth the schedule asked for (pipeline step); analysis decides what it gets
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Dot(Node):
+    a: str
+    b: str
+    acc: str = "acc"
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Rotate(Node):
+    """Rename register buffers at the end of an iteration (the modulo wrap of the register pipeline)."""
+    targets: tuple[str, ...]
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class For(Node):
+    """A loop. kind: 'serial' (sequential, not yet decided), 'range' (runtime, may be pipelined),
+    'static_range' (unrolled at compile time)."""
+    var: str
+    extent: str
+    body: tuple[Node, ...]
+    kind: str = "serial"
+    num_stages: int | None = None
+    role: str = ""          # 'chunk' (reduction chunks) or 'sub' (register sub-tiles)
+    note: str = ""
+
+    def children(self) -> tuple[Node, ...]:
+        return self.body
+
+
+@dataclass(frozen=True)
+class Store(Node):
+    """Epilogue (elementwise ops on acc, extra loads such as a bias) fused into the output store."""
+    expr: te.Expr
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    body: tuple[Node, ...]
+    operands: tuple[Operand, ...]
+    out: te.Tensor
+    inputs: tuple[te.Tensor, ...]
+    reduction: te.Tensor
+    axes: dict[str, tuple[str, ...]]          # 'b', 'm', 'n', 'k' -> axis names (outer to inner)
+    extents: dict[str, te.Expr]               # axis name -> extent expression
+    sizes: tuple[tuple[str, te.Expr], ...]    # size parameters (signature order) and their host expressions
+    axis_size: dict[str, str]                 # axis -> extent parameter (or literal)
+    totals: dict[str, str]                    # 'b', 'm', 'n', 'k' -> extent of the fused dim
+    unit_stride: dict[str, int | None]        # tensor -> dim specialised to stride 1
+    constexprs: dict[str, int]
+    num_warps: int
+    num_stages: int
+    dot_dtype: str
+    allow_tf32: bool
+    header: dict[str, Any] = field(default_factory=dict)
+    passes: tuple[str, ...] = ()
+    interpreter: bool = False                 # generated for Triton's CPU interpreter
+
+    def replace(self, **kw: Any) -> Kernel:
+        return dataclasses.replace(self, **kw)
+
+    def operand(self, role: str) -> Operand:
+        return next(o for o in self.operands if o.role == role)
+
+
+class Visitor:
+    """Dispatches ``visit_<Class>``; the default visits children."""
+
+    def visit(self, node: Node) -> Any:
+        return getattr(self, f"visit_{type(node).__name__}", self.generic_visit)(node)
+
+    def generic_visit(self, node: Node) -> Any:
+        for c in node.children():
+            self.visit(c)
+        return None
+
+
+class Transformer:
+    """Returns a rewritten tree: ``visit_<Class>`` may return a node, a tuple of nodes (splice) or None."""
+
+    def visit(self, node: Node) -> Node | tuple[Node, ...] | None:
+        return getattr(self, f"visit_{type(node).__name__}", self.generic_visit)(node)
+
+    def generic_visit(self, node: Node) -> Node:
+        if isinstance(node, For):
+            body = self.visit_body(node.body)
+            return node if body == node.body else dataclasses.replace(node, body=body)
+        return node
+
+    def visit_body(self, body: tuple[Node, ...]) -> tuple[Node, ...]:
+        out: list[Node] = []
+        for n in body:
+            r = self.visit(n)
+            if r is None:
+                continue
+            out.extend(r if isinstance(r, tuple) else (r,))
+        return tuple(out)
+
+
+def find(body: tuple[Node, ...], pred: Callable[[Node], bool]) -> list[tuple[Node, tuple[For, ...]]]:
+    """Nodes matching ``pred`` with the loops that enclose them (outermost first)."""
+    hits: list[tuple[Node, tuple[For, ...]]] = []
+
+    def rec(nodes: tuple[Node, ...], loops: tuple[For, ...]) -> None:
+        for n in nodes:
+            if pred(n):
+                hits.append((n, loops))
+            if isinstance(n, For):
+                rec(n.body, loops + (n,))
+    rec(body, ())
+    return hits
+
+
+def dump(body: tuple[Node, ...], indent: int = 0) -> str:
+    """A compact text form of the loop nest, for tests and ``explain``."""
+    lines: list[str] = []
+    for n in body:
+        pad = "  " * indent
+        if isinstance(n, For):
+            st = f" num_stages={n.num_stages}" if n.num_stages else ""
+            lines.append(f"{pad}for {n.var} in {n.kind}({n.extent}){st}:")
+            lines.append(dump(n.body, indent + 1))
+        elif isinstance(n, Copy):
+            real = " (realised by register copies)" if n.realised_by_register else ""
+            lines.append(f"{pad}{n.target} <- copy[{n.scope},{n.mechanism}] {n.buffer} @ {_kref(n.at)}{real}")
+        elif isinstance(n, Dot):
+            lines.append(f"{pad}{n.acc} += dot({n.a}, {n.b})")
+        elif isinstance(n, Rotate):
+            lines.append(f"{pad}{', '.join(n.targets)} = {', '.join(n.sources)}")
+        elif isinstance(n, KIndices):
+            lines.append(f"{pad}offs_k{n.suffix} = {_kref(n.at)}")
+        else:
+            lines.append(f"{pad}{type(n).__name__}")
+    return "\n".join(x for x in lines if x)
+
+
+def _kref(k: KRef) -> str:
+    chunk = k.loop or "0"
+    if k.tile:
+        chunk = f"({chunk} + {k.tile})" if k.loop else str(k.tile)
+    return f"{chunk}*BLOCK_K + {k.sub}*SUB_K"

@@ -1,0 +1,1 @@
+"""Performance models (placeholder while building)."""

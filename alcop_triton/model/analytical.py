@@ -1,0 +1,384 @@
+"""ALCOP's analytical performance model (paper section 4, thesis Table 5.1) for Triton kernels.
+
+Term by term (names as in Table 5.1, all in seconds)::
+
+    T_kernel      = sum over threadblock batches of T_threadblk (+ launch)
+    T_threadblk   = T_init + T_main_loop + T_epilogue
+    T_init        = T_smem_load + T_reg_load
+    T_main_loop   = PLM(T_smem_load, T_smem_use, N_smem_loop, N_smem_pipe, N_threadblk_per_SM)
+    T_smem_use    = PLM(T_reg_load, T_compute, N_reg_loop, N_reg_pipe, N_mma_issuers) + T_issue
+    T_compute     = FLOPs_one_reg_loop / (Throughput_SM x Util(warps per block, blocks per SM))
+    T_smem_load   = max(T_LLC_load, T_DRAM_load)
+    T_LLC_load    = LAT_LLC x s + Bytes_one_smem_loop x N_threadblk_per_batch / BW_LLC
+    T_DRAM_load   = LAT_DRAM x s + Bytes_batch_workset_per_loop / BW_DRAM
+    T_epilogue    = LAT_DRAM_write + Bytes_output_tile x N_threadblk_per_batch / BW_DRAM
+
+Where this model departs from the table, and why:
+
+* The PLM is a latency model: it decides whether loads are hidden. It does not know that the
+  blocks of one SM share its tensor cores and shared-memory port, nor that a DRAM-bound loop
+  cannot run faster than the bandwidth however many stages it has (its load-bound branch divides
+  the bandwidth term by N_pipe). So T_main_loop is the maximum of the PLM and the throughput
+  floors of the loop: compute and shared-memory traffic of the SM's blocks, and the L2 and DRAM
+  bandwidth of the batch. With one block per SM and hidden loads the floors equal the PLM.
+* Batches: full batches run with the occupancy-limited blocks per SM, the last partial batch
+  with fewer (blocks spread evenly), so wave quantisation shows up as a cheaper last wave rather
+  than a whole extra batch.
+* The loop trip count bounds the useful pipeline depth (N_pipe <= N_loop).
+
+``resources`` does Triton's resource accounting (shared memory as Triton allocates it, a
+register estimate, threads) and the occupancy simulation that sets N_threadblk_per_SM.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from ..records import KernelConfig, Workload, ceil_div
+from .hardware import GPUSpec
+
+# Triton streams k=16 slices of MMA operands through registers when no explicit register
+# pipeline is requested (its prefetch pass double-buffers them), so two slices are live.
+_MMA_K = 16
+_BASE_REGS = 24           # indices, loop counters, program ids, descriptors: seen in Triton matmul SASS
+_SMEM_LAT_CYCLES = 33     # shared-memory load-to-use latency on Ampere/Hopper
+_RESERVED_SMEM_PER_BLOCK = 1024  # the driver reserves 1 KB of shared memory per resident block (sm80+)
+_L2_FIT_FRACTION = 0.75   # inputs + output up to this share of L2 are read from DRAM once
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-block resource use of a config and the occupancy it allows.
+
+    ``valid`` is False when the config cannot run (or would spill): ``reason`` then names the
+    resource, the amount required and the limit.
+    """
+
+    smem_bytes: int
+    regs_per_thread: int
+    threads: int
+    blocks_per_sm: int
+    valid: bool
+    reason: str = ""
+    limited_by: str = ""
+    mma_path: str = "mma_sync"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A predicted kernel time with every model term in ``breakdown`` (seconds unless named)."""
+
+    time_s: float
+    valid: bool
+    reason: str = ""
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+
+def pipeline_latency(t_load: float, t_use: float, n_loop: int, n_pipe: int, n_mplx: int) -> float:
+    """ALCOP's Pipeline Latency Model, verbatim.
+
+    A load is hidden when the computation that can overlap it (the other N_pipe - 1 stages of
+    this worker and all stages of the N_mplx - 1 other workers) takes at least as long.
+    """
+    if t_load <= (n_pipe * n_mplx - 1) * t_use:
+        return t_use * n_loop
+    return (t_load + t_use) * n_loop / n_pipe
+
+
+def mma_path(config: KernelConfig, spec: GPUSpec) -> str:
+    """The MMA instruction family Triton emits for this tile.
+
+    Triton uses wgmma (MMAv3) only when whole warpgroups exist (num_warps % 4 == 0) and the tile
+    has 64-row multiples for the m64 instructions; otherwise it falls back to mma.sync (MMAv2).
+    """
+    if spec.mma == "wgmma" and config.num_warps % 4 == 0 and config.block_m % 64 == 0:
+        return "wgmma"
+    return "mma_sync"
+
+
+def _warp_grid(config: KernelConfig, path: str) -> tuple[int, int]:
+    """Warps (or warpgroups for wgmma) along M and N, as Triton's warpsPerTile V2/V3 assign them."""
+    bm, bn, w = config.block_m, config.block_n, config.num_warps
+    if path == "wgmma":
+        wg = w // 4
+        wg_m = max(1, min(wg, bm // 64))   # V3 fills M first, 64 rows per warpgroup
+        return wg_m, wg // wg_m
+    wm, wn = 1, 1
+    while wm * wn < w:                      # V2: split the longer side, M in 16s and N in 8s
+        if bm // 16 // wm >= bn // (8 * wn) and wm < bm // 16:
+            wm *= 2
+        else:
+            wn *= 2
+    return wm, wn
+
+
+def _operand_smem_reads(config: KernelConfig, path: str, k: int, eb: int) -> float:
+    """Bytes the MMAs read from shared memory for a k-slice of one block.
+
+    wgmma: each warpgroup reads its A rows once and B once per m64 instruction. mma.sync: each
+    warp ldmatrix-loads its own A rows and B columns, so A is read once per warp column.
+    """
+    bm, bn = config.block_m, config.block_n
+    gm, gn = _warp_grid(config, path)
+    if path == "wgmma":
+        return k * (bm * gn + (bm / 64) * bn) * eb
+    return k * (bm * gn + bn * gm) * eb
+
+
+def resources(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Resources:
+    """Shared memory, registers and threads of one block, and the blocks per SM they allow.
+
+    Shared memory is Triton's allocation: one (A tile + B tile) buffer per stage, and at least one
+    even with ``num_stages=1`` because ``tl.dot`` operands are staged through shared memory; the
+    epilogue's layout-conversion scratch reuses the freed pipeline buffers, so it only counts when
+    larger; TMA adds one 8-byte mbarrier per stage. Registers are an estimate: fp32 accumulators,
+    MMA operand fragments (times the register pipeline depth), 64-bit addresses for pointer loads,
+    and a fixed base. More than ``spec.max_regs_per_thread`` would spill and is treated as invalid.
+    """
+    c, eb = config, workload.elem_bytes
+    path = mma_path(c, spec)
+    threads = 32 * c.num_warps
+    stage = (c.block_m * c.block_k + c.block_k * c.block_n) * eb
+    pipeline = stage * max(1, c.smem_stages) + (8 * c.smem_stages if c.async_copy == "tma" else 0)
+    scratch = c.block_m * c.block_n * eb
+    smem = max(pipeline, scratch)
+
+    acc = c.block_m * c.block_n / threads
+    gm, gn = _warp_grid(c, path)
+    if path == "wgmma":
+        # Operands stay in shared memory; an explicit register pipeline holds A sub-tiles ahead.
+        frag = (c.block_m / gm) * c.sub_k * eb / 4 / 128 * (c.reg_stages - 1)
+    else:
+        slice_k, live = (c.sub_k, c.reg_stages) if c.reg_stages > 1 else (_MMA_K, 2)
+        warp_m, warp_n = max(16, c.block_m // gm), max(8, c.block_n // gn)
+        frag = (warp_m + warp_n) * slice_k * eb / 4 / 32 * live
+    addr = 2 * stage / 16 / threads if c.async_copy == "pointer" else 4
+    regs = int(8 * math.ceil((acc + frag + addr + _BASE_REGS) / 8))
+
+    def out(blocks: int, valid: bool, reason: str = "", limited_by: str = "") -> Resources:
+        return Resources(smem_bytes=smem, regs_per_thread=regs, threads=threads, blocks_per_sm=blocks,
+                         valid=valid, reason=reason, limited_by=limited_by, mma_path=path)
+
+    if smem > spec.smem_per_block:
+        return out(0, False, f"shared memory: required {smem} bytes, limit {spec.smem_per_block} bytes per block "
+                             f"(lower block sizes or num_stages)", "smem")
+    if regs > spec.max_regs_per_thread:
+        return out(0, False, f"registers: required ~{regs} per thread, limit {spec.max_regs_per_thread} "
+                             f"(would spill; raise num_warps or shrink the tile)", "regs")
+    warp_regs = 256 * math.ceil(regs * 32 / 256)   # registers are allocated per warp in 256s
+    limits = {
+        "smem": spec.smem_per_sm // (smem + _RESERVED_SMEM_PER_BLOCK),
+        "regs": (spec.regs_per_sm // warp_regs) // c.num_warps,
+        "threads": spec.max_threads_per_sm // threads,
+        "blocks": spec.max_blocks_per_sm,
+    }
+    limited_by = min(limits, key=lambda k: limits[k])
+    blocks = limits[limited_by]
+    if blocks < 1:
+        need = {"regs": f"{warp_regs * c.num_warps} registers, limit {spec.regs_per_sm} per SM",
+                "threads": f"{threads} threads, limit {spec.max_threads_per_sm} per SM",
+                "smem": f"{smem + _RESERVED_SMEM_PER_BLOCK} bytes of shared memory, limit {spec.smem_per_sm} per SM"}
+        return out(0, False, f"{limited_by}: block needs {need.get(limited_by, limited_by)}", limited_by)
+    return out(blocks, True, "", limited_by)
+
+
+@lru_cache(maxsize=65536)
+def _batch_tiles(n_blocks: int, tiles_m: int, tiles_n: int, group_m: int) -> tuple[int, int]:
+    """Distinct (batch, row-tile) and (batch, col-tile) pairs touched by program ids 0..n-1.
+
+    Program ids follow Triton's grouped ordering (GROUP_M row tiles swept column by column), with
+    the GEMM batch as the slowest axis; the first batch stands for all of them.
+    """
+    per = tiles_m * tiles_n
+    pid = np.arange(n_blocks, dtype=np.int64)
+    b, p = pid // per, pid % per
+    in_group = group_m * tiles_n
+    first_m = (p // in_group) * group_m
+    size_m = np.minimum(tiles_m - first_m, group_m)
+    pm = first_m + p % size_m
+    pn = (p % in_group) // size_m
+    return len(np.unique(b * tiles_m + pm)), len(np.unique(b * tiles_n + pn))
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """Per (workload, config) quantities shared by every batch of the kernel."""
+
+    wl: Workload
+    c: KernelConfig
+    spec: GPUSpec
+    res: Resources
+    path: str
+    batch: int
+    m: int
+    n: int
+    k: int
+    tiles_m: int
+    tiles_n: int
+    n_loop: int
+    a_dram_ratio: float   # DRAM bytes of A per byte of A tile loads (< 1 for convolutions)
+    dram_scale: float     # share of per-batch working-set traffic that really comes from DRAM
+
+
+def _a_dram_ratio(wl: Workload) -> float:
+    """im2col reads each input element up to KH*KW times; L2 absorbs the repeats, DRAM sees the input once."""
+    if not wl.op.startswith("conv"):
+        return 1.0
+    p = wl.conv_params()
+    _, m, _, k = wl.gemm_dims()
+    input_elems = p["n"] * p["d"] * p["h"] * p["w"] * (p["ci"] // p["groups"])
+    return min(1.0, input_elems / (m * k))
+
+
+def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
+    """All Table 5.1 terms for one batch with ``b_sm`` blocks per SM and ``n_act`` blocks in total."""
+    c, spec, wl, eb = ctx.c, ctx.spec, ctx.wl, ctx.wl.elem_bytes
+    clk = spec.clock_hz
+    smem_bw = spec.smem_bw_per_sm
+    lat_scale = spec.latency_scale
+
+    # Register level: one reg loop is a sub-tile of sub_k along the reduction.
+    flops_reg = 2.0 * c.block_m * c.block_n * c.sub_k
+    if ctx.path == "wgmma":
+        # A warpgroup drives all four sub-partitions' tensor cores; a second issuer per SM
+        # (another warpgroup or block) fills the gaps between one stream's wgmma waits.
+        n_mplx = c.num_warps // 4
+        util = 1.0 if n_mplx * b_sm >= 2 else spec.single_issuer_util
+    else:
+        # mma.sync runs on the issuing warp's sub-partition: all four need a warp, and two per
+        # sub-partition hide the MMA's dependent-issue latency.
+        n_mplx = c.num_warps
+        per_sub = c.num_warps * b_sm / 4
+        util = min(1.0, per_sub) * (1.0 if per_sub >= 2 else spec.single_issuer_util)
+    tput_sm = spec.tc_flops(wl.dtype, ctx.path) * spec.compute_eff / spec.num_sms
+    t_compute = flops_reg / (tput_sm * util)
+    reg_bytes = _operand_smem_reads(c, ctx.path, c.sub_k, eb)
+    t_reg_load = _SMEM_LAT_CYCLES / clk + reg_bytes / smem_bw
+    t_reg_loop = pipeline_latency(t_reg_load, t_compute, c.reg_split, c.reg_stages, n_mplx)
+
+    # Load issue: pointer loads spend address arithmetic + one cp.async per 16 bytes per thread,
+    # spread over the block's schedulers; TMA issues one descriptor copy per operand per stage.
+    stage_bytes = (c.block_m + c.block_n) * c.block_k * eb
+    conv = spec.conv_index_factor if wl.op.startswith("conv") else 1.0
+    a_share = c.block_m / (c.block_m + c.block_n)
+    if c.async_copy == "pointer":
+        warp_instr = stage_bytes / 16 / 32
+        t_issue = warp_instr * spec.ptr_issue_cycles * (1 - a_share + a_share * conv) / min(4, c.num_warps) / clk
+    else:
+        t_issue = spec.tma_issue_cycles * (1 - a_share + a_share * conv) / clk
+    t_overhead = spec.iter_overhead_cycles / clk
+    t_smem_use = t_reg_loop + t_issue + t_overhead
+
+    # Shared level: loads of one stage for every block of the batch.
+    t_llc = spec.lat_l2_read * lat_scale + stage_bytes * n_act / spec.l2_bw
+    u_m, u_n = _batch_tiles(n_act, ctx.tiles_m, ctx.tiles_n, c.group_m)
+    ws_iter = (u_m * min(c.block_m, ctx.m) * ctx.a_dram_ratio + u_n * min(c.block_n, ctx.n)) * c.block_k * eb
+    dram_iter = ws_iter * ctx.dram_scale
+    t_dram = spec.lat_dram_read * lat_scale + dram_iter / spec.dram_bw
+    t_smem_load = max(t_llc, t_dram)
+
+    n_loop = ctx.n_loop
+    n_pipe = max(1, min(c.smem_stages, n_loop))
+    t_plm = pipeline_latency(t_smem_load, t_smem_use, n_loop, n_pipe, b_sm)
+    smem_traffic = stage_bytes + _operand_smem_reads(c, ctx.path, c.block_k, eb)
+    floors = {
+        "floor_compute": b_sm * t_smem_use * n_loop,
+        "floor_smem_bw": b_sm * smem_traffic / smem_bw * n_loop,
+        "floor_llc_bw": stage_bytes * n_act / spec.l2_bw * n_loop,
+        "floor_dram_bw": dram_iter / spec.dram_bw * n_loop,
+    }
+    t_main = max(t_plm, *floors.values())
+
+    t_init = t_smem_load + t_reg_load
+    out_tile = c.block_m * c.block_n * eb
+    # Accumulators leave through a shared-memory layout conversion, then stream to DRAM.
+    t_epilogue = (spec.lat_dram_write + out_tile * n_act / spec.dram_bw
+                  + b_sm * (c.block_m * c.block_n * 4 + out_tile) / smem_bw)
+    return {
+        "t_threadblk": t_init + t_main + t_epilogue, "t_init": t_init, "t_main_loop": t_main,
+        "t_plm": t_plm, "t_epilogue": t_epilogue, "t_smem_load": t_smem_load, "t_smem_use": t_smem_use,
+        "t_reg_load": t_reg_load, "t_reg_loop": t_reg_loop, "t_compute": t_compute, "t_issue": t_issue,
+        "t_llc": t_llc, "t_dram": t_dram, "util": util, "blocks_per_sm_active": float(b_sm),
+        "blocks_in_batch": float(n_act), "dram_bytes_per_loop": dram_iter,
+        "smem_load_bound": float(t_smem_load > (n_pipe * b_sm - 1) * t_smem_use),
+        "reg_load_bound": float(t_reg_load > (c.reg_stages * n_mplx - 1) * t_compute),
+        **floors,
+    }
+
+
+def _context(workload: Workload, config: KernelConfig, spec: GPUSpec, res: Resources) -> _Ctx:
+    batch, m, n, k = workload.gemm_dims()
+    c, eb = config, workload.elem_bytes
+    tiles_m, tiles_n = ceil_div(m, c.block_m), ceil_div(n, c.block_n)
+    a_ratio = _a_dram_ratio(workload)
+    # Inputs and output that fit in L2 come from DRAM once; otherwise every batch refetches its
+    # working set. Compare the sum of per-batch working sets with the compulsory traffic.
+    compulsory_in = batch * (m * k * a_ratio + k * n) * eb
+    fits = compulsory_in + batch * m * n * eb <= _L2_FIT_FRACTION * spec.l2_bytes
+    per_batch = spec.num_sms * res.blocks_per_sm
+    total = batch * tiles_m * tiles_n
+    dram_scale = 1.0
+    if fits:
+        n_full, rem = divmod(total, per_batch)
+        loads = 0.0
+        for n_act, count in ((per_batch, n_full), (rem, 1 if rem else 0)):
+            if count:
+                u_m, u_n = _batch_tiles(n_act, tiles_m, tiles_n, c.group_m)
+                loads += count * (u_m * min(c.block_m, m) * a_ratio + u_n * min(c.block_n, n)) * k * eb
+        dram_scale = min(1.0, compulsory_in / loads) if loads > 0 else 1.0
+    return _Ctx(wl=workload, c=c, spec=spec, res=res, path=res.mma_path, batch=batch, m=m, n=n, k=k,
+                tiles_m=tiles_m, tiles_n=tiles_n, n_loop=ceil_div(k, c.block_k), a_dram_ratio=a_ratio,
+                dram_scale=dram_scale)
+
+
+def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimate:
+    """Predicted time of ``config`` on ``workload`` with every term of the model in ``breakdown``.
+
+    Invalid configs (out of shared memory, registers, ...) give ``valid=False``, ``time_s=inf`` and
+    the reason; tiles larger than the problem are valid (they are masked, and pay for the padding).
+    """
+    res = resources(workload, config, spec)
+    base = {"smem_bytes": float(res.smem_bytes), "regs_per_thread": float(res.regs_per_thread),
+            "threads": float(res.threads), "blocks_per_sm": float(res.blocks_per_sm),
+            "wgmma": float(res.mma_path == "wgmma")}
+    if not res.valid:
+        return Estimate(math.inf, False, res.reason, base)
+    ctx = _context(workload, config, spec, res)
+    total = ctx.batch * ctx.tiles_m * ctx.tiles_n
+    per_batch = spec.num_sms * res.blocks_per_sm
+    n_full, rem = divmod(total, per_batch)
+    full = _threadblock(ctx, res.blocks_per_sm, per_batch) if n_full else None
+    last = _threadblock(ctx, ceil_div(rem, spec.num_sms), rem) if rem else None
+    time = n_full * (full["t_threadblk"] if full else 0.0) + (last["t_threadblk"] if last else 0.0) + spec.launch_s
+    shown = full if full is not None else last
+    assert shown is not None  # total >= 1 because Workload rejects empty GEMM dims
+    return Estimate(time, True, "", {
+        **base, **shown,
+        "n_batches": float(n_full + (1 if rem else 0)), "n_full_batches": float(n_full),
+        "t_last_batch": last["t_threadblk"] if last else 0.0, "waves": total / per_batch,
+        "total_blocks": float(total), "n_loop": float(ctx.n_loop), "dram_scale": ctx.dram_scale,
+        "t_launch": spec.launch_s, "time_s": time,
+    })
+
+
+def bottleneck_estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> float:
+    """The paper's baseline: max(compute, shared-memory load, DRAM load) at full utilisation.
+
+    Compute is the workload's FLOPs at the GPU's tensor-core rate; shared-memory load is every
+    block's tile traffic at L2 bandwidth; DRAM load is the compulsory traffic. It shares the
+    resource check with ``estimate`` (inf when invalid) so comparisons are about the time model.
+    """
+    res = resources(workload, config, spec)
+    if not res.valid:
+        return math.inf
+    batch, m, n, k = workload.gemm_dims()
+    c, eb = config, workload.elem_bytes
+    tiles = batch * ceil_div(m, c.block_m) * ceil_div(n, c.block_n)
+    t_compute = workload.flops / spec.tc_flops(workload.dtype, res.mma_path)
+    t_smem = tiles * (c.block_m + c.block_n) * ceil_div(k, c.block_k) * c.block_k * eb / spec.l2_bw
+    t_dram = workload.min_bytes / spec.dram_bw
+    return max(t_compute, t_smem, t_dram)

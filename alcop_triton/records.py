@@ -1,0 +1,205 @@
+"""Frozen, validated records shared by every layer: a kernel config and a workload.
+
+``KernelConfig`` is the one schedule-parameter record: codegen, the performance models, the tuner
+and the database all speak it. It is validated on construction, so a value read from a database
+or typed by a user cannot reach code generation unchecked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+from .errors import ScheduleError
+
+AsyncCopy = Literal["pointer", "tma"]
+ASYNC_COPIES: tuple[str, ...] = ("pointer", "tma")
+
+OPS: tuple[str, ...] = ("matmul", "bmm", "conv1d", "conv2d", "conv3d", "linear")
+DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
+DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+@dataclass(frozen=True, order=True)
+class KernelConfig:
+    """Schedule parameters of one tiled, pipelined reduction kernel.
+
+    Attributes:
+        block_m, block_n, block_k: tile of the output rows, output columns and reduction chunk.
+        group_m: programs along M grouped together for L2 reuse (1 = plain row-major order).
+        num_warps: warps per program.
+        smem_stages: shared-memory pipeline depth (Triton's ``num_stages`` on the reduction loop);
+            1 = no pipelining, 2 = double buffering.
+        reg_stages: register-level pipeline depth; 1 = no explicit prefetch, R >= 2 = sub-tiles are
+            loaded R - 1 steps ahead of the dot that uses them.
+        reg_split: sub-tiles per reduction chunk at the register level (block_k // reg_split >= 16).
+        async_copy: "pointer" (cp.async on sm80+) or "tma" (tensor descriptors; TMA on sm90).
+    """
+
+    block_m: int = 64
+    block_n: int = 64
+    block_k: int = 32
+    group_m: int = 8
+    num_warps: int = 4
+    smem_stages: int = 3
+    reg_stages: int = 1
+    reg_split: int = 1
+    async_copy: str = "pointer"
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not _pow2(v) or not 16 <= v <= 512:
+                raise ScheduleError(f"KernelConfig.{name}={v!r}: must be a power of two in [16, 512] (tl.dot needs >= 16)")
+        if not isinstance(self.group_m, int) or not 1 <= self.group_m <= 64:
+            raise ScheduleError(f"KernelConfig.group_m={self.group_m!r}: must be an int in [1, 64]")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ScheduleError(f"KernelConfig.num_warps={self.num_warps!r}: must be one of 1, 2, 4, 8, 16")
+        if not isinstance(self.smem_stages, int) or not 1 <= self.smem_stages <= 8:
+            raise ScheduleError(f"KernelConfig.smem_stages={self.smem_stages!r}: must be an int in [1, 8]")
+        if not isinstance(self.reg_stages, int) or not 1 <= self.reg_stages <= 4:
+            raise ScheduleError(f"KernelConfig.reg_stages={self.reg_stages!r}: must be an int in [1, 4]")
+        if self.reg_split not in (1, 2, 4, 8):
+            raise ScheduleError(f"KernelConfig.reg_split={self.reg_split!r}: must be one of 1, 2, 4, 8")
+        if self.block_k // self.reg_split < 16:
+            raise ScheduleError(
+                f"KernelConfig.reg_split={self.reg_split} with block_k={self.block_k}: sub-tiles of "
+                f"{self.block_k // self.reg_split} < 16 along K; lower reg_split or raise block_k")
+        if self.async_copy not in ASYNC_COPIES:
+            raise ScheduleError(f"KernelConfig.async_copy={self.async_copy!r}: must be one of {ASYNC_COPIES}")
+
+    @property
+    def sub_k(self) -> int:
+        """Reduction extent of one register-level sub-tile."""
+        return self.block_k // self.reg_split
+
+    def replace(self, **changes: Any) -> "KernelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def __str__(self) -> str:
+        tma = "_tma" if self.async_copy == "tma" else ""
+        return (f"m{self.block_m}n{self.block_n}k{self.block_k}_g{self.group_m}_w{self.num_warps}"
+                f"_s{self.smem_stages}_r{self.reg_stages}x{self.reg_split}{tma}")
+
+    # Triton's usual parameterization, plus our own knobs; what the DB, the CLI and predict_times use.
+    def to_dict(self) -> dict[str, Any]:
+        return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
+                "GROUP_M": self.group_m, "num_warps": self.num_warps, "num_stages": self.smem_stages,
+                "REG_STAGES": self.reg_stages, "REG_SPLIT": self.reg_split, "ASYNC_COPY": self.async_copy}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "KernelConfig":
+        """Parse Triton-style keys (BLOCK_M, num_stages, ...); absent knobs take their defaults.
+
+        Unknown keys and wrongly typed values raise ScheduleError: a config is never half-read.
+        """
+        keys = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "BLOCK_K": "block_k", "GROUP_M": "group_m",
+                "GROUP_SIZE_M": "group_m", "num_warps": "num_warps", "num_stages": "smem_stages",
+                "REG_STAGES": "reg_stages", "REG_SPLIT": "reg_split", "ASYNC_COPY": "async_copy"}
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for k, v in d.items():
+            name = keys.get(k, k if k in fields else None)
+            if name is None:
+                raise ScheduleError(f"config key {k!r} is unknown; expected one of {sorted(keys)}")
+            want = str if name == "async_copy" else int
+            if isinstance(v, bool) or not isinstance(v, want):
+                raise ScheduleError(f"config {k}={v!r}: expected {want.__name__}")
+            kwargs[name] = v
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One operator instance: what a tuning record is keyed by (with the GPU and versions).
+
+    ``shape`` is (M, N, K) for matmul/linear, (B, M, N, K) for bmm, and for convolutions
+    (N, H, W, CI, CO, KH, KW, stride, pad) (the ALCOP suite's form), optionally followed by
+    dilation and groups; conv1d/conv3d use the same fields with their own spatial ranks folded
+    into H (conv1d: W = 1, KW = 1) or given as (N, D, H, W, CI, CO, KD, KH, KW, stride, pad).
+    ``layout`` names operand storage: for GEMMs two letters, A then B, 'n' = row-major as in the
+    math (A: M x K, B: K x N), 't' = transposed (B stored N x K is 'nt'); 'nhwc'/'nchw' for conv.
+    """
+
+    op: str
+    shape: tuple[int, ...]
+    dtype: str = "float16"
+    layout: str = "nn"
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"Workload.op={self.op!r}: must be one of {OPS}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"Workload.dtype={self.dtype!r}: must be one of {DTYPES}")
+        shape = tuple(int(s) for s in self.shape)
+        object.__setattr__(self, "shape", shape)
+        want = {"matmul": (3,), "linear": (3,), "bmm": (4,), "conv1d": (9, 11), "conv2d": (9, 11),
+                "conv3d": (11, 13)}[self.op]
+        if len(shape) not in want or any(s < 0 for s in shape):
+            raise ValueError(f"Workload.shape={shape} for op {self.op!r}: expected {want} non-negative ints")
+        if min(self.gemm_dims()) <= 0:
+            raise ValueError(f"Workload.shape={shape} for op {self.op!r}: GEMM view {self.gemm_dims()} has an empty dim")
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def conv_params(self) -> dict[str, int]:
+        """Convolution parameters with the output extents computed as torch does."""
+        if self.op == "conv3d":
+            n, d, h, w, ci, co, kd, kh, kw, stride, pad, *rest = self.shape
+        else:
+            n, h, w, ci, co, kh, kw, stride, pad, *rest = self.shape
+            d, kd = 1, 1
+        dil, groups = (rest + [1, 1])[:2]
+        out = lambda x, k: (x + 2 * pad - dil * (k - 1) - 1) // stride + 1  # noqa: E731
+        od = out(d, kd) if self.op == "conv3d" else 1
+        return dict(n=n, d=d, h=h, w=w, ci=ci, co=co, kd=kd, kh=kh, kw=kw, stride=stride, pad=pad,
+                    dilation=dil, groups=groups, od=od, oh=out(h, kh), ow=out(w, kw))
+
+    def gemm_dims(self) -> tuple[int, int, int, int]:
+        """(batch, M, N, K) of the GEMM this workload runs (implicit GEMM for convolutions)."""
+        if self.op in ("matmul", "linear"):
+            m, n, k = self.shape
+            return 1, m, n, k
+        if self.op == "bmm":
+            b, m, n, k = self.shape
+            return b, m, n, k
+        p = self.conv_params()
+        g = p["groups"]
+        return g, p["n"] * p["od"] * p["oh"] * p["ow"], p["co"] // g, p["ci"] // g * p["kd"] * p["kh"] * p["kw"]
+
+    @property
+    def flops(self) -> int:
+        b, m, n, k = self.gemm_dims()
+        return 2 * b * m * n * k
+
+    @property
+    def min_bytes(self) -> int:
+        """Each input read once and the output written once (the roofline's memory floor)."""
+        b, m, n, k = self.gemm_dims()
+        return b * (m * k + k * n + m * n) * self.elem_bytes
+
+    def key(self) -> str:
+        return f"{self.op}:{'x'.join(map(str, self.shape))}:{self.dtype}:{self.layout}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "shape": list(self.shape), "dtype": self.dtype, "layout": self.layout}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Workload":
+        return cls(op=d["op"], shape=tuple(d["shape"]), dtype=d.get("dtype", "float16"), layout=d.get("layout", "nn"))
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")

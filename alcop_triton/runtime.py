@@ -1,0 +1,93 @@
+"""Runtime: generated source -> file in the cache directory -> imported ``@triton.jit`` function.
+
+``@triton.jit`` reads its source with ``inspect``, so kernels must live in real files. Files are
+content-addressed (sha256 of the source) and written atomically (temp file + ``os.replace``), so
+concurrent processes never see half a kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from . import config
+
+_LOADED: dict[str, Any] = {}
+_LOCK = threading.Lock()
+_ALLOCATOR_SET = False
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the whole new one
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_kernel(source: str, name: str) -> tuple[Any, Path]:
+    """The jitted function ``name`` defined by ``source`` (cached per process and on disk)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    with _LOCK:
+        if digest in _LOADED:
+            return _LOADED[digest]
+        path = config.cache_dir() / "kernels" / digest / f"{name}.py"
+        if not path.exists() or path.read_text() != source:
+            write_atomic(path, source)
+        if config.debug_level() >= 3:
+            print(f"[alcop] kernel {name} at {path}:\n{source}", file=sys.stderr)
+        mod_name = f"alcop_kernels_{digest}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod
+        spec.loader.exec_module(mod)
+        _LOADED[digest] = (getattr(mod, name), path)
+        return _LOADED[digest]
+
+
+def launcher(fn: Any, device_type: str) -> Any:
+    """The callable that runs ``fn`` on tensors of ``device_type``: the interpreter for CPU tensors."""
+    from triton.runtime.interpreter import InterpretedFunction
+    if device_type == "cpu":
+        return fn if isinstance(fn, InterpretedFunction) else _interpreted(fn)
+    if isinstance(fn, InterpretedFunction):
+        raise RuntimeError("TRITON_INTERPRET=1 is set, so Triton kernels run only on CPU tensors; "
+                           "unset it to run on the GPU")
+    _ensure_allocator()
+    return fn
+
+
+_INTERP: dict[int, Any] = {}
+
+
+def _interpreted(fn: Any) -> Any:
+    from triton.runtime.interpreter import InterpretedFunction
+    if id(fn) not in _INTERP:
+        _INTERP[id(fn)] = InterpretedFunction(fn.fn)
+    return _INTERP[id(fn)]
+
+
+def _ensure_allocator() -> None:
+    """Device-side tensor descriptors (TMA) need global scratch memory from an allocator."""
+    global _ALLOCATOR_SET
+    if _ALLOCATOR_SET:
+        return
+    import torch
+    import triton
+
+    def alloc(size: int, alignment: int, stream: Any) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+    triton.set_allocator(alloc)
+    _ALLOCATOR_SET = True

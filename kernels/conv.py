@@ -1,0 +1,129 @@
+"""Convolution (1-D, 2-D, 3-D) as implicit GEMM in the DSL.
+
+Rows (M) fuse the batch and output positions (n, od, oh, ow), columns (N) are the output channels of
+one group, the reduction (K) fuses the input channels of the group and the kernel window; groups are
+a batch axis (so depthwise is a batch of 1-channel GEMMs). Padding needs no special code: a load
+whose index falls outside the input reads 0. The logical layout is torch's (N, C, *spatial);
+channels_last is a matter of strides, and the reduction order puts the unit-stride channel innermost
+for it, so its loads stay vectorised (and asynchronous).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import alcop_triton as at
+from alcop_triton import te
+
+SPATIAL = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    nd: int
+    stride: tuple[int, ...]
+    pad_left: tuple[int, ...]
+    pad_right: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    channels_last: bool
+    bias: bool = False
+    activation: str | None = None
+
+
+def conv_te(dtype: str, p: ConvParams) -> tuple[list[te.Tensor], te.Tensor]:
+    """out[n, g, co, *o] = act(sum_{rc, *r} X[n, g*Cg + rc, o*s - p + r*d] * W[g*COg + co, rc, *r] + bias)."""
+    sp = SPATIAL[p.nd]
+    N, C, CO = te.var("N"), te.var("C"), te.var("CO")
+    S = [te.var(x.upper()) for x in sp]
+    KS = [te.var(f"K{x.upper()}") for x in sp]
+    G = p.groups
+    cg, cog = te.binop("//", C, G), te.binop("//", CO, G)
+    X = te.placeholder((N, C, *S), dtype, "X")
+    W = te.placeholder((CO, cg, *KS), dtype, "Wt")
+    O = [te.binop("+", te.binop("//", S[i] + (p.pad_left[i] + p.pad_right[i]) - (KS[i] - 1) * p.dilation[i] - 1,
+                                p.stride[i]), 1) for i in range(p.nd)]
+    rc = te.reduce_axis(cg, "rc")
+    rs = [te.reduce_axis(KS[i], f"r{x}") for i, x in enumerate(sp)]
+    # Channels innermost when they are the unit-stride dim (channels_last), else the window innermost.
+    raxes = rs + [rc] if p.channels_last else [rc] + rs
+    names = ["n", "g", "co"] + [f"o{x}" for x in sp]
+
+    def body(n: te.Expr, g: te.Expr, co: te.Expr, *o: te.Expr) -> te.Expr:
+        xi = [o[i] * p.stride[i] - p.pad_left[i] + rs[i] * p.dilation[i] for i in range(p.nd)]
+        return te.sum(X[(n, g * cg + rc, *xi)] * W[(g * cog + co, rc, *rs)], axis=raxes)
+
+    out_shape = (N, te.Const(G), cog, *O)
+    red = te.compute(out_shape, body, "Y", axis_names=names)
+    inputs = [X, W]
+    if not p.bias and not p.activation:
+        return inputs, red
+    bias = te.placeholder((CO,), dtype, "bias") if p.bias else None
+    if bias is not None:
+        inputs.append(bias)
+
+    def epilogue(n: te.Expr, g: te.Expr, co: te.Expr, *o: te.Expr) -> te.Expr:
+        v: te.Expr = red[(n, g, co, *o)]
+        if bias is not None:
+            v = v + bias[g * cog + co]
+        return getattr(te, p.activation)(v) if p.activation else v
+
+    return inputs, te.compute(out_shape, epilogue, "Out", dtype=dtype, axis_names=names)
+
+
+@lru_cache(maxsize=256)
+def compiled(dtype: str, p: ConvParams, cfg: at.KernelConfig) -> at.CompiledKernel:
+    inputs, out = conv_te(dtype, p)
+    sp = SPATIAL[p.nd]
+    s = at.Schedule.from_config(out, cfg, m_axes=("n",) + tuple(f"o{x}" for x in sp), n_axes=("co",))
+    return at.build(s, inputs + [out])
+
+
+def conv(x: Any, w: Any, bias: Any, stride: tuple[int, ...], pad_left: tuple[int, ...], pad_right: tuple[int, ...],
+         dilation: tuple[int, ...], groups: int, *, activation: str | None = None,
+         config: at.KernelConfig | None = None) -> Any:
+    """N-d convolution of validated arguments (torch semantics; the drop-ins check and normalise)."""
+    import torch
+    nd = x.dim() - 2
+    channels_last = x.stride(1) == 1 and x.shape[1] > 1
+    p = ConvParams(nd, tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation), groups, channels_last,
+                   bias is not None, activation)
+    n, c = x.shape[:2]
+    co = w.shape[0]
+    osz = [(x.shape[2 + i] + pad_left[i] + pad_right[i] - dilation[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1
+           for i in range(nd)]
+    fmt = {2: torch.channels_last, 3: torch.channels_last_3d}.get(nd) if channels_last else None
+    out = torch.empty((n, co, *osz), dtype=x.dtype, device=x.device,
+                      memory_format=fmt or torch.contiguous_format)
+    if out.numel() == 0:
+        return out
+    if config is None:
+        config = default_config(x, w, stride, pad_left, dilation, groups)
+    args = [x, w] + ([bias] if bias is not None else [])
+    compiled(str(x.dtype).replace("torch.", ""), p, config)(*args, out.unflatten(1, (groups, co // groups)))
+    return out
+
+
+def workload_of(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...],
+                groups: int) -> at.Workload:
+    """The tuning key: the ALCOP suite's (N, H, W, CI, CO, KH, KW, stride, pad, dilation, groups) form."""
+    nd = x.dim() - 2
+    dtype = str(x.dtype).replace("torch.", "")
+    lay = "nhwc" if x.stride(1) == 1 and x.shape[1] > 1 else "nchw"
+    n, ci, *sp = x.shape
+    co, _, *ks = w.shape
+    if nd == 3:
+        shape = (n, *sp, ci, co, *ks, stride[0], pad[0], dilation[0], groups)
+        return at.Workload("conv3d", shape, dtype, lay)
+    h, wd = (1, sp[0]) if nd == 1 else sp
+    kh, kw = (1, ks[0]) if nd == 1 else ks
+    return at.Workload("conv1d" if nd == 1 else "conv2d", (n, h, wd, ci, co, kh, kw, stride[0], pad[0], dilation[0], groups),
+                       dtype, lay)
+
+
+def default_config(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...],
+                   groups: int) -> at.KernelConfig:
+    from alcop_triton.autotune.dispatch import best_config
+    return best_config(workload_of(x, w, stride, pad, dilation, groups), device=x.device)
