@@ -296,9 +296,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not tasks:
         raise AlcopError("no (GPU, workload) with records in the given data")
     tuners = args.tuners.split(",")
-    with tqdm(total=len(tasks) * len(tuners), desc="replay", unit="run", dynamic_ncols=True) as bar:
+    with tqdm(total=len(tasks), desc="replay", unit="workload", dynamic_ncols=True) as bar:
         comp = compare_tuners(tasks, tuners, k_max=args.k_max, seeds=args.seeds, batch_size=args.batch,
-                              progress=lambda _: bar.update(1))
+                              jobs=args.jobs, progress=lambda _: bar.update(1))
     budgets = [int(b) for b in args.budgets.split(",")]
     print(comp.table(budgets, per_task=args.per_task))
     if args.json:
@@ -316,7 +316,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.curves:
         comp = Comparison.load(args.curves)
     elif args.data:
-        comp = compare_tuners(load_tasks(_data_files(args.data)), k_max=args.k_max, seeds=args.seeds)
+        comp = compare_tuners(load_tasks(_data_files(args.data)), k_max=args.k_max, seeds=args.seeds,
+                              jobs=min(8, os.cpu_count() or 1))
     if comp is not None:
         written += report.plot_curves(comp, args.out)
         (Path(args.out) / "tuning_curves.txt").write_text(comp.table((10, 50), per_task=True) + "\n")
@@ -403,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", action="append", help="only tasks whose key contains this (repeatable)")
     p.add_argument("--per-task", action="store_true", help="also print numbers per workload")
     p.add_argument("--json", help="save the curves (input of `report --curves`)")
+    p.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="workloads replayed in parallel")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("report", help="PNG plots of tuning curves and speedups")

@@ -7,6 +7,7 @@ header says what the kernel computes, for which config, through which passes.
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -291,7 +292,7 @@ def _dot(n: Dot, c: Ctx) -> None:
         o = k.operand(role)
         tile = ("m", "k") if role == "a" else ("k", "n")
         v = c.value(o.expr, tile, "", {o.tensor.name: name})
-        if o.expr.dtype != k.dot_dtype:
+        if o.expr.dtype != k.dot_dtype or o.expr != o.load:  # Triton may widen a prologue: tl.maximum(x16, 0.0) is fp32
             v = f"{v}.to({TL_DTYPE[k.dot_dtype]})"
         if interp_bf16:
             v = f"{v}.to(tl.float32)"
@@ -350,8 +351,9 @@ def signature(k: Kernel) -> list[str]:
 
 def check_names(k: Kernel) -> None:
     names = [t.name for t in k.inputs] + [k.out.name] + [n for n, _ in k.sizes] + [a for axs in k.axes.values() for a in axs]
+    ksub = re.compile("|".join(rf"{re.escape(a)}_p?\d+" for a in k.axes["k"]) or "(?!)")  # k_0, k_p1: sub-tile indices
     for nm in names:
-        if nm in RESERVED or nm.startswith(("tile_", "offs_", "mask_", "stride_")):
+        if nm in RESERVED or nm.startswith(("tile_", "offs_", "mask_", "stride_")) or ksub.fullmatch(nm):
             raise ScheduleError(f"name {nm!r} is reserved in generated kernels; rename the tensor, var or axis")
     dup = {x for x in names if names.count(x) > 1}
     if dup:

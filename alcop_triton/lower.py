@@ -150,10 +150,10 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
         shared, reg = staged[o.role]
         here, at, ext = (sub_body, sub, "SUB_K") if has_reg else (chunk_body, chunk, "BLOCK_K")
         if shared is None:
-            here.append(Copy(o.tensor.name, "global", o.role, o.role, at, ext,
+            here.append(Copy(o.tensor.name, "global", o.role, f"tile_{o.role}", at, ext,
                              note="not staged: no cache_read, a plain load"))
         elif reg is None:
-            here.append(Copy(shared.name, "shared", o.role, o.role, at, ext, stages=depth.get(shared.name, 1)))
+            here.append(Copy(shared.name, "shared", o.role, f"tile_{o.role}", at, ext, stages=depth.get(shared.name, 1)))
         else:
             chunk_body.append(Copy(shared.name, "shared", o.role, o.role, chunk, "BLOCK_K", realised_by_register=True,
                                    stages=depth.get(shared.name, 1)))
@@ -161,7 +161,7 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
     if has_reg:
         chunk_body.append(For("ks", "REG_SPLIT", tuple(sub_body) + (Dot("a", "b"),), "serial", role="sub"))
     else:
-        chunk_body.append(Dot("a", "b"))
+        chunk_body.append(Dot("tile_a", "tile_b"))
     kloop = For("k0", "", tuple(chunk_body), "static_range" if unrolled else "serial",
                 role="chunk", note="unrolled by schedule (unroll step)" if unrolled else "")
 

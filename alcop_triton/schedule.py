@@ -255,8 +255,9 @@ class Schedule:
 
     def stages(self, scope: str) -> int:
         """The depth requested for buffers of a scope (the deepest one: they share one loop)."""
-        depths = [st.stages for st in self.steps if isinstance(st, Pipeline) and self.buffers[st.buffer].scope == scope]
-        return max(depths) if depths else 1
+        depths = {st.buffer: st.stages for st in self.steps  # a re-pipelined buffer keeps its last depth, as in lower
+                  if isinstance(st, Pipeline) and self.buffers[st.buffer].scope == scope}
+        return max(depths.values()) if depths else 1
 
     def config(self) -> KernelConfig:
         """This schedule's parameters as a KernelConfig (the tuner's and the database's record)."""

@@ -159,15 +159,16 @@ class Dispatcher:
         return Decision(best.config, "tuned", f"{best.result.time_ms:.4g} ms") if best is not None else None
 
 
-_shared: Dispatcher | None = None
+_shared: dict[str | None, Dispatcher] = {}
 
 
 def dispatcher() -> Dispatcher:
-    """The process-wide Dispatcher over ``$ALCOP_DB`` (created on first use)."""
-    global _shared
-    if _shared is None or _shared.db.path != Database().path:
-        _shared = Dispatcher()
-    return _shared
+    """The process-wide Dispatcher of the current ``$ALCOP_DB`` (one per value, created on first use)."""
+    env = os.environ.get("ALCOP_DB")
+    d = _shared.get(env)
+    if d is None:
+        d = _shared.setdefault(env, Dispatcher())
+    return d
 
 
 def best_config(workload: Workload, gpu_spec: Any = None) -> KernelConfig:

@@ -159,21 +159,35 @@ def _rotating_copies(runner: Any, seed: int, l2_bytes: int) -> list[tuple[Any, .
     return [first] + [runner.inputs(seed + i) for i in range(1, n)]
 
 
+def _launcher(runner: Any, inputs: tuple[Any, ...]) -> Callable[[], Any]:
+    """A zero-argument launch of the kernel on ``inputs``.
+
+    Runners with ``bind`` (alcop's) do their argument checks once there and return a closure that
+    only enqueues: the timer then sees the kernel, not Python, and graph capture sees no host work.
+    """
+    bind = getattr(runner, "bind", None)
+    if bind is not None:
+        launch, _ = bind(inputs)
+        if launch is not None:
+            return launch
+    return lambda: runner.run(inputs)
+
+
 def time_gpu(runner: Any, seed: int) -> tuple[float, str]:
-    """Median time (ms) of ``runner.run`` on a CUDA device, and which timer produced it."""
+    """Median time (ms) of the kernel on a CUDA device, and which timer produced it."""
     import torch
     import triton.testing
 
-    inputs = runner.inputs(seed)
-    estimate = triton.testing.do_bench(lambda: runner.run(inputs), warmup=5, rep=20, return_mode="median")
+    launch = _launcher(runner, runner.inputs(seed))
+    estimate = triton.testing.do_bench(launch, warmup=5, rep=20, return_mode="median")
     if estimate < SMALL_KERNEL_MS:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        copies = _rotating_copies(runner, seed, int(getattr(props, "L2_cache_size", 50 << 20)))
+        launches = [_launcher(runner, x) for x in _rotating_copies(runner, seed, int(props.L2_cache_size))]
         state = {"i": 0}
 
         def call() -> None:
-            state["i"] = (state["i"] + 1) % len(copies)
-            runner.run(copies[state["i"]])
+            state["i"] = (state["i"] + 1) % len(launches)
+            launches[state["i"]]()
 
         try:
             return float(triton.testing.do_bench_cudagraph(call, rep=50, return_mode="median")), "cuda_graph"
@@ -181,8 +195,7 @@ def time_gpu(runner: Any, seed: int) -> tuple[float, str]:
             # Some launches cannot be captured (host-side TMA descriptors, allocator hooks): time
             # them eagerly rather than fail a config that runs fine.
             torch.cuda.synchronize()
-    return float(triton.testing.do_bench(lambda: runner.run(inputs), warmup=25, rep=100,
-                                         return_mode="median")), "do_bench"
+    return float(triton.testing.do_bench(launch, warmup=25, rep=100, return_mode="median")), "do_bench"
 
 
 def time_cpu(runner: Any, seed: int, reps: int = 3) -> tuple[float, str]:
@@ -229,12 +242,20 @@ class LocalMeasurer:
         # recorded as a compile error of every config.
         self._make_runner = resolve_factory(factory)
 
-    def _build(self, config: KernelConfig, seed: int) -> Any:
-        runner = self._make_runner(self.workload, config, self.device)
+    def _build(self, config: KernelConfig, seed: int) -> tuple[Any, MeasureResult | None]:
+        """The config's runner, warmed up; or the failure that prevented it."""
+        try:
+            runner = self._make_runner(self.workload, config, self.device)
+        except Exception as exc:  # noqa: BLE001 - every failure is a data point, scored 0
+            return None, MeasureResult(config, None, classify(exc, "build"), _message(exc))
         if not self.device.startswith("cpu"):
-            # The first launch JIT-compiles; doing it here puts compilation in the parallel phase.
-            runner.run(runner.inputs(seed))
-        return runner
+            try:
+                # The first launch JIT-compiles: doing it here puts compilation in the parallel
+                # phase. Triton's compile errors are recognised by type; anything else is runtime.
+                runner.run(runner.inputs(seed))
+            except Exception as exc:  # noqa: BLE001
+                return None, MeasureResult(config, None, classify(exc, "run"), _message(exc))
+        return runner, None
 
     def _measure_one(self, runner: Any, config: KernelConfig, seed: int) -> MeasureResult:
         try:
@@ -275,11 +296,8 @@ class LocalMeasurer:
             if on_result is not None:
                 on_result(r)
 
-        def build(i: int) -> tuple[int, Any, BaseException | None]:
-            try:
-                return i, self._build(configs[i], self.seed + i), None
-            except Exception as exc:  # noqa: BLE001
-                return i, None, exc
+        def build(i: int) -> tuple[int, Any, MeasureResult | None]:
+            return (i, *self._build(configs[i], self.seed + i))
 
         if self.compile_threads > 1 and len(configs) > 1:
             built = []
@@ -293,9 +311,9 @@ class LocalMeasurer:
             for i in range(len(configs)):
                 emit("begin", i, "build")
                 built.append(build(i))
-        for i, runner, exc in built:
-            if exc is not None:
-                done(i, MeasureResult(configs[i], None, classify(exc, "build"), _message(exc)))
+        for i, runner, failure in built:
+            if failure is not None:
+                done(i, failure)
             else:
                 runners[i] = runner
         for i in sorted(runners):

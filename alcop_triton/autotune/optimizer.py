@@ -30,12 +30,14 @@ class SimulatedAnnealingOptimizer:
         temp: (start, end) temperature of the linear schedule, on normalised scores.
         parallel_size: number of walkers (one model call scores all of them per step).
         early_stop: stop when the top-k heap has not changed for this many steps.
+        exhaustive_limit: spaces up to this size are scored in one model call instead: with a
+            batched model that is both exact and faster than ``n_iter`` annealing steps.
     """
 
     def __init__(self, space: ConfigSpace, *, n_iter: int = 150, temp: tuple[float, float] = (1.0, 0.0),
-                 parallel_size: int = 128, early_stop: int = 30) -> None:
+                 parallel_size: int = 128, early_stop: int = 30, exhaustive_limit: int = 2048) -> None:
         self.space, self.n_iter, self.temp = space, n_iter, temp
-        self.parallel_size, self.early_stop = parallel_size, early_stop
+        self.parallel_size, self.early_stop, self.exhaustive_limit = parallel_size, early_stop, exhaustive_limit
         self._values = space.knob_values()
 
     def find_maximums(self, predict: Predict, num: int, exclude: set[KernelConfig], rng: np.random.Generator,
@@ -46,8 +48,7 @@ class SimulatedAnnealingOptimizer:
         num = min(num, free)
         if num <= 0:
             return []
-        if len(configs) <= self.parallel_size * 2:
-            # Small space: scoring all of it is cheaper and exact.
+        if len(configs) <= self.exhaustive_limit:
             scores = predict(configs)
             order = sorted(range(len(configs)), key=lambda i: (-scores[i], i))
             return [configs[i] for i in order if configs[i] not in exclude][:num]

@@ -11,9 +11,11 @@ randomness (grid and analytical are deterministic and run once).
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import statistics
 import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -156,30 +158,54 @@ def replay_task(task: Task, tuner: str, k_max: int, seed: int, batch_size: int =
     return curve + [curve[-1]] * (k_max - len(curve))
 
 
+def _task_curves(task: Task, tuners: Sequence[str], k_max: int, seeds: int, batch_size: int
+                 ) -> dict[str, list[float]]:
+    """Seed-averaged curve per tuner for one task (one unit of parallel work)."""
+    return {t: [statistics.fmean(col) for col in zip(*(replay_task(task, t, k_max, seed, batch_size)
+                                                       for seed in range(1 if t in DETERMINISTIC else seeds)))]
+            for t in tuners}
+
+
 def compare_tuners(tasks: Sequence[Task], tuners: Sequence[str] = TUNERS, *, k_max: int = 50, seeds: int = 5,
-                   batch_size: int = 8, progress: Callable[[str], None] | None = None) -> Comparison:
+                   batch_size: int = 8, jobs: int = 1, progress: Callable[[str], None] | None = None) -> Comparison:
     """Best-in-k curves of every tuner on every task (see the module docstring).
 
     Tasks with no successful record, and analytical tuners on GPUs without a model spec, are
-    skipped with a warning.
+    skipped with a warning. ``jobs`` > 1 replays tasks in that many processes (same results:
+    every run is seeded).
     """
     unknown = [t for t in tuners if t not in TUNERS]
     if unknown:
         raise TuningError(f"tuners {unknown} are unknown; expected some of {TUNERS}")
     comp = Comparison(k_max, seeds, {t: {} for t in tuners})
+    work: list[tuple[Task, list[str]]] = []
     for task in tasks:
         if not any(r.ok for r in task.records):
             warnings.warn(f"{task.key}: every recorded config failed; task skipped", stacklevel=2)
             continue
         comp.space_sizes[task.key] = len({r.config for r in task.records})
-        has_spec = _spec_for(task.gpu) is not None
-        for t in tuners:
-            if t.startswith("analytical") and not has_spec:
-                warnings.warn(f"{task.key}: no GPU spec for {task.gpu.name!r}; {t} skipped", stacklevel=2)
-                continue
-            runs = [replay_task(task, t, k_max, seed, batch_size) for seed in range(1 if t in DETERMINISTIC else seeds)]
-            comp.curves[t][task.key] = [statistics.fmean(col) for col in zip(*runs)]
-            if progress is not None:
-                progress(f"{task.key} {t}")
-    return comp
+        runnable = list(tuners)
+        if _spec_for(task.gpu) is None:
+            runnable = [t for t in tuners if not t.startswith("analytical")]
+            if runnable != list(tuners):
+                warnings.warn(f"{task.key}: no GPU spec for {task.gpu.name!r}; analytical tuners skipped",
+                              stacklevel=2)
+        work.append((task, runnable))
 
+    def collect(task: Task, curves: dict[str, list[float]]) -> None:
+        for t, curve in curves.items():
+            comp.curves[t][task.key] = curve
+        if progress is not None:
+            progress(task.key)
+
+    if jobs > 1 and len(work) > 1:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_task_curves, task, ts, k_max, seeds, batch_size): task for task, ts in work}
+            for fut in as_completed(futures):
+                collect(futures[fut], fut.result())
+    else:
+        for task, ts in work:
+            collect(task, _task_curves(task, ts, k_max, seeds, batch_size))
+    # Completion order varies with jobs; keep tasks in input order so output is reproducible.
+    comp.curves = {t: {k: c[k] for k in comp.space_sizes if k in c} for t, c in comp.curves.items()}
+    return comp

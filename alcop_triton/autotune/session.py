@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ..records import Workload
 from .database import Database, GpuKey, TuningRecord, gpu_key, versions
-from .measure import INTERPRETER_GPU, Measurer, ProcessMeasurer
+from .measure import INTERPRETER_GPU, ErrorKind, MeasureResult, Measurer, ProcessMeasurer
 from .space import ConfigSpace
 from .tuner import Trial, TuneResult, make_tuner
 
@@ -54,10 +54,24 @@ def resolve_target(device: str | None = None, gpu: str | None = None) -> Target:
     return Target(device, spec, GpuKey(*INTERPRETER_GPU), "cpu (triton interpreter)", "")
 
 
+def _history(db: Database, workload: Workload, key: GpuKey, vers: dict[str, str]) -> list[MeasureResult]:
+    """Earlier results of this workload on this GPU under the current versions (one per config)."""
+    if not db.path.exists():
+        return []
+    out: dict[Any, MeasureResult] = {}
+    for r in db.records(workload, key):
+        if r.alcop == vers["alcop"] and r.triton == vers["triton"]:
+            # A failure anywhere marks the config failed, as dispatch will treat it.
+            if r.config not in out or not r.ok:
+                out[r.config] = MeasureResult(r.config, r.time_ms, ErrorKind(r.error) if r.error else None,
+                                              r.message, r.timer)
+    return list(out.values())
+
+
 def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "analytical+xgb", n_trials: int = 50,
          batch_size: int = 8, seed: int = 0, variant: str = "full", top_k: int | float | None = None,
          timeout_s: float = 120.0, measurer: Measurer | None = None,
-         on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
+         on_trial: Callable[[Trial], None] | None = None, resume: bool = True) -> TuneResult:
     """Tune one workload and store every measurement in ``db`` as it arrives.
 
     Args:
@@ -72,10 +86,14 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
         timeout_s: a config that makes no progress for this long is recorded as ``timeout``.
         measurer: measure with this instead of an isolated child process (tests, replay).
         on_trial: called after each trial is stored (progress bars).
+        resume: start from this GPU's earlier measurements of the workload (same alcop/triton
+            versions): they are not measured again and ``n_trials`` new configs are tried.
     """
     space = ConfigSpace.build(workload, target.spec, variant=variant, top_k=top_k)
     t = make_tuner(tuner, space, seed=seed)
     vers = versions()
+    if resume:
+        t.warm_start(_history(db, workload, target.key, vers))
 
     def store(trial: Trial) -> None:
         db.add(TuningRecord.from_result(workload, trial.result, target.key, device=target.device_name,

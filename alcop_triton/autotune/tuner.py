@@ -94,9 +94,19 @@ class Tuner(ABC):
     def update(self, trials: Sequence[Trial]) -> None:
         """Learn from a measured batch (model-free tuners ignore it)."""
 
+    def warm_start(self, history: Sequence[MeasureResult]) -> None:
+        """Learn from earlier measurements (e.g. an interrupted run) without measuring them again."""
+        known = [r for r in history if r.config in self.space and r.config not in self.visited]
+        if not known:
+            return
+        self.visited.update(r.config for r in known)
+        start = len(self.trials)
+        self.trials += [Trial(start + i, r, throughput(self.space.workload, r)) for i, r in enumerate(known)]
+        self.update(self.trials[start:])
+
     def tune(self, measurer: Measurer, n_trials: int, *, batch_size: int = 8,
              on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
-        """Measure up to ``n_trials`` configs; ``on_trial`` sees each as it is measured.
+        """Measure up to ``n_trials`` new configs; ``on_trial`` sees each as it is measured.
 
         Ctrl-C stops early: the trials measured so far are returned with ``interrupted=True``
         (and were already passed to ``on_trial``, e.g. written to the database).
@@ -114,8 +124,8 @@ class Tuner(ABC):
                 on_trial(t)
 
         try:
-            while len(self.trials) < n_trials and self.has_next():
-                batch = self.next_batch(min(batch_size, n_trials - len(self.trials)))
+            while len(res.trials) < n_trials and self.has_next():
+                batch = self.next_batch(min(batch_size, n_trials - len(res.trials)))
                 if not batch:
                     break
                 self.visited.update(batch)
@@ -128,48 +138,46 @@ class Tuner(ABC):
         return res
 
 
-class GridTuner(Tuner):
-    """Enumerate the space in order (ALCOP's grid search)."""
-
-    name = "grid"
+class FixedOrderTuner(Tuner):
+    """Proposes configs in an order fixed up front; measurements change nothing."""
 
     def __init__(self, space: ConfigSpace, *, seed: int = 0) -> None:
         super().__init__(space, seed=seed)
-        self._next = 0
+        self._order = self.order()
 
-    def next_batch(self, n: int) -> list[KernelConfig]:
-        out = [c for c in self.space.configs[self._next:self._next + n] if c not in self.visited]
-        self._next += n
-        return out
-
-
-class RandomTuner(Tuner):
-    """Uniform random order, without repeats."""
-
-    name = "random"
-
-    def __init__(self, space: ConfigSpace, *, seed: int = 0) -> None:
-        super().__init__(space, seed=seed)
-        self._order = [space.configs[int(i)] for i in self.rng.permutation(len(space))]
+    @abstractmethod
+    def order(self) -> Sequence[KernelConfig]:
+        """Every config of the space, in proposal order."""
 
     def next_batch(self, n: int) -> list[KernelConfig]:
         return [c for c in self._order if c not in self.visited][:n]
 
 
-class AnalyticalTuner(Tuner):
-    """Measure configs in the analytical model's order; measurements change nothing."""
+class GridTuner(FixedOrderTuner):
+    """Enumerate the space in order (ALCOP's grid search)."""
+
+    name = "grid"
+
+    def order(self) -> Sequence[KernelConfig]:
+        return self.space.configs
+
+
+class RandomTuner(FixedOrderTuner):
+    """Uniform random order, without repeats."""
+
+    name = "random"
+
+    def order(self) -> Sequence[KernelConfig]:
+        return [self.space.configs[int(i)] for i in self.rng.permutation(len(self.space))]
+
+
+class AnalyticalTuner(FixedOrderTuner):
+    """Measure configs in the analytical model's order (ALCOP's "analytical only")."""
 
     name = "analytical"
 
-    def __init__(self, space: ConfigSpace, *, seed: int = 0) -> None:
-        super().__init__(space, seed=seed)
-        self._order = space.ranked()
-        self._next = 0
-
-    def next_batch(self, n: int) -> list[KernelConfig]:
-        out = self._order[self._next:self._next + n]
-        self._next += n
-        return out
+    def order(self) -> Sequence[KernelConfig]:
+        return self.space.ranked()
 
 
 class ModelBasedTuner(Tuner):
@@ -189,9 +197,11 @@ class ModelBasedTuner(Tuner):
 
     def next_batch(self, n: int) -> list[KernelConfig]:
         free = [c for c in self.space.configs if c not in self.visited]
-        if self.random_start and not self.trials:
+        if self.random_start and not self.model.trained:
             return [free[int(i)] for i in self.rng.choice(len(free), size=min(n, len(free)), replace=False)]
-        n_random = min(n, stochastic_round(self.eps * n, self.rng))
+        # Explore only once something was measured: before that, the prior's best guesses are
+        # worth more than random configs (and the 10-trial budget is what users feel).
+        n_random = min(n, stochastic_round(self.eps * n, self.rng)) if self.trials else 0
         best_seen = [t.config for t in sorted(self.trials, key=lambda t: -t.throughput)[:16] if t.throughput > 0]
         picks = self.optimizer.find_maximums(self.model.predict, n - n_random, self.visited, self.rng, best_seen)
         # Exploration slots, and any the optimizer could not fill, get uniform random configs.
@@ -237,5 +247,5 @@ def make_tuner(name: str, space: ConfigSpace, *, seed: int = 0) -> Tuner:
     return cls(space, seed=seed)
 
 
-__all__ = ["TUNERS", "Trial", "TuneResult", "Tuner", "GridTuner", "RandomTuner", "AnalyticalTuner",
+__all__ = ["TUNERS", "Trial", "TuneResult", "Tuner", "FixedOrderTuner", "GridTuner", "RandomTuner", "AnalyticalTuner",
            "ModelBasedTuner", "XGBTuner", "AnalyticalXGBTuner", "make_tuner", "throughput"]

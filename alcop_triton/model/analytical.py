@@ -6,12 +6,13 @@ Term by term (names as in Table 5.1, all in seconds)::
     T_threadblk   = T_init + T_main_loop + T_epilogue
     T_init        = T_smem_load + T_reg_load
     T_main_loop   = PLM(T_smem_load, T_smem_use, N_smem_loop, N_smem_pipe, N_threadblk_per_SM)
-    T_smem_use    = PLM(T_reg_load, T_compute, N_reg_loop, N_reg_pipe, N_mma_issuers) + T_issue
+    T_smem_use    = max(PLM(T_reg_load, T_compute, N_reg_loop, N_reg_pipe, N_mma_issuers), T_issue)
+                    + T_iteration_overhead
     T_compute     = FLOPs_one_reg_loop / (Throughput_SM x Util(warps per block, blocks per SM))
     T_smem_load   = max(T_LLC_load, T_DRAM_load)
     T_LLC_load    = LAT_LLC x s + Bytes_one_smem_loop x N_threadblk_per_batch / BW_LLC
     T_DRAM_load   = LAT_DRAM x s + Bytes_batch_workset_per_loop / BW_DRAM
-    T_epilogue    = LAT_DRAM_write + Bytes_output_tile x N_threadblk_per_batch / BW_DRAM
+    T_epilogue    = LAT_DRAM_write + Bytes_output_tile x N_threadblk_per_batch / BW_L2 (+ layout conversion)
 
 Where this model departs from the table, and why:
 
@@ -24,7 +25,10 @@ Where this model departs from the table, and why:
 * Batches: full batches run with the occupancy-limited blocks per SM, the last partial batch
   with fewer (blocks spread evenly), so wave quantisation shows up as a cheaper last wave rather
   than a whole extra batch.
-* The loop trip count bounds the useful pipeline depth (N_pipe <= N_loop).
+* Stores go to the write-back L2 (the epilogue pays L2 bandwidth); the DRAM traffic of the whole
+  kernel (modelled reads + output) is a floor on T_kernel instead of a per-batch cost.
+* The loop trip count bounds the useful pipeline depth (N_pipe <= N_loop), and on the wgmma path
+  the in-flight async MMA holds one stage (N_pipe = num_stages - 1).
 
 ``resources`` does Triton's resource accounting (shared memory as Triton allocates it, a
 register estimate, threads) and the occupancy simulation that sets N_threadblk_per_SM.
@@ -256,7 +260,10 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
         util = min(1.0, per_sub) * (1.0 if per_sub >= 2 else spec.single_issuer_util)
     tput_sm = spec.tc_flops(wl.dtype, ctx.path) * spec.compute_eff / spec.num_sms
     t_compute = flops_reg / (tput_sm * util)
-    reg_bytes = _operand_smem_reads(c, ctx.path, c.sub_k, eb)
+    # The MMAs of a sub-tile stream k=16 slices, fetching the next slice's operands while the
+    # current one multiplies, so only the first slice's fetch is exposed latency; the rest is
+    # bandwidth, charged in the shared-memory floor below.
+    reg_bytes = _operand_smem_reads(c, ctx.path, _MMA_K, eb)
     t_reg_load = _SMEM_LAT_CYCLES / clk + reg_bytes / smem_bw
     t_reg_loop = pipeline_latency(t_reg_load, t_compute, c.reg_split, c.reg_stages, n_mplx)
 
@@ -271,7 +278,10 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
     else:
         t_issue = spec.tma_issue_cycles * (1 - a_share + a_share * conv) / clk
     t_overhead = spec.iter_overhead_cycles / clk
-    t_smem_use = t_reg_loop + t_issue + t_overhead
+    # Load issue runs on the load/store pipe while the tensor cores work (wgmma is asynchronous;
+    # mma.sync warps interleave with the issuing warps), so it overlaps the MMAs; the barrier or
+    # mbarrier wait that closes an iteration does not.
+    t_smem_use = max(t_reg_loop, t_issue) + t_overhead
 
     # Shared level: loads of one stage for every block of the batch.
     t_llc = spec.lat_l2_read * lat_scale + stage_bytes * n_act / spec.l2_bw
@@ -282,7 +292,10 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
     t_smem_load = max(t_llc, t_dram)
 
     n_loop = ctx.n_loop
-    n_pipe = max(1, min(c.smem_stages, n_loop))
+    # Triton keeps one wgmma group in flight (warpgroup.wait(1)); its stage buffer cannot be
+    # refilled until it retires, so on that path one of the S buffers always belongs to the
+    # tensor cores (measured: num_stages=2 is nearly as slow as 1 with wgmma, not with mma.sync).
+    n_pipe = max(1, min(c.smem_stages - (1 if ctx.path == "wgmma" else 0), n_loop))
     t_plm = pipeline_latency(t_smem_load, t_smem_use, n_loop, n_pipe, b_sm)
     smem_traffic = stage_bytes + _operand_smem_reads(c, ctx.path, c.block_k, eb)
     floors = {
@@ -295,8 +308,10 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
 
     t_init = t_smem_load + t_reg_load
     out_tile = c.block_m * c.block_n * eb
-    # Accumulators leave through a shared-memory layout conversion, then stream to DRAM.
-    t_epilogue = (spec.lat_dram_write + out_tile * n_act / spec.dram_bw
+    # Accumulators leave through a shared-memory layout conversion, then stores land in the
+    # write-back L2, which drains to DRAM while later batches run: the batch pays L2 bandwidth,
+    # and DRAM write bandwidth is charged once for the whole kernel (see ``estimate``).
+    t_epilogue = (spec.lat_dram_write + out_tile * n_act / spec.l2_bw
                   + b_sm * (c.block_m * c.block_n * 4 + out_tile) / smem_bw)
     return {
         "t_threadblk": t_init + t_main + t_epilogue, "t_init": t_init, "t_main_loop": t_main,
@@ -353,7 +368,12 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
     n_full, rem = divmod(total, per_batch)
     full = _threadblock(ctx, res.blocks_per_sm, per_batch) if n_full else None
     last = _threadblock(ctx, ceil_div(rem, spec.num_sms), rem) if rem else None
-    time = n_full * (full["t_threadblk"] if full else 0.0) + (last["t_threadblk"] if last else 0.0) + spec.launch_s
+    t_batches = n_full * (full["t_threadblk"] if full else 0.0) + (last["t_threadblk"] if last else 0.0)
+    # Kernel-wide DRAM floor: the modelled reads of every batch plus the output written once.
+    dram_reads = sum(count * tb["dram_bytes_per_loop"] * ctx.n_loop
+                     for count, tb in ((n_full, full), (1, last)) if tb is not None)
+    t_dram_kernel = (dram_reads + ctx.batch * ctx.m * ctx.n * workload.elem_bytes) / spec.dram_bw
+    time = max(t_batches, t_dram_kernel) + spec.launch_s
     shown = full if full is not None else last
     assert shown is not None  # total >= 1 because Workload rejects empty GEMM dims
     return Estimate(time, True, "", {
@@ -361,7 +381,7 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
         "n_batches": float(n_full + (1 if rem else 0)), "n_full_batches": float(n_full),
         "t_last_batch": last["t_threadblk"] if last else 0.0, "waves": total / per_batch,
         "total_blocks": float(total), "n_loop": float(ctx.n_loop), "dram_scale": ctx.dram_scale,
-        "t_launch": spec.launch_s, "time_s": time,
+        "t_launch": spec.launch_s, "t_dram_kernel": t_dram_kernel, "time_s": time,
     })
 
 

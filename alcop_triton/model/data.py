@@ -1,0 +1,63 @@
+"""Measurement records as the models consume them, read from ``benchmarks/data/*.jsonl``.
+
+The line format is the one in docs/ARCHITECTURE.md; only the workload, the config, the time and
+the error are used here, the provenance fields (gpu, versions, date) stay in the files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..records import KernelConfig, Workload
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured (workload, config): ``time_s`` is None when the run failed (``error`` says why)."""
+
+    workload: Workload
+    config: KernelConfig
+    time_s: float | None
+    error: str | None = None
+    gpu: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.time_s is not None and self.time_s > 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Measurement":
+        t = d.get("time_ms")
+        return cls(Workload.from_dict(d["workload"]), KernelConfig.from_dict(d["config"]),
+                   None if t is None else float(t) * 1e-3, d.get("error"), d.get("gpu"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"workload": self.workload.to_dict(), "config": self.config.to_dict(),
+                "time_ms": None if self.time_s is None else self.time_s * 1e3, "error": self.error,
+                "gpu": self.gpu}
+
+
+def load_jsonl(paths: Iterable[str | Path]) -> list[Measurement]:
+    """Read measurement files; a malformed line raises ValueError naming the file and line."""
+    out: list[Measurement] = []
+    for path in paths:
+        with open(path) as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(Measurement.from_json(json.loads(line)))
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"{path}:{i}: bad measurement record: {e}") from e
+    return out
+
+
+def group_by_workload(ms: Iterable[Measurement]) -> dict[Workload, list[Measurement]]:
+    """Measurements per workload, in first-seen order."""
+    out: dict[Workload, list[Measurement]] = {}
+    for m in ms:
+        out.setdefault(m.workload, []).append(m)
+    return out

@@ -1,0 +1,220 @@
+"""XGBoost ranking cost model pretrained on the analytical model (ALCOP's "Anal. + XGB").
+
+* ``pretrain(workloads, configs)``: one ranking group per workload, labelled with the analytical
+  model's normalised throughput (best predicted time / predicted time; invalid configs 0).
+* ``update(records)``: measurements become their own groups, labelled with measured normalised
+  throughput (failed runs 0) and weighted ``measured_weight`` times a pseudo-labelled group, so
+  they outweigh the analytical labels; measured configs are also dropped from the pseudo group of
+  their workload, so a measurement overrides the prediction it contradicts. Each update continues
+  boosting from the current trees (``update_rounds`` more) on pseudo + measured groups, which
+  works the same after ``load`` (when no pseudo data is in memory).
+* The analytical model's predicted efficiency is the base margin (prior); trees learn corrections.
+* ``predict(workload, configs)``: scores, higher = faster; only the order within a workload means
+  anything.
+* ``save``/``load``: XGBoost's own JSON model format plus a JSON sidecar (feature names, version,
+  parameters); never pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..records import KernelConfig, Workload
+from .analytical import estimate
+from .data import Measurement
+from .features import FEATURE_NAMES, FEATURE_VERSION, featurize
+from .hardware import GPUSpec
+
+SIDECAR_SUFFIX = ".meta.json"
+_EFF = FEATURE_NAMES.index("pred_efficiency")
+_MIN_EFF = 1e-3   # efficiency floor for the prior (invalid configs, NaN)
+
+
+def _xgb() -> Any:
+    try:
+        import xgboost
+    except ImportError as e:  # only the learned model needs it; the analytical model does not
+        raise ImportError("the XGBoost cost model needs the 'xgboost' package: pip install xgboost "
+                          "(or use alcop_triton.model.analytical, which has no extra dependency)") from e
+    return xgboost
+
+
+def _normalised_throughput(times: Sequence[float]) -> np.ndarray:
+    """best / time per entry, 0 for failed (inf/None) entries: the per-workload ranking label."""
+    t = np.array([x if x is not None and math.isfinite(x) and x > 0 else math.inf for x in times], dtype=np.float64)
+    best = t.min() if len(t) else math.inf
+    if not math.isfinite(best):
+        return np.zeros(len(t))
+    return best / t
+
+
+class XGBCostModel:
+    """Learned ranking model over (workload, config) features for one GPU spec."""
+
+    def __init__(self, spec: GPUSpec, *, n_estimators: int = 80, update_rounds: int = 30, max_depth: int = 6,
+                 learning_rate: float = 0.2, objective: str = "rank:pairwise", measured_weight: float = 4.0,
+                 prior_strength: float = 10.0, nthread: int = 2, seed: int = 0) -> None:
+        if objective not in ("rank:pairwise", "rank:ndcg"):
+            raise ValueError(f"objective={objective!r}: must be 'rank:pairwise' or 'rank:ndcg'")
+        self.spec = spec
+        self.n_estimators, self.update_rounds = n_estimators, update_rounds
+        self.measured_weight = measured_weight
+        self.prior_strength = prior_strength   # margin units per e-fold of predicted efficiency
+        self.params: dict[str, Any] = {"objective": objective, "max_depth": max_depth, "eta": learning_rate,
+                                       "nthread": nthread, "seed": seed, "min_child_weight": 1.0,
+                                       "subsample": 1.0, "tree_method": "hist"}
+        if objective == "rank:ndcg":
+            # Labels are fractions in [0, 1]; NDCG's exponential gain wants integer relevance.
+            self.params["ndcg_exp_gain"] = False
+        self._booster: Any = None
+        self._pseudo: dict[Workload, tuple[list[KernelConfig], np.ndarray, np.ndarray]] = {}
+        self._measured: dict[Workload, dict[KernelConfig, float]] = {}
+        self._measured_x: dict[tuple[Workload, KernelConfig], np.ndarray] = {}  # features, computed once
+
+    # -- data -----------------------------------------------------------------------------------
+    def _features(self, workload: Workload, configs: Sequence[KernelConfig]) -> tuple[np.ndarray, np.ndarray]:
+        ests = [estimate(workload, c, self.spec) for c in configs]
+        x = np.stack([featurize(workload, c, self.spec, e) for c, e in zip(configs, ests)])
+        return x, np.array([e.time_s for e in ests])
+
+    def _groups(self) -> tuple[np.ndarray, np.ndarray, list[int], list[float]]:
+        xs, ys, sizes, weights = [], [], [], []
+        for wl, (cfgs, x, pred) in self._pseudo.items():
+            keep = [i for i, c in enumerate(cfgs) if c not in self._measured.get(wl, {})]
+            if len(keep) >= 2:
+                xs.append(x[keep]); ys.append(_normalised_throughput(pred[keep].tolist()))
+                sizes.append(len(keep)); weights.append(1.0)
+        for wl, meas in self._measured.items():
+            if len(meas) >= 2:
+                cfgs = list(meas)
+                xs.append(np.stack([self._measured_x[wl, c] for c in cfgs]))
+                ys.append(_normalised_throughput([meas[c] for c in cfgs]))
+                sizes.append(len(cfgs)); weights.append(self.measured_weight)
+        if not xs:
+            raise ValueError("XGBCostModel: no ranking group with at least two configs to train on")
+        return np.concatenate(xs), np.concatenate(ys), sizes, weights
+
+    def _margin(self, x: np.ndarray) -> np.ndarray:
+        """The analytical prior as a base margin: trees learn corrections to it, not the ranking
+        from scratch (a learned residual; the trees' histogram bins are too coarse to re-learn the
+        fine order of near-equal configs)."""
+        eff = np.nan_to_num(x[:, _EFF], nan=_MIN_EFF)
+        return self.prior_strength * np.log(np.clip(eff, _MIN_EFF, None))
+
+    def _dmatrix(self, x: np.ndarray, y: np.ndarray | None = None) -> Any:
+        d = _xgb().DMatrix(x, label=y, feature_names=FEATURE_NAMES)
+        d.set_base_margin(self._margin(x))
+        return d
+
+    def _boost(self, rounds: int, fresh: bool) -> None:
+        xgb = _xgb()
+        x, y, sizes, weights = self._groups()
+        d = self._dmatrix(x, y)
+        d.set_group(sizes)
+        d.set_weight(np.array(weights))  # ranking weights are per group
+        self._booster = xgb.train(self.params, d, num_boost_round=rounds,
+                                  xgb_model=None if fresh or self._booster is None else self._booster)
+
+    # -- public API ----------------------------------------------------------------------------
+    def pretrain(self, workloads: Iterable[Workload], configs: Sequence[KernelConfig]) -> "XGBCostModel":
+        """Fit from scratch on analytical pseudo-labels of every config on every workload."""
+        cfgs = list(configs)
+        for wl in workloads:
+            x, pred = self._features(wl, cfgs)
+            self._pseudo[wl] = (cfgs, x, pred)
+        self._boost(self.n_estimators, fresh=True)
+        return self
+
+    def update(self, records: Iterable[Measurement]) -> "XGBCostModel":
+        """Add measurements (failed runs rank last) and continue boosting on all data held."""
+        for r in records:
+            self._measured.setdefault(r.workload, {})[r.config] = r.time_s if r.ok else math.inf  # type: ignore[assignment]
+            if (r.workload, r.config) not in self._measured_x:
+                self._measured_x[r.workload, r.config] = featurize(r.workload, r.config, self.spec)
+        self._boost(self.update_rounds if self._booster is not None else self.n_estimators, fresh=False)
+        return self
+
+    def predict(self, workload: Workload, configs: Sequence[KernelConfig]) -> np.ndarray:
+        """Scores of ``configs`` on ``workload``: higher means predicted faster."""
+        if self._booster is None:
+            raise RuntimeError("XGBCostModel.predict: call pretrain() or update() (or load()) first")
+        if not configs:
+            return np.zeros(0)
+        x, _ = self._features(workload, configs)
+        return self._booster.predict(self._dmatrix(x))
+
+    def copy(self) -> "XGBCostModel":
+        """An independent model with the same trees and data (for what-if updates)."""
+        other = XGBCostModel.__new__(XGBCostModel)
+        other.__dict__.update(self.__dict__)
+        other.params = dict(self.params)
+        other._pseudo = dict(self._pseudo)
+        other._measured = {wl: dict(m) for wl, m in self._measured.items()}
+        other._measured_x = dict(self._measured_x)
+        other._booster = self._booster.copy() if self._booster is not None else None
+        return other
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``path`` (XGBoost JSON model; '.json' is added if missing) and its sidecar."""
+        if self._booster is None:
+            raise RuntimeError("XGBCostModel.save: nothing trained yet")
+        path = Path(path)
+        if path.suffix != ".json":
+            path = path.with_name(path.name + ".json")
+        self._booster.save_model(str(path))
+        meta = {"format": "alcop_triton.xgb_cost_model", "feature_version": FEATURE_VERSION,
+                "feature_names": FEATURE_NAMES, "params": self.params, "n_estimators": self.n_estimators,
+                "update_rounds": self.update_rounds, "measured_weight": self.measured_weight,
+                "prior_strength": self.prior_strength,
+                "spec": self.spec.to_dict()}
+        _sidecar(path).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, spec: GPUSpec | None = None) -> "XGBCostModel":
+        """Read a model written by ``save``; ``spec`` defaults to the one it was trained for.
+
+        Raises ValueError when the sidecar's features differ from this version's FEATURE_NAMES.
+        """
+        path = Path(path)
+        meta = json.loads(_sidecar(path).read_text())
+        if meta.get("format") != "alcop_triton.xgb_cost_model":
+            raise ValueError(f"{_sidecar(path)}: not an alcop_triton XGBoost cost model sidecar")
+        if meta["feature_version"] != FEATURE_VERSION or meta["feature_names"] != FEATURE_NAMES:
+            raise ValueError(f"{path}: trained on feature version {meta['feature_version']}, this code has "
+                             f"{FEATURE_VERSION}; retrain (pretrain + update) rather than reuse it")
+        p = meta["params"]
+        model = cls(spec if spec is not None else GPUSpec.from_dict(meta["spec"]), n_estimators=meta["n_estimators"],
+                    update_rounds=meta["update_rounds"], max_depth=p["max_depth"], learning_rate=p["eta"],
+                    objective=p["objective"], measured_weight=meta["measured_weight"],
+                    prior_strength=meta["prior_strength"], nthread=p["nthread"],
+                    seed=p["seed"])
+        booster = _xgb().Booster()
+        booster.load_model(str(path))
+        model._booster = booster
+        return model
+
+
+def _sidecar(model_path: Path) -> Path:
+    return model_path.with_name(model_path.name[: -len(".json")] + SIDECAR_SUFFIX)
+
+
+def pairwise_accuracy(scores: Sequence[float], times: Sequence[float], tolerance: float = 0.01) -> float:
+    """Share of config pairs ordered correctly (higher score = lower time).
+
+    Pairs whose measured times differ by less than ``tolerance`` (relative) are skipped: their
+    order is within measurement noise. NaN when no pair qualifies.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    t = np.asarray(times, dtype=np.float64)
+    i, j = np.triu_indices(len(t), k=1)
+    keep = np.abs(t[i] - t[j]) > tolerance * np.minimum(t[i], t[j])
+    if not keep.any():
+        return float("nan")
+    i, j = i[keep], j[keep]
+    return float(np.mean((s[i] > s[j]) == (t[i] < t[j])))

@@ -1,0 +1,369 @@
+"""Drop-in replacements for torch's matrix products and convolutions, running alcop kernels.
+
+``matmul``, ``mm``, ``bmm``, ``addmm``, ``baddbmm``, ``linear``, ``conv1d``, ``conv2d`` and ``conv3d``
+take torch's arguments and follow its semantics (broadcasting, 1-D promotion and squeezing,
+``out=``, 'same'/'valid' padding, groups, unbatched inputs); invalid arguments raise the exception
+type torch raises, with a message naming the argument, its value and the rule. Keyword-only
+extensions fuse epilogues into the kernel: ``linear(..., activation=, residual=)`` and
+``convNd(..., activation=)``. The work happens in ``torch.ops.alcop.*`` (``alcop_triton.library``),
+so autograd and ``torch.compile`` see one custom op per product.
+
+Inputs alcop does not handle fall back to torch (logged once per reason; ``ALCOP_STRICT=1`` raises
+``UnsupportedError``): dtypes other than float16/bfloat16/float32, devices other than CUDA and CPU,
+non-strided layouts, CUDA tensors while ``TRITON_INTERPRET=1``. CPU tensors run in Triton's
+interpreter, which is slow: it exists for testing.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from . import library as L
+
+Tensor = torch.Tensor
+
+__all__ = ["addmm", "baddbmm", "bmm", "conv1d", "conv2d", "conv3d", "linear", "matmul", "mm"]
+
+
+# ----------------------------------------------------------------------------- argument checks
+
+def _need_tensor(op: str, name: str, x: Any) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{op}(): argument '{name}' must be Tensor, not {type(x).__name__}")
+
+
+def _shape(t: Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _falls_back(op: str, *tensors: Tensor | None) -> bool:
+    reason = L.static_reason(*tensors)
+    if reason is None:
+        return False
+    L.fallback(op, reason)
+    return True
+
+
+def _broadcast(s1: tuple[int, ...], s2: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The broadcast of two shapes (torch's rules), None when they do not broadcast.
+
+    Plain Python, so that torch.compile folds it into guards instead of recording graph nodes.
+    """
+    n = max(len(s1), len(s2))
+    s1, s2 = (1,) * (n - len(s1)) + s1, (1,) * (n - len(s2)) + s2
+    out = []
+    for a, b in zip(s1, s2):
+        if a != b and a != 1 and b != 1:
+            return None
+        out.append(a if b == 1 else b)
+    return tuple(out)
+
+
+def _broadcast_to(op: str, name: str, t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """``t`` expanded to ``shape`` (a stride-0 view), or torch's RuntimeError naming the argument."""
+    if _broadcast(_shape(t), shape) != shape:
+        raise RuntimeError(f"{op}(): {name}.shape={_shape(t)} does not broadcast to the output's shape {shape}")
+    return t.expand(shape)
+
+
+def _check_out(op: str, out: Any, like: Tensor, inputs: Sequence[Tensor | None]) -> None:
+    _need_tensor(op, "out", out)
+    if out.dtype != like.dtype:
+        raise RuntimeError(f"{op}(): expected out to have dtype {L.dtype_name(like.dtype)}, but got "
+                           f"out.dtype={L.dtype_name(out.dtype)}")
+    if out.device != like.device:
+        raise RuntimeError(f"{op}(): expected out on {like.device}, the inputs' device, but out is on {out.device}")
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*inputs, out)):
+        raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, "
+                           "but one of the arguments requires grad.")
+
+
+def _resize_out(out: Tensor, shape: tuple[int, ...]) -> None:
+    """torch's ``out=`` contract: a wrongly shaped ``out`` is resized (with torch's warning unless empty)."""
+    if _shape(out) == shape:
+        return
+    if out.numel() != 0:
+        warnings.warn(f"An output with one or more elements was resized since it had shape {list(out.shape)}, which "
+                      f"does not match the required output shape {list(shape)}. This behavior is deprecated, and in "
+                      "a future PyTorch release outputs will not be resized unless they have zero elements.",
+                      UserWarning, stacklevel=4)
+    out.resize_(shape)
+
+
+def _shares_memory(a: Tensor, b: Tensor | None) -> bool:
+    return b is not None and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+# ----------------------------------------------------------------------------- GEMM family
+
+def _gemm(op: str, a: Tensor, b: Tensor, bias: Tensor | None, residual: Tensor | None, activation: str | None,
+          alpha: float, beta: float, shape: tuple[int, ...], out: Tensor | None, inputs: Sequence[Tensor]) -> Tensor:
+    """Run the 2-D/3-D GEMM ``a @ b`` (+ epilogue) and give it ``shape`` (the drop-in's result shape)."""
+    plain = bias is None and residual is None and activation is None and alpha == 1.0
+    if out is None:
+        if plain:
+            y = torch.ops.alcop.mm(a, b) if a.dim() == 2 else torch.ops.alcop.bmm(a, b)
+        else:
+            y = torch.ops.alcop.gemm(a, b, bias, residual, activation, float(alpha), float(beta))
+        return y.view(shape)
+    _check_out(op, out, a, inputs)
+    _resize_out(out, shape)
+    gemm_shape = _shape(a)[:-1] + (b.shape[-1],)
+    try:
+        view = out.view(gemm_shape)
+    except RuntimeError:  # strides that cannot hold the GEMM's (batch, M, N) view: compute, then copy
+        view = None
+    if view is None or any(_shares_memory(out, t) for t in (a, b, bias, residual)):
+        out.copy_(torch.ops.alcop.gemm(a, b, bias, residual, activation, float(alpha), float(beta)).view(shape))
+    else:
+        torch.ops.alcop.gemm_out(a, b, bias, residual, activation, float(alpha), float(beta), view)
+    return out
+
+
+def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``torch.matmul``: 1-D operands promoted and squeezed, batch dims broadcast, any strides.
+
+    A batched ``input`` times a matrix folds the batch into the rows (one 2-D GEMM); otherwise the
+    batch dims broadcast (stride-0 views where they can) and run as one batched GEMM.
+    """
+    op = "matmul"
+    _need_tensor(op, "input", input)
+    _need_tensor(op, "other", other)
+    if input.dim() == 0 or other.dim() == 0:
+        raise RuntimeError(f"matmul(): both arguments need to be at least 1-D, but input is {input.dim()}-D and "
+                           f"other is {other.dim()}-D")
+    L.check_same(op, ("input", "other"), (input, other))
+    a = input.unsqueeze(0) if input.dim() == 1 else input
+    b = other.unsqueeze(-1) if other.dim() == 1 else other
+    if a.shape[-1] != b.shape[-2]:
+        raise RuntimeError(f"matmul(): input.shape={_shape(input)} and other.shape={_shape(other)} cannot be "
+                           f"multiplied: input's last dim ({a.shape[-1]}) must equal other's "
+                           f"{'only' if other.dim() == 1 else 'second to last'} dim ({b.shape[-2]})")
+    batch = _broadcast(_shape(a)[:-2], _shape(b)[:-2])
+    if batch is None:
+        raise RuntimeError(f"matmul(): the batch dims of input.shape={_shape(input)} and other.shape="
+                           f"{_shape(other)} do not broadcast ({_shape(a)[:-2]} vs {_shape(b)[:-2]})")
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    shape = batch + ((m,) if input.dim() > 1 else ()) + ((n,) if other.dim() > 1 else ())
+    if _falls_back(op, input, other):
+        return torch.matmul(input, other, out=out)
+    if b.dim() == 2:
+        a2, b2 = a.reshape(math.prod(_shape(a)[:-1]), k), b
+    else:
+        nb = math.prod(batch)
+        a2 = a.expand(*batch, m, k).reshape(nb, m, k)
+        b2 = b.expand(*batch, k, n).reshape(nb, k, n)
+    return _gemm(op, a2, b2, None, None, None, 1.0, 1.0, shape, out, (input, other))
+
+
+def _check_matrices(op: str, names: tuple[str, str], a: Any, b: Any, ndim: int) -> None:
+    for name, t in zip(names, (a, b)):
+        _need_tensor(op, name, t)
+    for name, t in zip(names, (a, b)):
+        if t.dim() != ndim:
+            raise RuntimeError(f"{op}(): {name} must be a {ndim}-D tensor "
+                               f"({'matrix' if ndim == 2 else 'batch of matrices'}), got {name}.shape={_shape(t)}")
+    L.check_same(op, names, (a, b))
+    if ndim == 3 and a.shape[0] != b.shape[0]:
+        raise RuntimeError(f"{op}(): {names[0]}.shape={_shape(a)} and {names[1]}.shape={_shape(b)} have different "
+                           f"batch sizes ({a.shape[0]} vs {b.shape[0]}); {op} does not broadcast (matmul does)")
+    if a.shape[-1] != b.shape[-2]:
+        raise RuntimeError(f"{op}(): {names[0]}.shape={_shape(a)} and {names[1]}.shape={_shape(b)} cannot be "
+                           f"multiplied: {names[0]}'s last dim ({a.shape[-1]}) must equal {names[1]}'s second to "
+                           f"last ({b.shape[-2]})")
+
+
+def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``torch.mm``: (n, m) @ (m, p), any strides (a transposed operand is a strided view)."""
+    _check_matrices("mm", ("input", "mat2"), input, mat2, 2)
+    if _falls_back("mm", input, mat2):
+        return torch.mm(input, mat2, out=out)
+    shape = (input.shape[0], mat2.shape[1])
+    return _gemm("mm", input, mat2, None, None, None, 1.0, 1.0, shape, out, (input, mat2))
+
+
+def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``torch.bmm``: (b, n, m) @ (b, m, p) with equal batch sizes (torch's bmm does not broadcast)."""
+    _check_matrices("bmm", ("input", "mat2"), input, mat2, 3)
+    if _falls_back("bmm", input, mat2):
+        return torch.bmm(input, mat2, out=out)
+    shape = (input.shape[0], input.shape[1], mat2.shape[2])
+    return _gemm("bmm", input, mat2, None, None, None, 1.0, 1.0, shape, out, (input, mat2))
+
+
+def _add_product(op: str, input: Tensor, m1: Tensor, m2: Tensor, beta: float, alpha: float, out: Tensor | None,
+                 ndim: int, torch_fn: Callable[..., Tensor]) -> Tensor:
+    names = ("mat1", "mat2") if ndim == 2 else ("batch1", "batch2")
+    _need_tensor(op, "input", input)
+    _check_matrices(op, names, m1, m2, ndim)
+    L.check_same(op, ("input", names[0]), (input, m1))
+    shape = _shape(m1)[:-1] + (m2.shape[-1],)
+    residual = _broadcast_to(op, "input", input, shape)
+    if _falls_back(op, input, m1, m2):
+        return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
+    # beta == 0 ignores input entirely (NaN in it does not propagate), as torch specifies.
+    return _gemm(op, m1, m2, None, residual if beta != 0 else None, None, alpha, beta, shape, out, (input, m1, m2))
+
+
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: float = 1, alpha: float = 1,
+          out: Tensor | None = None) -> Tensor:
+    """``torch.addmm``: ``beta * input + alpha * (mat1 @ mat2)``, fused into the GEMM's store."""
+    return _add_product("addmm", input, mat1, mat2, beta, alpha, out, 2, torch.addmm)
+
+
+def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1, alpha: float = 1,
+            out: Tensor | None = None) -> Tensor:
+    """``torch.baddbmm``: ``beta * input + alpha * (batch1 @ batch2)`` (e.g. scaled attention scores)."""
+    return _add_product("baddbmm", input, batch1, batch2, beta, alpha, out, 3, torch.baddbmm)
+
+
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation: str | None = None,
+           residual: Tensor | None = None) -> Tensor:
+    """``F.linear`` (``input @ weight.T + bias``), optionally ``activation(...) + residual``, fused.
+
+    ``activation`` is one of relu, gelu (exact, as ``F.gelu``), silu, tanh, sigmoid; ``residual``
+    broadcasts to the output. A 1-D weight gives a matrix-vector product, as in torch.
+    """
+    op = "linear"
+    _need_tensor(op, "input", input)
+    _need_tensor(op, "weight", weight)
+    for name, t in (("bias", bias), ("residual", residual)):
+        if t is not None:
+            _need_tensor(op, name, t)
+    if input.dim() == 0 or weight.dim() == 0:
+        raise RuntimeError(f"linear(): both arguments to linear need to be at least 1-D, but input is "
+                           f"{input.dim()}-D and weight is {weight.dim()}-D")
+    if weight.dim() > 2:
+        raise RuntimeError(f"linear(): weight must be 2-D (out_features, in_features) or 1-D (in_features,), got "
+                           f"weight.shape={_shape(weight)}")
+    L.check_same(op, ("input", "weight", "bias", "residual"), (input, weight, bias, residual))
+    L.check_activation(op, activation)
+    if weight.dim() == 1:
+        if bias is not None:
+            raise RuntimeError(f"linear(): a 1-D weight {_shape(weight)} gives a matrix-vector product, which takes "
+                               f"no bias (got bias.shape={_shape(bias)}); torch requires a 2-D weight with a bias")
+        res = residual.unsqueeze(-1) if residual is not None else None
+        return linear(input, weight.unsqueeze(0), activation=activation, residual=res).squeeze(-1)
+    if input.shape[-1] != weight.shape[1]:
+        raise RuntimeError(f"linear(): input.shape={_shape(input)} and weight.shape={_shape(weight)}: input's last "
+                           f"dim ({input.shape[-1]}) must equal in_features = weight.shape[1] ({weight.shape[1]})")
+    shape = _shape(input)[:-1] + (weight.shape[0],)
+    if bias is not None and bias.dim() > 1 and all(s == 1 for s in bias.shape[:-1]):
+        bias = bias.reshape(bias.shape[-1:])  # (1, ..., out_features) is a per-column bias
+    if bias is not None and bias.dim() > 1:
+        # A bias that varies along rows is an addend after the product: it joins the residual.
+        if activation is not None:
+            raise ValueError(f"linear(activation={activation!r}): the fused activation takes a bias of shape "
+                             f"(out_features,) = ({weight.shape[0]},), got bias.shape={_shape(bias)}")
+        bias_full = _broadcast_to(op, "bias", bias, shape)
+        residual = bias_full if residual is None else bias_full + _broadcast_to(op, "residual", residual, shape)
+        bias = None
+    elif bias is not None:
+        bias = _broadcast_to(op, "bias", bias, (weight.shape[0],))
+    if residual is not None:
+        residual = _broadcast_to(op, "residual", residual, shape)
+    if _falls_back(op, input, weight, bias, residual):
+        y = F.linear(input, weight, bias)
+        y = L.TORCH_ACTIVATIONS[activation](y) if activation else y
+        return y + residual if residual is not None else y
+    return torch.ops.alcop.linear(input, weight, bias, residual, activation)
+
+
+# ----------------------------------------------------------------------------- convolutions
+
+def _ints(op: str, name: str, v: Any, nd: int, low: int) -> tuple[int, ...]:
+    """An int or a sequence of 1 or nd ints, each >= low (torch's rules and exception types)."""
+    vals = (v,) if isinstance(v, int) and not isinstance(v, bool) else tuple(v) if isinstance(v, (tuple, list)) else None
+    if vals is None or any(not isinstance(x, int) or isinstance(x, bool) for x in vals):
+        raise TypeError(f"{op}(): argument '{name}' must be an int or a tuple of {nd} ints, got {v!r}")
+    if len(vals) == 1:
+        vals = vals * nd
+    if len(vals) != nd:
+        raise RuntimeError(f"{op}(): expected {name} to be a single integer value or a list of {nd} values to match "
+                           f"the convolution dimensions, but got {name}={list(vals)}")
+    if any(x < low for x in vals):
+        kind = "negative" if low == 0 else "non-positive"
+        raise RuntimeError(f"{op}(): {kind} {name} is not supported: {name}={list(vals)} (each must be >= {low})")
+    return vals
+
+
+def _conv(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any,
+          groups: Any, activation: str | None) -> Tensor:
+    op = f"conv{nd}d"
+    _need_tensor(op, "input", input)
+    _need_tensor(op, "weight", weight)
+    if bias is not None:
+        _need_tensor(op, "bias", bias)
+    if input.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {op}, but got input of "
+                           f"size: {list(input.shape)}")
+    if weight.dim() != nd + 2:
+        raise RuntimeError(f"{op}(): weight must be {nd + 2}-D (out_channels, in_channels / groups, *kernel), got "
+                           f"weight.shape={_shape(weight)}")
+    strides = _ints(op, "stride", stride, nd, 1)
+    dilations = _ints(op, "dilation", dilation, nd, 1)
+    if not isinstance(groups, int) or isinstance(groups, bool):
+        raise TypeError(f"{op}(): argument 'groups' must be int, not {type(groups).__name__}")
+    if groups < 1:
+        raise RuntimeError(f"{op}(): non-positive groups is not supported: groups={groups}")
+    batched = input.dim() == nd + 2
+    x = input if batched else input.unsqueeze(0)
+    if weight.shape[0] % groups:
+        raise RuntimeError(f"{op}(): groups={groups} must divide out_channels = weight.shape[0] = {weight.shape[0]}")
+    if x.shape[1] != weight.shape[1] * groups:
+        raise RuntimeError(f"{op}(): Given groups={groups}, weight of size {list(weight.shape)}, expected input"
+                           f"{list(input.shape)} to have {weight.shape[1] * groups} channels "
+                           f"(weight.shape[1] * groups), but got {x.shape[1]} channels instead")
+    if bias is not None and _shape(bias) != (weight.shape[0],):
+        raise RuntimeError(f"{op}(): bias.shape={_shape(bias)}, expected ({weight.shape[0]},): one per out channel")
+    L.check_same(op, ("input", "weight", "bias"), (input, weight, bias))
+    ks = _shape(weight)[2:]
+    if isinstance(padding, str):
+        if padding == "valid":
+            pad_left = pad_right = (0,) * nd
+        elif padding == "same":
+            if any(s != 1 for s in strides):
+                raise RuntimeError(f"{op}(): padding='same' is not supported for strided convolutions "
+                                   f"(stride={list(strides)})")
+            total = [dilations[i] * (ks[i] - 1) for i in range(nd)]
+            pad_left = tuple(t // 2 for t in total)  # torch puts the odd element of padding on the right
+            pad_right = tuple(t - t // 2 for t in total)
+        else:
+            raise RuntimeError(f"{op}(): Invalid padding string: {padding!r}; expected 'same', 'valid' or ints")
+    else:
+        pad_left = pad_right = _ints(op, "padding", padding, nd, 0)
+    for i in range(nd):
+        if x.shape[2 + i] + pad_left[i] + pad_right[i] < dilations[i] * (ks[i] - 1) + 1:
+            raise RuntimeError(f"{op}(): Calculated padded input size per channel: "
+                               f"{[x.shape[2 + j] + pad_left[j] + pad_right[j] for j in range(nd)]}. Kernel size: "
+                               f"{list(ks)} (dilation {list(dilations)}). Kernel size can't be greater than actual "
+                               "input size")
+    L.check_activation(op, activation)
+    if _falls_back(op, input, weight, bias):
+        y = (F.conv1d, F.conv2d, F.conv3d)[nd - 1](input, weight, bias, stride, padding, dilation, groups)
+        return L.TORCH_ACTIVATIONS[activation](y) if activation else y
+    y = torch.ops.alcop.conv(x, weight, bias, strides, pad_left, pad_right, dilations, groups, activation)
+    return y if batched else y.squeeze(0)
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1, *, activation: str | None = None) -> Tensor:
+    """``F.conv1d`` as implicit GEMM; ``activation`` fuses into the store."""
+    return _conv(1, input, weight, bias, stride, padding, dilation, groups, activation)
+
+
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1, *, activation: str | None = None) -> Tensor:
+    """``F.conv2d`` as implicit GEMM (NCHW or channels_last, groups incl. depthwise); ``activation`` fuses."""
+    return _conv(2, input, weight, bias, stride, padding, dilation, groups, activation)
+
+
+def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+           dilation: Any = 1, groups: int = 1, *, activation: str | None = None) -> Tensor:
+    """``F.conv3d`` as implicit GEMM; ``activation`` fuses into the store."""
+    return _conv(3, input, weight, bias, stride, padding, dilation, groups, activation)

@@ -1,0 +1,229 @@
+"""Measure a config grid per workload on the current GPU; every record goes to a JSONL file.
+
+    python benchmarks/collect_grid.py --suite tests/data/alcop_suite.json --ops dense,bmm \
+        --grid full --out benchmarks/data/h100_wgmma.jsonl --budget-s 420
+
+One generated kernel serves every shape of an op (sizes are runtime arguments), so configs are
+compiled once, in parallel worker processes that fill Triton's on-disk cache, and then timed on
+every shape. Each (shape, config) is checked against torch on the same random inputs (output
+poisoned with NaN first), then timed: 3 warm-up launches, then ``--reps`` launches each after an L2
+flush, median of CUDA-event times. torch (cuBLAS/cuDNN) is timed the same way per shape.
+Records follow docs/ARCHITECTURE.md; failures are recorded with their kind, never dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+GRIDS = {
+    # The exhaustive grid the models and tuners are evaluated against (issues 5 and 6).
+    "full": dict(block_m=(64, 128), block_n=(64, 128, 256), block_k=(32, 64), num_warps=(4, 8),
+                 smem_stages=(1, 2, 3, 4, 5, 6, 8), reg=((1, 1), (2, 1), (2, 2)), async_copy=("pointer",)),
+    # The ablation study on the Ampere-style path (issue 3): same knobs, fewer tiles.
+    "variants": dict(block_m=(64, 128), block_n=(64, 128), block_k=(32, 64), num_warps=(4, 8),
+                     smem_stages=(1, 2, 3, 4, 6, 8), reg=((1, 1), (2, 1), (2, 2)), async_copy=("pointer",)),
+    # TMA vs cp.async on the best tiles.
+    "tma": dict(block_m=(128,), block_n=(128, 256), block_k=(64,), num_warps=(8,),
+                smem_stages=(2, 3, 4), reg=((1, 1), (2, 1)), async_copy=("pointer", "tma")),
+}
+
+
+def grid_configs(name: str) -> list[Any]:
+    from alcop_triton.records import KernelConfig
+    g = GRIDS[name]
+    out = []
+    for bm, bn, bk, w, s, (r, x), a in itertools.product(g["block_m"], g["block_n"], g["block_k"], g["num_warps"],
+                                                         g["smem_stages"], g["reg"], g["async_copy"]):
+        out.append(KernelConfig(bm, bn, bk, 8, w, s, r, x, a))
+    return out
+
+
+def workloads(suite: dict[str, Any], ops: list[str], conv_layers: int) -> list[Any]:
+    from alcop_triton.records import Workload
+    out = []
+    if "dense" in ops:
+        out += [Workload("matmul", tuple(s), "float16", "nt") for s in suite["dense"]["shapes_MNK"]]
+    if "bmm" in ops:
+        out += [Workload("bmm", tuple(s), "float16", "nt") for s in suite["bmm"]["shapes_BMNK"]]
+    if "conv2d" in ops:
+        out += [Workload("conv2d", tuple(s), "float16", "nhwc") for s in suite["conv2d"]["shapes"][:conv_layers]]
+    return out
+
+
+def useful(w: Any, c: Any, smem_limit: int) -> bool:
+    """The tuner space's shape rules (no tile beyond the problem, no stages beyond the trip count),
+    and no config whose stages ``plan_pipeline`` would clamp to fit shared memory: it would run as
+    a shallower config that the grid already holds."""
+    from alcop_triton.autotune.space import shape_reason
+    per_stage = (c.block_m * c.block_k + c.block_k * c.block_n) * w.elem_bytes
+    return shape_reason(w, c, None) is None and per_stage * c.smem_stages <= smem_limit
+
+
+def _compile_worker(job: tuple[str, list[dict[str, Any]]]) -> list[str]:
+    """Compile configs for one workload family by running each once on a small problem."""
+    import torch
+
+    from alcop_triton.kernels.runner import make_runner
+    from alcop_triton.records import KernelConfig, Workload
+    wd, cfgs = job
+    w = Workload.from_dict(json.loads(wd))
+    errs = []
+    for cd in cfgs:
+        c = KernelConfig.from_dict(cd)
+        try:
+            r = make_runner(w, c, "cuda")
+            r.run(r.inputs(0))
+            torch.cuda.synchronize()
+        except Exception as e:  # recorded by the main process when it meets the config again
+            errs.append(f"{c}: {type(e).__name__}: {str(e)[:200]}")
+    return errs
+
+
+def precompile(family: list[tuple[Any, list[Any]]], workers: int) -> None:
+    """Fill Triton's cache from ``workers`` processes (compilation is CPU-bound and per config)."""
+    from alcop_triton.records import Workload
+    jobs = []
+    for w, cfgs in family:
+        small = {"matmul": Workload("matmul", (512, 512, 1024), w.dtype, w.layout),
+                 "bmm": Workload("bmm", (2, 256, 256, 512), w.dtype, w.layout)}.get(w.op, w)
+        ds = [c.to_dict() for c in cfgs]
+        for i in range(workers):
+            part = ds[i::workers]
+            if part:
+                jobs.append((json.dumps(small.to_dict()), part))
+    t0 = time.time()
+    import multiprocessing as mp
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+        n_err = sum(len(e) for e in ex.map(_compile_worker, jobs))
+    print(f"[collect] precompiled {sum(len(j[1]) for j in jobs)} (workload, config) pairs in {time.time() - t0:.0f}s, "
+          f"{n_err} failed", flush=True)
+
+
+class Timer:
+    def __init__(self, reps: int) -> None:
+        import torch
+        self.reps = reps
+        self.flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+
+    def __call__(self, fn: Any) -> float:
+        import torch
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(self.reps):
+            self.flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", default="tests/data/alcop_suite.json")
+    ap.add_argument("--ops", default="dense,bmm")
+    ap.add_argument("--grid", default="full", choices=sorted(GRIDS))
+    ap.add_argument("--conv-layers", type=int, default=6)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--budget-s", type=float, default=420.0)
+    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--mma", default="wgmma", help="label only; set DISABLE_MMA_V3=1 for mma_sync")
+    ap.add_argument("--limit-shapes", type=int, default=0, help="first N workloads only (smoke runs)")
+    a = ap.parse_args(argv)
+    t_start = time.time()
+
+    import torch
+    import triton
+
+    import alcop_triton
+    from alcop_triton.kernels.runner import make_runner
+    from alcop_triton.model.hardware import detect
+
+    spec = detect()
+    meta = {"gpu": spec.name, "device": torch.cuda.get_device_name(), "cc": ".".join(map(str, torch.cuda.get_device_capability())),
+            "mma": a.mma, "triton": triton.__version__, "torch": torch.__version__.split("+")[0],
+            "alcop": alcop_triton.__version__, "date": datetime.date.today().isoformat()}
+    suite = json.loads(Path(a.suite).read_text())
+    wls = workloads(suite, a.ops.split(","), a.conv_layers)
+    wls = wls[: a.limit_shapes] if a.limit_shapes else wls
+    cfgs = grid_configs(a.grid)
+    fam: dict[tuple[str, str], tuple[Any, set[Any]]] = {}
+    for w in wls:
+        fam.setdefault((w.op, w.layout), (w, set()))[1].update(c for c in cfgs if useful(w, c, spec.smem_per_block))
+    precompile([(w, sorted(cs)) for w, cs in fam.values()], a.workers)
+
+    timer = Timer(a.reps)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    n_rec = 0
+    # Shapes interleaved with configs in an order where a cut-off by the budget still leaves every
+    # workload with a comparable (same-config) sample: config-major, workload-minor.
+    per_w = {w: [c for c in cfgs if useful(w, c, spec.smem_per_block)] for w in wls}
+    with out.open("a") as f:
+        def write(rec: dict[str, Any]) -> None:
+            nonlocal n_rec
+            f.write(json.dumps(rec | meta) + "\n")
+            n_rec += 1
+        runners: dict[Any, Any] = {}
+        refs: dict[Any, Any] = {}
+        for w in wls:  # torch baseline per shape
+            r = make_runner(w, cfgs[0], "cuda")
+            x = r.inputs(0)
+            refs[w] = (x, r.reference(x) if w.op.startswith("conv") else (x[0] @ x[1]))
+            fn = (lambda x=x: torch.nn.functional.conv2d(x[0], x[1], None, w.conv_params()["stride"], w.conv_params()["pad"])) \
+                if w.op.startswith("conv") else (lambda x=x: torch.matmul(x[0], x[1]))
+            write({"workload": w.to_dict(), "config": None, "impl": "torch", "time_ms": timer(fn), "error": None})
+        order = sorted({(i, w) for w in wls for i, _ in enumerate(per_w[w])}, key=lambda t: (t[0], wls.index(t[1])))
+        for i, w in order:
+            if time.time() - t_start > a.budget_s:
+                print(f"[collect] budget of {a.budget_s:.0f}s reached; stopping", flush=True)
+                break
+            c = per_w[w][i]
+            rec: dict[str, Any] = {"workload": w.to_dict(), "config": c.to_dict(), "impl": "alcop", "time_ms": None,
+                                   "error": None}
+            try:
+                r = runners.get((w, c)) or make_runner(w, c, "cuda")
+                x, ref = refs[w]
+                launch, o = r.bind(x)
+                o.fill_(float("nan"))
+                launch()
+                torch.cuda.synchronize()
+                err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+                if not err <= 1e-2:
+                    rec.update(error="wrong_answer", message=f"relative error {err:.3g}")
+                else:
+                    rec["time_ms"] = timer(launch)
+            except Exception as e:
+                msg = f"{type(e).__name__}: {str(e)[:300]}"
+                kind = "out_of_resources" if "out of resource" in msg.lower() or "OutOfResources" in msg else \
+                    "compile" if "Compil" in msg or "PTXAS" in msg.upper() else "runtime"
+                rec.update(error=kind, message=msg)
+                if kind == "runtime":
+                    traceback.print_exc()
+            write(rec)
+            if n_rec % 500 == 0:
+                f.flush()
+                print(f"[collect] {n_rec} records, {time.time() - t_start:.0f}s", flush=True)
+    print(f"[collect] wrote {n_rec} records to {out} in {time.time() - t_start:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

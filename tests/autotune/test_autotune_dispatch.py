@@ -1,0 +1,123 @@
+"""Dispatch: DB hit, shipped table, nearest shape re-ranked, analytical fallback, cache speed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from alcop_triton.autotune import dispatch as dmod
+from alcop_triton.autotune.database import Database, TuningRecord
+from alcop_triton.autotune.dispatch import Dispatcher, rerank
+from alcop_triton.autotune.measure import ErrorKind, MeasureResult
+from alcop_triton.autotune.space import ConfigSpace
+from alcop_triton.model.hardware import get_spec
+from alcop_triton.records import KernelConfig, Workload
+
+SPEC = get_spec("H100")
+W = Workload("matmul", (1024, 768, 3072), "float16", "nt")
+
+
+def rec(w, c, ms, error=None):
+    return TuningRecord.from_result(w, MeasureResult(c, ms, error), SPEC)
+
+
+@pytest.fixture
+def no_defaults(monkeypatch):
+    monkeypatch.setattr(dmod, "default_tables", lambda: [])
+
+
+def test_db_hit_and_cache_is_fast(tmp_path, no_defaults):
+    db = Database(tmp_path / "t.sqlite")
+    fast, faster_but_wrong = KernelConfig(block_m=128, block_n=128), KernelConfig(block_m=64, block_n=64)
+    db.add([rec(W, fast, 0.02), rec(W, faster_but_wrong, 0.01), rec(W, faster_but_wrong, None, ErrorKind.WRONG_ANSWER)])
+    d = Dispatcher(db)
+    assert d.best_config(W, SPEC) == fast
+    assert d.decide(W, SPEC).source == "db"
+    n = 2000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        d.best_config(W, SPEC)
+    per_call = (time.perf_counter() - t0) / n
+    assert per_call < 200e-6, f"cached best_config took {per_call * 1e6:.1f} us"
+
+
+def test_shipped_table_used_when_db_has_nothing(tmp_path, monkeypatch):
+    shipped = KernelConfig(block_m=256, block_n=128, num_warps=8)
+    monkeypatch.setattr(dmod, "default_tables", lambda: [rec(W, shipped, 0.03)])
+    d = Dispatcher(Database(tmp_path / "absent.sqlite"))
+    assert d.decide(W, SPEC) == dmod.Decision(shipped, "default", "0.03 ms")
+    assert not (tmp_path / "absent.sqlite").exists()  # lookups never create the user's database
+
+
+def test_db_beats_shipped_table(tmp_path, monkeypatch):
+    mine = KernelConfig(block_m=32)
+    monkeypatch.setattr(dmod, "default_tables", lambda: [rec(W, KernelConfig(block_m=256), 0.001)])
+    db = Database(tmp_path / "t.sqlite")
+    db.add(rec(W, mine, 0.5))
+    assert Dispatcher(db).best_config(W, SPEC) == mine
+
+
+def test_nearest_shape_reranked_by_model(tmp_path, no_defaults):
+    db = Database(tmp_path / "t.sqlite")
+    tuned = Workload("matmul", (1024, 768, 2048), "float16", "nt")
+    space = ConfigSpace.build(tuned, SPEC, top_k=6)
+    for i, c in enumerate(space.configs):
+        db.add(rec(tuned, c, 0.01 * (i + 1)))
+    unseen = Workload("matmul", (1000, 800, 3000), "float16", "nt")
+    dec = Dispatcher(db).decide(unseen, SPEC)
+    assert dec.source == "nearest" and tuned.key() in dec.detail
+    assert dec.config == rerank(unseen, list(space.configs), SPEC)
+
+
+def test_analytical_fallback_and_autotune_off(tmp_path, no_defaults, monkeypatch):
+    monkeypatch.delenv("ALCOP_AUTOTUNE", raising=False)
+    small = Workload("matmul", (128, 64, 512), "float16", "nt")
+    dec = Dispatcher(Database(tmp_path / "t.sqlite")).decide(small, SPEC)
+    assert dec.source == "analytical"
+    assert dec.config == ConfigSpace.build(small, SPEC).ranked()[0]
+
+
+def test_autotune_on_tunes_and_stores(tmp_path, no_defaults, monkeypatch):
+    from alcop_triton.autotune import session
+
+    calls = []
+
+    def fake_tune(workload, target, db, **kw):
+        calls.append(workload)
+        db.add(rec(workload, KernelConfig(block_m=16), 0.5))
+        from alcop_triton.autotune.tuner import Trial, TuneResult
+
+        return TuneResult(workload, "analytical+xgb", [Trial(0, MeasureResult(KernelConfig(block_m=16), 0.5), 1.0)])
+
+    monkeypatch.setenv("ALCOP_AUTOTUNE", "1")
+    monkeypatch.setattr(session, "tune", fake_tune)
+    monkeypatch.setattr(session, "resolve_target", lambda device=None, gpu=None: session.Target(
+        "cpu", SPEC, dmod.gpu_key(SPEC), "fake", "wgmma"))
+    db = Database(tmp_path / "t.sqlite")
+    d = Dispatcher(db)
+    assert d.decide(W, SPEC).source == "tuned"
+    assert calls == [W] and db.best(W, SPEC).config == KernelConfig(block_m=16)
+    d.clear()
+    assert d.decide(W, SPEC).source == "db"  # stored: the next process does not tune again
+
+
+def test_broken_db_falls_back(tmp_path, no_defaults):
+    path = tmp_path / "t.sqlite"
+    path.write_bytes(b"garbage" * 200)
+    with pytest.warns(UserWarning, match="unusable"):
+        dec = Dispatcher(Database(path)).decide(W, SPEC)
+    assert dec.source == "analytical"
+
+
+def test_module_level_best_config_uses_env_db(tmp_path, no_defaults, monkeypatch):
+    db = Database(tmp_path / "env.sqlite")
+    db.add(rec(W, KernelConfig(block_m=32, block_n=32), 0.1))
+    monkeypatch.setenv("ALCOP_DB", str(db.path))
+    assert dmod.best_config(W, SPEC) == KernelConfig(block_m=32, block_n=32)
+
+
+def test_default_tables_read_package_data():
+    # Whatever is shipped must parse: every record valid (a bad one would warn and be skipped).
+    for r in dmod.default_tables():
+        assert r.ok or r.error

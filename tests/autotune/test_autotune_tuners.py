@@ -1,0 +1,130 @@
+"""Tuners on synthetic recorded data (offline replay): determinism, budgets, failures, curves."""
+
+from __future__ import annotations
+
+import pytest
+
+from alcop_triton.autotune.replay import ReplayMeasurer, Task, compare_tuners, load_tasks, replay_task
+from alcop_triton.autotune.space import ConfigSpace
+from alcop_triton.autotune.tuner import TUNERS, make_tuner
+from alcop_triton.errors import TuningError
+from alcop_triton.model.hardware import get_spec
+
+from alcop_triton.autotune.database import GpuKey
+
+SPEC = get_spec("H100")
+H100 = GpuKey("H100", "9.0")
+
+
+def _space(records):
+    w = records[0].workload
+    return ConfigSpace.from_configs(w, {r.config for r in records}, SPEC), ReplayMeasurer(w, records)
+
+
+@pytest.mark.parametrize("name", TUNERS)
+def test_deterministic_with_seed_and_budget(name, synth_records):
+    records = list(synth_records.values())[0]
+    runs = []
+    for _ in range(2):
+        space, m = _space(records)
+        res = make_tuner(name, space, seed=3).tune(m, 20, batch_size=8)
+        runs.append([t.config for t in res.trials])
+    assert runs[0] == runs[1]
+    assert len(runs[0]) == 20 and len(set(runs[0])) == 20  # budget respected, no config measured twice
+
+
+@pytest.mark.parametrize("name", TUNERS)
+def test_failures_scored_zero_never_best(name, synth_records):
+    records = list(synth_records.values())[1]
+    failed = [r for r in records if not r.ok]
+    records = failed[:3] + [r for r in records if r.ok][:37]  # small, so the search is exhaustive
+    space, m = _space(records)
+    res = make_tuner(name, space, seed=0).tune(m, len(space), batch_size=16)
+    failed = [t for t in res.trials if not t.result.ok]
+    assert failed and all(t.throughput == 0.0 for t in failed)  # kept and scored 0, not dropped
+    assert res.best.result.ok
+    assert res.best.result.time_ms == m.best_time_ms()  # exhaustive: every config tried
+    assert res.curve() == sorted(res.curve())
+
+
+def test_grid_random_analytical_orders(synth_records):
+    records = list(synth_records.values())[0]
+    space, m = _space(records)
+    grid = make_tuner("grid", space).tune(m, 10)
+    assert [t.config for t in grid.trials] == list(space.configs[:10])
+    ana = make_tuner("analytical", space).tune(m, 10)
+    assert [t.config for t in ana.trials] == space.ranked()[:10]
+    r1 = [t.config for t in make_tuner("random", space, seed=1).tune(m, 10).trials]
+    r2 = [t.config for t in make_tuner("random", space, seed=2).tune(m, 10).trials]
+    assert r1 != r2
+
+
+def test_unknown_tuner(synth_records):
+    space, _ = _space(list(synth_records.values())[0])
+    with pytest.raises(TuningError, match="unknown"):
+        make_tuner("bayes", space)
+
+
+def test_replay_unknown_config_is_invalid(synth_records):
+    from alcop_triton.autotune.measure import ErrorKind
+    from alcop_triton.records import KernelConfig
+
+    records = list(synth_records.values())[0]
+    m = ReplayMeasurer(records[0].workload, records)
+    missing = next(c for c in (KernelConfig(block_m=16, block_n=16, block_k=16, num_warps=1),) if c not in m.configs)
+    assert m.measure([missing])[0].error is ErrorKind.INVALID_CONFIG
+
+
+def test_compare_tuners_curves(synth_dir, synth_records):
+    tasks = load_tasks([*synth_dir.glob("*.jsonl")])
+    assert {t.workload for t in tasks} == set(synth_records) and {t.gpu for t in tasks} == {H100}
+    comp = compare_tuners(tasks, k_max=16, seeds=2)
+    for t in TUNERS:
+        for task_key, curve in comp.curves[t].items():
+            assert len(curve) == 16 and curve == sorted(curve) and 0 < curve[-1] <= 1.0
+    # The learned model pretrained on the analytical model should beat blind search early on.
+    assert comp.at("analytical+xgb", 8) >= comp.at("random", 8)
+    assert comp.at("analytical+xgb", 16) >= comp.at("grid", 16)
+    table = comp.table((8, 16), per_task=True)
+    assert "analytical+xgb" in table and tasks[0].workload.key() in table
+
+
+def test_replay_task_needs_a_success(synth_records):
+    from dataclasses import replace
+
+    w, records = next(iter(synth_records.items()))
+    bad = tuple(replace(r, time_ms=None, error="compile") for r in records[:5])
+    with pytest.raises(TuningError, match="no successful"):
+        replay_task(Task(H100, w, bad), "grid", 5, 0)
+
+
+def test_parallel_replay_matches_serial(synth_dir):
+    tasks = load_tasks([*synth_dir.glob("*.jsonl")])
+    serial = compare_tuners(tasks, ("grid", "random", "analytical"), k_max=12, seeds=2)
+    parallel = compare_tuners(tasks, ("grid", "random", "analytical"), k_max=12, seeds=2, jobs=2)
+    assert parallel.curves == serial.curves and list(parallel.curves["random"]) == [t.key for t in tasks]
+
+
+def test_simulated_annealing_finds_the_top_of_a_large_space():
+    from alcop_triton.autotune.cost_model import AnalyticalCostModel
+    from alcop_triton.autotune.optimizer import SimulatedAnnealingOptimizer
+    from alcop_triton.records import Workload
+    import numpy as np
+
+    space = ConfigSpace.build(Workload("matmul", (2048, 2048, 2048), "float16", "nt"), SPEC)
+    model = AnalyticalCostModel(space)
+    opt = SimulatedAnnealingOptimizer(space, exhaustive_limit=0)
+    seen = set()
+
+    def predict(cs):
+        seen.update(cs)
+        return model.predict(cs)
+
+    best = model.predict(space.ranked()[:1])[0]
+    exclude = set(space.ranked()[:3])
+    picks = opt.find_maximums(predict, 8, exclude, np.random.default_rng(0))
+    assert len(picks) == 8 and not exclude & set(picks)
+    assert model.predict(picks).max() >= 0.9 * best  # near the top of ~30k configs
+    assert len(seen) < len(space) / 2  # without scoring the whole space
+    again = opt.find_maximums(model.predict, 8, exclude, np.random.default_rng(0))
+    assert again == picks  # seeded

@@ -1,0 +1,138 @@
+"""Shared test setup for the whole suite.
+
+* Without CUDA, ``TRITON_INTERPRET=1`` is set here, before anything imports triton, so kernels run
+  in Triton's CPU interpreter (importing torch does not import triton).
+* ``ALCOP_CACHE_DIR`` points at a fresh temporary directory for the session, so generated kernels
+  never touch (or are served from) the user's cache.
+* ``@pytest.mark.gpu`` tests are skipped without a usable CUDA device.
+* ``--update-golden`` rewrites the golden kernel sources in tests/golden/ instead of comparing.
+* The ``kit`` fixture holds the small helpers the core tests share (reference math, tolerances,
+  NaN-poisoned outputs, cached kernels).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+_REPO = Path(__file__).resolve().parent.parent
+if str(_REPO) not in sys.path:  # a source checkout works without PYTHONPATH=.
+    sys.path.insert(0, str(_REPO))
+
+import torch  # noqa: E402  (does not import triton)
+
+HAS_CUDA: bool = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# A per-session cache directory, set at import time too: collection may already build kernels.
+_SESSION_CACHE = tempfile.mkdtemp(prefix="alcop_test_cache_")
+os.environ["ALCOP_CACHE_DIR"] = _SESSION_CACHE
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/*.golden from the current code generator instead of comparing")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+    config.addinivalue_line("markers", "interpreter: launches kernels on CPU tensors (needs TRITON_INTERPRET=1)")
+    config.addinivalue_line("markers", "slow: long interpreter cases")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # On a CUDA host run the suite twice: plain (gpu + build-only tests) and with TRITON_INTERPRET=1 (CPU
+    # kernels). Triton decides at import whether tl's helpers (tl.cdiv, ...) are interpretable, so CPU
+    # launches cannot work in a process that imported triton without TRITON_INTERPRET=1.
+    interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    gpu_reason = ("no CUDA device" if not HAS_CUDA else
+                  "TRITON_INTERPRET=1: Triton kernels run only on CPU tensors" if interp else None)
+    for item in items:
+        if gpu_reason and "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=f"gpu test: {gpu_reason}"))
+        if not interp and "interpreter" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason="CPU kernel launch: rerun with TRITON_INTERPRET=1"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _alcop_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every session writes its kernels into its own temporary cache directory."""
+    d = tmp_path_factory.mktemp("alcop_cache")
+    old = os.environ.get("ALCOP_CACHE_DIR")
+    os.environ["ALCOP_CACHE_DIR"] = str(d)
+    yield d
+    if old is None:
+        os.environ.pop("ALCOP_CACHE_DIR", None)
+    else:
+        os.environ["ALCOP_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fp32 tolerances (1e-5) and golden sources assume IEEE fp32 dots; build reads this flag.
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+
+
+class Kit:
+    """Helpers shared by tests/core, tests/analysis, tests/rewrite, tests/golden and tests/gpu."""
+
+    TOL: dict[str, float] = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
+
+    @staticmethod
+    def tdtype(name: str) -> torch.dtype:
+        return getattr(torch, name)
+
+    @staticmethod
+    def rand(shape: tuple[int, ...], dtype: str, gen: torch.Generator, device: str = "cpu") -> torch.Tensor:
+        """Fresh random values, scaled so 16-bit sums stay well inside their range."""
+        return torch.randn(shape, generator=gen, dtype=torch.float32).to(Kit.tdtype(dtype)).to(device)
+
+    @staticmethod
+    def poisoned(shape: tuple[int, ...], dtype: str, device: str = "cpu") -> torch.Tensor:
+        """An output buffer full of NaN: any element the kernel forgets to write fails the check."""
+        return torch.full(shape, float("nan"), dtype=Kit.tdtype(dtype), device=device)
+
+    @staticmethod
+    def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+        """Norm-wise relative error against a float64 reference (NaN anywhere -> NaN)."""
+        o, r = out.double(), ref.double()
+        denom = max(r.norm().item(), 1e-30)
+        return ((o - r).norm() / denom).item()
+
+    @classmethod
+    def assert_close(cls, out: torch.Tensor, ref: torch.Tensor, dtype: str, what: str = "") -> None:
+        assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
+        assert not torch.isnan(out).any(), f"{what}: output has NaN (an element was never written)"
+        err = cls.rel_err(out, ref)
+        assert err <= cls.TOL[dtype], f"{what}: relative error {err:.3g} > {cls.TOL[dtype]} ({dtype})"
+
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def matmul(dtype: str, cfg: Any, batched: bool = False, ep: Any = None) -> Any:
+        """A built (cached) matmul/bmm kernel of the operator library, for ``cfg``."""
+        import alcop_triton as at
+        from alcop_triton.kernels import matmul as km
+        inputs, out = km.matmul_te(dtype, batched, ep if ep is not None else km.Epilogue())
+        return at.build(at.Schedule.from_config(out, cfg), inputs + [out])
+
+
+@pytest.fixture(scope="session")
+def kit() -> type[Kit]:
+    return Kit

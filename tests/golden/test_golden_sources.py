@@ -1,0 +1,78 @@
+"""Golden generated sources: the exact Triton text for a few representative kernels.
+
+A diff here means the generated code changed. If the change is intended, refresh with
+``pytest tests/golden --update-golden`` and review the diff of tests/golden/*.golden like code.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+import alcop_triton as at
+from alcop_triton import KernelConfig, Schedule
+from alcop_triton.kernels import conv as kc
+from alcop_triton.kernels import matmul as km
+
+GOLDEN = Path(__file__).resolve().parent
+
+
+def _matmul(dtype: str, cfg: KernelConfig, batched: bool = False) -> str:
+    inputs, out = km.matmul_te(dtype, batched)
+    return at.build(Schedule.from_config(out, cfg), inputs + [out]).source  # default variant: no call needed
+
+
+def _conv_nhwc_bias_relu() -> str:
+    # The channels_last variant exists once the kernel has seen a channels_last input: call it (tiny).
+    p = kc.ConvParams(2, (1, 1), (1, 1), (1, 1), (1, 1), 1, True, True, "relu")
+    cfg = KernelConfig(64, 64, 32, group_m=8, smem_stages=2)
+    inputs, out = kc.conv_te("float16", p)
+    k = at.build(Schedule.from_config(out, cfg, m_axes=("n", "oh", "ow"), n_axes=("co",)), inputs + [out])
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 8, 3, 3, generator=g).half().to(memory_format=torch.channels_last)
+    w = torch.randn(8, 8, 3, 3, generator=g).half()
+    y = torch.empty(1, 8, 3, 3, dtype=torch.float16).to(memory_format=torch.channels_last)
+    k(x, w, torch.zeros(8, dtype=torch.float16), y.unflatten(1, (1, 8)))  # K = 72: 3 chunks, no clamp
+    return k.source
+
+
+CASES: dict[str, Callable[[], str]] = {
+    "matmul_f16_no_pipeline": lambda: _matmul("float16", KernelConfig(64, 64, 32, group_m=8, smem_stages=1)),
+    "matmul_f16_multilevel_r2x2": lambda: _matmul(
+        "float16", KernelConfig(64, 64, 32, group_m=8, smem_stages=3, reg_stages=2, reg_split=2)),
+    "matmul_f16_tma": lambda: _matmul("float16", KernelConfig(64, 64, 64, group_m=8, smem_stages=3, async_copy="tma")),
+    "bmm_f32_s3": lambda: _matmul("float32", KernelConfig(64, 64, 32, group_m=8, smem_stages=3), batched=True),
+    "conv2d_nhwc_bias_relu_f16": _conv_nhwc_bias_relu,
+}
+
+
+# the conv case calls its kernel on CPU tensors (to specialise it for channels_last)
+NEEDS_CALL = {"conv2d_nhwc_bias_relu_f16"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.interpreter) if n in NEEDS_CALL else n
+                                  for n in CASES])
+def test_generated_source_matches_golden(name: str, update_golden: bool) -> None:
+    source = CASES[name]()
+    path = GOLDEN / f"{name}.py.golden"
+    if update_golden:
+        path.write_text(source)
+        return
+    assert path.exists(), f"{path.name} is missing; run pytest tests/golden --update-golden"
+    want = path.read_text()
+    if source != want:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), source.splitlines(True),
+                                            f"golden/{path.name}", "generated", n=2))
+        pytest.fail(f"generated source differs from {path.name} (intended? --update-golden):\n{diff[:6000]}")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_golden_files_are_valid_python(name: str) -> None:
+    # a golden file that does not even parse would make the comparison above meaningless
+    text = (GOLDEN / f"{name}.py.golden").read_text()
+    compile(text, name, "exec")
+    assert text.count("@triton.jit") == 1

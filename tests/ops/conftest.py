@@ -1,0 +1,93 @@
+"""Helpers for the drop-in op tests: tolerances, float64 references, layouts, op recording.
+
+CPU tensors run in Triton's interpreter, so sizes stay small (dims <= ~40).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# fp32 on CPU: the interpreter computes fp32 dots in full fp32. 16-bit: output rounding dominates.
+TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """max |actual - expected| / max |expected| (a norm-wise relative error), in float64."""
+    a, e = actual.detach().double(), expected.detach().double()
+    return ((a - e).abs().max() / e.abs().max().clamp_min(1e-12)).item() if e.numel() else 0.0
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None) -> None:
+    """``actual`` (any dtype) against a float64 reference, within the dtype's tolerance."""
+    assert tuple(actual.shape) == tuple(expected.shape), (tuple(actual.shape), tuple(expected.shape))
+    assert not actual.isnan().any(), "NaN in the result"
+    tol = TOL[dtype or actual.dtype]
+    err = rel_err(actual, expected)
+    assert err <= tol, f"relative error {err:.3g} > {tol:g}"
+
+
+def f64(*ts: torch.Tensor | None) -> list[Any]:
+    return [t.detach().double() if isinstance(t, torch.Tensor) else t for t in ts]
+
+
+def with_layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """The same values stored 'contiguous', 'transposed' (last two dims swapped in memory),
+    'strided' (every other element of a larger buffer: no unit stride) or 'channels_last'."""
+    if layout == "contiguous" or (layout == "transposed" and t.dim() < 2):
+        return t.contiguous()
+    if layout == "transposed":
+        return t.mT.contiguous().mT
+    if layout == "strided":
+        big = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+        view = big[..., ::2]
+        view.copy_(t)
+        return view
+    if layout == "channels_last":
+        return t.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+    raise ValueError(layout)
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the names of the ops dispatched below autograd (e.g. 'alcop.mm', 'aten.mm')."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append(str(func.overloadpacket).replace("aten::", "aten.").replace("alcop::", "alcop."))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def record_ops() -> Callable[[], OpRecorder]:
+    return OpRecorder
+
+
+@pytest.fixture(autouse=True)
+def fallbacks(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[list[tuple[str, str]]]:
+    """The (op, reason) of every fallback to torch during a test. A test that does not ask for
+    this fixture fails if any happened: its ops must have run generated kernels."""
+    from alcop_triton import library
+    calls: list[tuple[str, str]] = []
+    real = library.fallback
+
+    def record(op: str, reason: str) -> None:
+        calls.append((op, reason))
+        real(op, reason)
+
+    monkeypatch.setattr(library, "fallback", record)
+    yield calls
+    if "fallbacks" not in inspect.signature(request.function).parameters:
+        assert not calls, f"ops fell back to torch: {calls}"

@@ -1,0 +1,106 @@
+"""conv1d / conv2d / conv3d drop-ins against torch: stride, padding, dilation, groups, layouts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DTYPES, assert_close, f64, randn, with_layout
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alcop_triton import ops
+
+CONV = {1: (ops.conv1d, F.conv1d), 2: (ops.conv2d, F.conv2d), 3: (ops.conv3d, F.conv3d)}
+
+
+def _run(nd: int, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, dtype: torch.dtype,
+         activation: str | None = None, **kw: object) -> torch.Tensor:
+    ours, theirs = CONV[nd]
+    got = ours(x, w, b, activation=activation, **kw)
+    want = theirs(*f64(x, w, b), **kw)
+    if activation:
+        want = {"relu": torch.relu, "gelu": F.gelu, "silu": F.silu}[activation](want)
+    assert got.dtype == dtype
+    assert_close(got, want, dtype)
+    return got
+
+
+# (nd, N, C, CO, spatial, kernel, stride, padding, dilation, groups)
+COMBOS = [
+    (2, 2, 4, 6, 9, 3, 1, 1, 1, 1),
+    (2, 1, 4, 8, 10, 3, 2, 1, 1, 1),          # strided
+    (2, 2, 6, 6, 9, 3, 1, 2, 2, 1),           # dilated
+    (2, 1, 6, 9, 8, 3, 1, 1, 1, 3),           # grouped
+    (2, 2, 8, 8, 7, 3, 1, 1, 1, 8),           # depthwise
+    (2, 1, 4, 4, 11, 5, 3, 2, 1, 2),          # stride 3, groups 2
+    (2, 1, 3, 5, 8, 1, 2, 0, 1, 1),           # 1x1, strided
+    (2, 2, 4, 6, 7, 4, 1, "same", 1, 1),      # even kernel: asymmetric 'same'
+    (2, 1, 4, 6, 9, 3, 1, "same", 2, 2),
+    (2, 1, 4, 6, 9, 3, 2, "valid", 1, 1),
+    (1, 2, 3, 5, 17, 4, 2, 1, 1, 1),
+    (1, 2, 4, 4, 13, 3, 1, "same", 3, 4),     # conv1d depthwise, dilated 'same'
+    (3, 1, 2, 4, 6, 3, 1, 1, 1, 1),
+    (3, 1, 4, 4, 7, 2, 2, 0, 1, 2),
+]
+
+
+@pytest.mark.parametrize("nd,n,c,co,s,k,stride,padding,dilation,groups", COMBOS)
+def test_conv_combos(nd: int, n: int, c: int, co: int, s: int, k: int, stride: int, padding: object,
+                     dilation: int, groups: int) -> None:
+    x = randn(n, c, *[s] * nd, seed=1)
+    w = randn(co, c // groups, *[k] * nd, seed=2)
+    b = randn(co, seed=3)
+    _run(nd, x, w, b, torch.float32, stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_conv2d_layouts_and_dtypes(dtype: torch.dtype, layout: str) -> None:
+    x = with_layout(randn(2, 8, 9, 9, dtype=dtype, seed=4), layout)
+    w = randn(6, 4, 3, 3, dtype=dtype, seed=5)
+    b = randn(6, dtype=dtype, seed=6)
+    y = _run(2, x, w, b, dtype, activation="relu", stride=2, padding=1, groups=2)
+    # channels_last in, channels_last out (as torch), so the next layer stays NHWC
+    assert y.is_contiguous(memory_format=torch.channels_last) == (layout == "channels_last")
+
+
+def test_conv3d_channels_last_and_unbatched() -> None:
+    x = with_layout(randn(1, 4, 5, 6, 5, seed=7), "channels_last")
+    _run(3, x, randn(4, 4, 3, 3, 3, seed=8), None, torch.float32, activation="silu", padding=1)
+    _run(2, randn(3, 7, 7, seed=9), randn(5, 3, 3, 3, seed=10), randn(5, seed=11), torch.float32)  # (C, H, W)
+    _run(1, randn(3, 12, seed=12), randn(2, 3, 5, seed=13), None, torch.float32, padding="same")   # (C, L)
+
+
+def test_conv_strided_input_view() -> None:
+    # any strides: a slice of a larger tensor (no unit-stride dim along W) runs as is
+    x = randn(2, 4, 10, 20, seed=14)[:, :, :, ::2]
+    _run(2, x, randn(3, 4, 3, 3, seed=15), None, torch.float32, padding=1)
+
+
+@st.composite
+def conv_case(draw: st.DrawFn) -> dict:
+    nd = draw(st.sampled_from([1, 2, 2, 3]))
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    c, co = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
+    k = draw(st.integers(1, 3))
+    dilation = draw(st.integers(1, 2))
+    stride = draw(st.integers(1, 3))
+    same = stride == 1 and draw(st.booleans())
+    padding: object = "same" if same else draw(st.integers(0, 2))
+    span = dilation * (k - 1) + 1
+    s = draw(st.integers(max(span - (0 if same else 2 * int(padding)), 1), {1: 24, 2: 9, 3: 5}[nd]))  # type: ignore[arg-type]
+    n = draw(st.integers(1, 2))
+    dtype = draw(st.sampled_from(DTYPES))
+    seed = draw(st.integers(0, 1000))
+    layout = draw(st.sampled_from(["contiguous", "channels_last"])) if nd > 1 else "contiguous"
+    return dict(nd=nd, x=with_layout(randn(n, c, *[s] * nd, dtype=dtype, seed=seed), layout),
+                w=randn(co, c // groups, *[k] * nd, dtype=dtype, seed=seed + 1),
+                b=randn(co, dtype=dtype, seed=seed + 2) if draw(st.booleans()) else None,
+                dtype=dtype, kw=dict(stride=stride, padding=padding, dilation=dilation, groups=groups))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(conv_case())
+def test_conv_fuzzed(c: dict) -> None:
+    _run(c["nd"], c["x"], c["w"], c["b"], c["dtype"], **c["kw"])

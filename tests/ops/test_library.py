@@ -1,0 +1,119 @@
+"""torch.ops.alcop.*: opcheck (schema, fake tensors, autograd registration, AOT dispatch with
+dynamic shapes) on every op, and torch.compile(fullgraph=True) of small models without breaks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import assert_close, randn
+from torch._dynamo.backends.debugging import aot_eager
+
+import alcop_triton.library as L
+from alcop_triton import ops, patch
+
+
+def _rg(*shape: int, seed: int = 0) -> torch.Tensor:
+    return randn(*shape, seed=seed).requires_grad_()
+
+
+OPCHECK_CASES = {
+    "mm": (torch.ops.alcop.mm.default, lambda: (_rg(3, 5), _rg(5, 4, seed=1))),
+    "mm_transposed": (torch.ops.alcop.mm.default, lambda: (_rg(5, 3).t(), _rg(4, 5, seed=1).t())),
+    "bmm": (torch.ops.alcop.bmm.default, lambda: (_rg(2, 3, 5), _rg(2, 5, 4, seed=1))),
+    "gemm": (torch.ops.alcop.gemm.default,
+             lambda: (_rg(3, 5), _rg(5, 4, seed=1), _rg(4, seed=2), _rg(3, 4, seed=3), "gelu", 0.5, 2.0)),
+    "gemm_batched_relu": (torch.ops.alcop.gemm.default,
+                          lambda: (_rg(2, 3, 5), _rg(2, 5, 4, seed=1), None, None, "relu", 1.0, 1.0)),
+    "gemm_out": (torch.ops.alcop.gemm_out.default,
+                 lambda: (randn(3, 5), randn(5, 4, seed=1), None, randn(3, 4, seed=2), "silu", 1.0, 0.5,
+                          torch.empty(3, 4))),
+    "linear": (torch.ops.alcop.linear.default, lambda: (_rg(2, 3, 5), _rg(4, 5, seed=1), _rg(4, seed=2), None, "tanh")),
+    "conv": (torch.ops.alcop.conv.default,
+             lambda: (_rg(2, 4, 6, 6), _rg(6, 2, 3, 3, seed=1), _rg(6, seed=2), [2, 1], [1, 0], [1, 1], [1, 2], 2,
+                      "sigmoid")),
+    "conv_channels_last": (torch.ops.alcop.conv.default,
+                           lambda: (randn(1, 4, 5, 5).to(memory_format=torch.channels_last).requires_grad_(),
+                                    _rg(4, 4, 3, 3, seed=1), None, [1, 1], [1, 1], [1, 1], [1, 1], 1, "relu")),
+    "conv1d": (torch.ops.alcop.conv.default,
+               lambda: (_rg(2, 3, 9), _rg(4, 3, 3, seed=1), None, [2], [1], [1], [1], 1, None)),
+    "dsl_call_conv_input_grad": (torch.ops.alcop.dsl_call.default, lambda: (
+        L.conv_input_grad_kernel(2, torch.float32, (2, 2), (1, 1), (1, 1), 1, False),
+        [randn(2, 4, 3, 3), randn(2, 3, 6, 6, seed=1), randn(4, 3, 3, 3, seed=2)])),
+    "dsl_call_conv_weight_grad": (torch.ops.alcop.dsl_call.default, lambda: (
+        L.conv_weight_grad_kernel(2, torch.float32, (1, 1), (1, 1), (1, 1), 2),
+        [randn(2, 4, 6, 6), randn(2, 4, 6, 6, seed=1), randn(4, 2, 3, 3, seed=2)])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OPCHECK_CASES))
+def test_opcheck(case: str) -> None:
+    op, args = OPCHECK_CASES[case]
+    torch.library.opcheck(op, args())  # raises on any failing check
+
+
+class SmallNet(nn.Module):
+    """Conv (channels_last) + relu, linear + gelu, batched matmul and bmm: every alcop op."""
+
+    def __init__(self, drop_in: bool) -> None:
+        super().__init__()
+        self.drop_in = drop_in
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 5 * 5, 8)
+        self.proj = nn.Parameter(randn(8, 8, seed=7) * 0.3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.drop_in:
+            y = ops.conv2d(x, self.conv.weight, self.conv.bias, padding=1, activation="relu")
+            y = ops.linear(y.flatten(1), self.fc.weight, self.fc.bias, activation="gelu")
+            z = ops.matmul(y.unsqueeze(1), self.proj)
+            return ops.bmm(z, self.proj.expand(x.shape[0], 8, 8)).squeeze(1)
+        y = F.relu(self.conv(x))
+        y = F.gelu(self.fc(y.flatten(1)))
+        z = y.unsqueeze(1) @ self.proj
+        return torch.bmm(z, self.proj.expand(x.shape[0], 8, 8)).squeeze(1)
+
+
+def _train_step(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad()
+    y = model(x)
+    y.pow(2).sum().backward()
+    return y, [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("mode", ["drop_in", "patched"])
+def test_compile_fullgraph_small_model(mode: str) -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = SmallNet(drop_in=mode == "drop_in")
+    ref = SmallNet(drop_in=False)
+    ref.load_state_dict(net.state_dict())
+    x = randn(2, 3, 5, 5, seed=3).to(memory_format=torch.channels_last)
+    want, want_grads = _train_step(ref, x)
+    graphs: list[torch.fx.GraphModule] = []
+
+    def aot_eager_recorded(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        graphs.append(gm)  # the Dynamo graph; fullgraph=True makes it the only one
+        return aot_eager(gm, example_inputs)
+
+    compiled = torch.compile(net, fullgraph=True, backend=aot_eager_recorded)
+    if mode == "patched":
+        with patch.patched():
+            got, got_grads = _train_step(compiled, x)
+    else:
+        got, got_grads = _train_step(compiled, x)
+    assert_close(got, want.double())
+    for g, w in zip(got_grads, want_grads):
+        assert_close(g, w.double())
+    assert len(graphs) == 1
+    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+    assert {"alcop.conv", "alcop.linear", "alcop.mm", "alcop.bmm"} <= targets, targets
+
+
+def test_compile_dynamic_shapes() -> None:
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: ops.matmul(a, b).relu(), fullgraph=True, backend="aot_eager", dynamic=True)
+    for m in (5, 9, 12):
+        a, b = randn(2, m, 7, seed=m), randn(7, m + 1, seed=m + 1)
+        assert_close(f(a, b), torch.matmul(a.double(), b.double()).relu())

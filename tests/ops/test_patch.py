@@ -1,0 +1,113 @@
+"""enable() / disable() / patched(): torch's products and convolutions routed through alcop by a
+TorchFunctionMode, torch's attributes untouched."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import OpRecorder, assert_close, randn
+from torch.overrides import TorchFunctionMode
+
+from alcop_triton import patch
+
+ORIGINALS = (torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, F.linear, F.conv1d, F.conv2d, F.conv3d,
+             torch.Tensor.matmul, torch.Tensor.__matmul__)
+
+
+def _calls_under_patch(fn: object) -> list[str]:
+    with OpRecorder() as rec, patch.patched():
+        fn()  # type: ignore[operator]
+    return rec.ops
+
+
+@pytest.mark.parametrize("name,call,op", [
+    ("torch.matmul", lambda: torch.matmul(randn(3, 4), randn(4, 2)), "alcop.mm"),
+    ("@", lambda: randn(2, 3, 4) @ randn(2, 4, 2), "alcop.bmm"),
+    ("Tensor.matmul", lambda: randn(3, 4).matmul(randn(4)), "alcop.mm"),
+    ("torch.mm", lambda: torch.mm(randn(3, 4), randn(4, 2)), "alcop.mm"),
+    ("Tensor.mm", lambda: randn(3, 4).mm(randn(4, 2)), "alcop.mm"),
+    ("torch.bmm", lambda: torch.bmm(randn(2, 3, 4), randn(2, 4, 2)), "alcop.bmm"),
+    ("Tensor.bmm", lambda: randn(2, 3, 4).bmm(randn(2, 4, 2)), "alcop.bmm"),
+    ("torch.addmm", lambda: torch.addmm(randn(2), randn(3, 4), randn(4, 2), alpha=2), "alcop.gemm"),
+    ("Tensor.addmm", lambda: randn(3, 2).addmm(randn(3, 4), randn(4, 2)), "alcop.gemm"),
+    ("torch.baddbmm", lambda: torch.baddbmm(randn(2, 3, 2), randn(2, 3, 4), randn(2, 4, 2)), "alcop.gemm"),
+    ("F.linear", lambda: F.linear(randn(3, 4), randn(2, 4), randn(2)), "alcop.linear"),
+    ("nn.Linear", lambda: nn.Linear(4, 2)(randn(5, 4)), "alcop.linear"),
+    ("nn.Conv1d", lambda: nn.Conv1d(2, 3, 3)(randn(1, 2, 7)), "alcop.conv"),
+    ("nn.Conv2d reflect", lambda: nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect")(randn(1, 2, 5, 5)), "alcop.conv"),
+    ("nn.Conv3d", lambda: nn.Conv3d(2, 2, 2)(randn(1, 2, 3, 3, 3)), "alcop.conv"),
+])
+def test_routes(name: str, call: object, op: str) -> None:
+    ops_seen = _calls_under_patch(call)
+    assert op in ops_seen, ops_seen
+    assert not {"aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.convolution"} & set(ops_seen)
+
+
+def test_results_match_eager_and_torch_is_untouched() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+    x = randn(2, 3, 6, 6, seed=1)
+    want = model.double()(x.double())
+    model.float()
+    patch.enable()
+    try:
+        assert patch.is_enabled()
+        patch.enable()  # idempotent
+        got = model(x)
+    finally:
+        patch.disable()
+    assert not patch.is_enabled()
+    patch.disable()  # a no-op when not enabled
+    assert_close(got, want)
+    assert (torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, F.linear, F.conv1d, F.conv2d, F.conv3d,
+            torch.Tensor.matmul, torch.Tensor.__matmul__) == ORIGINALS
+    assert "aten.mm" in _calls_outside(lambda: torch.mm(randn(3, 4), randn(4, 2)))
+
+
+def _calls_outside(fn: object) -> list[str]:
+    with OpRecorder() as rec:
+        fn()  # type: ignore[operator]
+    return rec.ops
+
+
+def test_patched_backward_matches() -> None:
+    model = nn.Linear(6, 3)
+    x = randn(4, 6, seed=2).requires_grad_()
+    with patch.patched():
+        model(x).sum().backward()
+    got = (x.grad.clone(), model.weight.grad.clone())
+    x.grad = None
+    model.zero_grad()
+    model(x).sum().backward()
+    assert_close(got[0], x.grad.double())
+    assert_close(got[1], model.weight.grad.double())
+
+
+def test_disable_refuses_to_pop_another_mode() -> None:
+    patch.enable()
+    other = TorchFunctionMode()
+    other.__enter__()
+    try:
+        with pytest.raises(RuntimeError, match="exit it first"):
+            patch.disable()
+    finally:
+        other.__exit__(None, None, None)
+        patch.disable()
+    assert not patch.is_enabled()
+
+
+def test_enable_is_per_thread() -> None:
+    seen: list[list[str]] = []
+    patch.enable()
+    try:
+        t = threading.Thread(target=lambda: seen.append(_calls_outside(lambda: torch.mm(randn(3, 4), randn(4, 2)))))
+        t.start()
+        t.join()
+        here = _calls_outside(lambda: torch.mm(randn(3, 4), randn(4, 2)))
+    finally:
+        patch.disable()
+    assert "aten.mm" in seen[0] and "alcop.mm" in here
