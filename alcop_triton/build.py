@@ -32,6 +32,7 @@ class Variant:
     kernel_name: str
     num_warps: int
     num_stages: int
+    sizes: tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class _Key:
     trip_count: int | None
     tma_ok: bool
     allow_tf32: bool
+    static: tuple[tuple[str, int], ...] = ()
 
 
 def _torch_dtype_name(t: Any) -> str:
@@ -54,7 +56,7 @@ class CompiledKernel:
     """
 
     def __init__(self, schedule: Schedule, args: Sequence[te.Tensor], *, gpu: Any = None, strict: bool | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, static: Sequence[str] = ()) -> None:
         if not args or args[-1] is not schedule.out:
             raise ScheduleError(f"build(args=...): the last argument must be the output {schedule.out.name!r}")
         self.schedule = schedule
@@ -64,6 +66,12 @@ class CompiledKernel:
         self.name = name
         self.strict = config.strict() if strict is None else strict
         self._gpu = gpu
+        known = {v for t in self.inputs for d in t.shape for v in te.free_vars(d)}
+        for v in static:
+            if v not in known:
+                raise ScheduleError(f"build(static={tuple(static)}): {v!r} is not a size variable of the inputs "
+                                    f"({sorted(known)})")
+        self.static = tuple(static)
         self._variants: dict[tuple[_Key, str], Variant] = {}
         self.last: Variant | None = None
         # Lower once with the default layout now, so schedule errors surface at build time.
@@ -86,7 +94,7 @@ class CompiledKernel:
             return cached
         spec = self._spec(device_type)
         # lower: tensor expression + schedule -> loop nest (operands, epilogue, chunk/sub-tile loops)
-        k = lower(self.schedule, self.inputs, dict(key.unit_stride), key.allow_tf32)
+        k = lower(self.schedule, self.inputs, dict(key.unit_stride), key.allow_tf32, dict(key.static))
         k = k.replace(name=self.name or k.name, interpreter=device_type == "cpu")
         # analysis: which staged buffers can be pipelined (ALCOP's rules 1 and 2), with reasons
         cands = find_pipeline_candidates(k)
@@ -106,7 +114,7 @@ class CompiledKernel:
         for n in plan.notes:
             if config.debug_level() >= 1:
                 log.warning("alcop %s: %s", k.name, n)
-        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages)
+        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes)
         self._variants[(key, device_type)] = v
         return v
 
@@ -165,8 +173,7 @@ class CompiledKernel:
         env: dict[str, int] = {}
         for t, x in zip(self.inputs, tensors):
             _bind(t, x, env)
-        sizes = {n: int(te.evaluate(e, env)) for n, e in self._default_kernel_sizes()}
-        env.update(sizes)
+        env.update({n: int(te.evaluate(e, env)) for n, e in self._kernel().sizes})
         out_shape = tuple(int(te.evaluate(d, env)) for d in self.out.shape)
         dev = tensors[0].device
         for t, x in zip(self.inputs, tensors):
@@ -190,10 +197,10 @@ class CompiledKernel:
         unit = tuple((t.name, _unit_dim(x)) for t, x in zip(all_t, all_x))
         bk = self.config.block_k
         k_total = math.prod(env[a] if a in env else int(te.evaluate(self._extent(a), env)) for a in self._k_axes())
-        key = _Key(unit, -(-k_total // bk), _tma_aligned(all_x), _allow_tf32())
+        key = _Key(unit, -(-k_total // bk), _tma_aligned(all_x), _allow_tf32(), tuple((n, env[n]) for n in self.static))
         v = self._variant(key, dev.type)
         self.last = v
-        args: list[Any] = list(all_x) + [sizes[n] for n in sizes]
+        args: list[Any] = list(all_x) + [env[n] for n, _ in v.sizes]
         for t, x in zip(all_t, all_x):
             u = dict(unit)[t.name]
             args += [x.stride(d) for d in range(t.ndim) if d != u]
@@ -211,9 +218,6 @@ class CompiledKernel:
         if not hasattr(self, "_lowered"):
             self._lowered = lower(self.schedule, self.inputs)
         return self._lowered
-
-    def _default_kernel_sizes(self) -> tuple[tuple[str, te.Expr], ...]:
-        return self._kernel().sizes
 
     def _k_axes(self) -> tuple[str, ...]:
         return self._kernel().axes["k"]
@@ -275,7 +279,7 @@ def _bind(t: te.Tensor, x: Any, env: dict[str, int]) -> None:
 
 
 def build(schedule: Schedule, args: Sequence[te.Tensor], *, gpu: Any = None, strict: bool | None = None,
-          name: str | None = None) -> CompiledKernel:
+          name: str | None = None, static: Sequence[str] = ()) -> CompiledKernel:
     """Compile ``schedule`` into a callable kernel; ``args`` are the inputs then the output, as in TVM.
 
     Args:
@@ -284,5 +288,7 @@ def build(schedule: Schedule, args: Sequence[te.Tensor], *, gpu: Any = None, str
         gpu: target GPU name for shared-memory clamping ("H100"); default: the current CUDA device.
         strict: raise instead of clamping pipeline depths (default ``ALCOP_STRICT``).
         name: kernel function name (default ``alcop_<output>``).
+        static: size variables compiled in as constants, one variant per value (e.g. a conv's
+            channels and window, so its im2col index math is by constants and loads vectorise).
     """
-    return CompiledKernel(schedule, args, gpu=gpu, strict=strict, name=name)
+    return CompiledKernel(schedule, args, gpu=gpu, strict=strict, name=name, static=static)

@@ -1,4 +1,4 @@
-"""``alcop-tune``: tune, benchmark and inspect ALCOP kernel configs from the command line.
+"""alcop-tune: tune, benchmark and inspect ALCOP kernel configs from the command line.
 
 Commands:
     tune            tune an op's shapes, a suite file or a torch model's GEMM/conv shapes
@@ -21,7 +21,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from .errors import AlcopError
 from .records import DTYPES, OPS, KernelConfig, Workload
@@ -187,33 +187,46 @@ def _selected_records(args: argparse.Namespace) -> list[Any]:
     return records
 
 
-def _best_per_workload(records: list[Any], top: int) -> list[tuple[Any, Any, list[Any], int, int]]:
-    """(gpu key, workload, top ranked configs, n records, n failed) per (gpu, workload)."""
+class Group(NamedTuple):
+    """Records of one workload on one GPU and MMA path, and its fastest configs."""
+
+    gpu: Any  # GpuKey
+    mma: str
+    workload: Workload
+    ranked: list[Any]  # RankedConfig, fastest first
+    records: int
+    failed: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu.name}/{self.mma}" if self.mma else self.gpu.name
+
+
+def _groups(records: list[Any], top: int) -> list[Group]:
     from .autotune.database import current_version_group, rank_configs
 
-    groups: dict[tuple[Any, Workload], list[Any]] = {}
+    groups: dict[tuple[Any, str, Workload], list[Any]] = {}
     for r in records:
-        groups.setdefault((r.gpu_key, r.workload), []).append(r)
-    out = []
-    for (g, w), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1].key())):
-        out.append((g, w, rank_configs(current_version_group(rs))[:top], len(rs), sum(not r.ok for r in rs)))
-    return out
+        groups.setdefault((r.gpu_key, r.mma, r.workload), []).append(r)
+    return [Group(g, mma, w, rank_configs(current_version_group(rs))[:top], len(rs), sum(not r.ok for r in rs))
+            for (g, mma, w), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2].key()))]
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     records = _selected_records(args)
     if args.all:
-        rows = [[r.gpu, r.workload.key(), str(r.config), f"{r.time_ms:.4f}" if r.ok else "-", r.error or "",
-                 r.timer, r.date] for r in records]
+        rows = [[r.gpu + (f"/{r.mma}" if r.mma else ""), r.workload.key(), str(r.config),
+                 f"{r.time_ms:.4f}" if r.ok else "-", r.error or "", r.timer, r.date] for r in records]
         _print_table(rows, ["gpu", "workload", "config", "ms", "error", "timer", "date"])
         return 0
     rows = []
-    for g, w, ranked, n, failed in _best_per_workload(records, args.top):
-        if not ranked:
-            rows.append([g.name, w.key(), "(no valid config)", "-", "-", f"{n}/{failed}"])
-        for i, rc in enumerate(ranked):
-            rows.append([g.name if i == 0 else "", w.key() if i == 0 else "", str(rc.config), f"{rc.time_ms:.4f}",
-                         _tflops(w, rc.time_ms), f"{n}/{failed}" if i == 0 else ""])
+    for g in _groups(records, args.top):
+        if not g.ranked:
+            rows.append([g.label, g.workload.key(), "(no valid config)", "-", "-", f"{g.records}/{g.failed}"])
+        for i, rc in enumerate(g.ranked):
+            first = i == 0
+            rows.append([g.label if first else "", g.workload.key() if first else "", str(rc.config),
+                         f"{rc.time_ms:.4f}", _tflops(g.workload, rc.time_ms), f"{g.records}/{g.failed}" if first else ""])
     if not rows:
         print("no records match")
         return 0
@@ -231,30 +244,31 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .autotune.database import atomic_write_text
 
     records = _selected_records(args)
+    groups = _groups(records, args.top)
     if args.format == "jsonl":
         if args.all:
             lines = [r.to_json() for r in records]
         else:
-            chosen = {(g, w): {rc.config for rc in ranked} for g, w, ranked, _, _ in
-                      _best_per_workload(records, args.top)}
-            keep: dict[tuple[Any, Workload, KernelConfig], Any] = {}
+            # The fastest run of each chosen config, as a record: a shippable default table.
+            chosen = {(g.gpu, g.mma, g.workload): {rc.config for rc in g.ranked} for g in groups}
+            keep: dict[tuple[Any, str, Workload, KernelConfig], Any] = {}
             for r in records:
-                if r.ok and r.config in chosen.get((r.gpu_key, r.workload), ()):
-                    prev = keep.get((r.gpu_key, r.workload, r.config))
-                    if prev is None or r.time_ms < prev.time_ms:
-                        keep[(r.gpu_key, r.workload, r.config)] = r
+                key = (r.gpu_key, r.mma, r.workload, r.config)
+                if r.ok and r.config in chosen.get(key[:3], ()):
+                    if key not in keep or r.time_ms < keep[key].time_ms:
+                        keep[key] = r
             lines = [r.to_json() for r in keep.values()]
         text = "".join(line + "\n" for line in lines)
     elif args.format == "json":
-        text = json.dumps([{"gpu": g.name, "cc": g.cc, "workload": w.to_dict(), "configs": [
-            {"config": rc.config.to_dict(), "time_ms": rc.time_ms, "runs": rc.count} for rc in ranked]}
-            for g, w, ranked, _, _ in _best_per_workload(records, args.top) if ranked], indent=1) + "\n"
+        text = json.dumps([{"gpu": g.gpu.name, "cc": g.gpu.cc, "mma": g.mma, "workload": g.workload.to_dict(),
+                            "configs": [{"config": rc.config.to_dict(), "time_ms": rc.time_ms, "runs": rc.count}
+                                        for rc in g.ranked]} for g in groups if g.ranked], indent=1) + "\n"
     else:
         lines = ["# Generated by `alcop-tune export --format triton`: best configs per workload.",
                  "import triton", "", "configs = ["]
-        for g, w, ranked, _, _ in _best_per_workload(records, args.top):
-            for rc in ranked:
-                lines.append(f"    # {g.name} (cc {g.cc}) {w.key()}: {rc.time_ms:.4f} ms")
+        for g in groups:
+            for rc in g.ranked:
+                lines.append(f"    # {g.label} (cc {g.gpu.cc}) {g.workload.key()}: {rc.time_ms:.4f} ms")
                 lines.append(f"    {_triton_config_line(rc.config)},")
         text = "\n".join(lines + ["]", ""])
     if args.output:
@@ -358,10 +372,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="alcop-tune", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", help="tuning database file (default: $ALCOP_DB or the user data dir)")
+    db_help = "tuning database file (default: $ALCOP_DB or the user data dir)"
+    parser.add_argument("--db", help=db_help)
+    # Also accepted after the command (`alcop-tune show --db x`); SUPPRESS keeps the global value.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, help=db_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("tune", help="tune workloads and store every measurement")
+    p = sub.add_parser("tune", parents=[common], help="tune workloads and store every measurement")
     _add_workload_args(p)
     p.add_argument("--trials", type=int, default=50, help="measurement budget per workload")
     p.add_argument("--tuner", default="analytical+xgb", choices=TUNERS)
@@ -371,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, help="keep only the analytical model's top K configs")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("bench", help="alcop vs torch vs Triton tutorial 03 configs")
+    p = sub.add_parser("bench", parents=[common], help="alcop vs torch vs Triton tutorial 03 configs")
     _add_workload_args(p)
     p.add_argument("--csv", help="write rows as CSV")
     p.add_argument("--json", help="write rows as JSON (input of `report --bench`)")
@@ -380,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, helptext, func in (("show", "database contents", cmd_show),
                                  ("export", "best configs as triton.Config lines, JSON or JSONL", cmd_export)):
-        p = sub.add_parser(name, help=helptext)
+        p = sub.add_parser(name, parents=[common], help=helptext)
         p.add_argument("--gpu", help="only this GPU (e.g. H100)")
         p.add_argument("--op", choices=OPS, help="only this op")
         p.add_argument("--top", type=int, default=1, help="configs per workload")
@@ -390,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("-o", "--output", help="file to write (atomically); default stdout")
         p.set_defaults(func=func)
 
-    p = sub.add_parser("import", help="add JSONL records to the database")
+    p = sub.add_parser("import", parents=[common], help="add JSONL records to the database")
     p.add_argument("files", nargs="+")
     p.set_defaults(func=cmd_import)
 

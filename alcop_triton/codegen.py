@@ -70,10 +70,13 @@ class Ctx:
         return rec(e)
 
     def scalar(self, x: te.Expr, rec: Callable[[te.Expr], str]) -> str:
+        if self.k.static and x.dtype in te.INT_DTYPES and not isinstance(x, te.Const) \
+                and te.free_vars(x) <= set(self.k.static):
+            return str(int(te.evaluate(x, self.k.static)))  # fold compile-time sizes: "16", not "(32 // 2)"
         if isinstance(x, te.Const):
             return repr(x.value)
         if isinstance(x, te.Var):
-            return x.name
+            return str(self.k.static[x.name]) if x.name in self.k.static else x.name
         if isinstance(x, te.BinOp):
             a, b = rec(x.a), rec(x.b)
             if x.op in ("max", "min"):
@@ -93,6 +96,42 @@ class Ctx:
         def rec(x: te.Expr) -> str:
             return self.scalar(x, rec)
         return rec(e)
+
+    def in_range(self, idx: te.Expr, dim: te.Expr) -> bool:
+        """Whether ``0 <= idx < dim`` holds for every axis value, from compile-time sizes alone.
+
+        Dropping such checks matters beyond the arithmetic: a mask that varies along the
+        contiguous dim (a conv's channel check) stops Triton from vectorising the load.
+        """
+        env = self.k.static
+        if not te.free_vars(dim) <= set(env):
+            return False
+
+        def bounds(x: te.Expr) -> tuple[int, int] | None:
+            if isinstance(x, te.Const) and isinstance(x.value, int):
+                return x.value, x.value
+            if isinstance(x, te.Var):
+                return (env[x.name], env[x.name]) if x.name in env else None
+            if isinstance(x, te.IterVar):
+                ext = self.k.extents.get(x.name)
+                if ext is None or not te.free_vars(ext) <= set(env):
+                    return None
+                return 0, int(te.evaluate(ext, env)) - 1
+            if isinstance(x, te.BinOp) and x.op in ("+", "-", "*", "//"):
+                a, b = bounds(x.a), bounds(x.b)
+                if a is None or b is None:
+                    return None
+                if x.op == "//":
+                    return (a[0] // b[0], a[1] // b[0]) if b[0] == b[1] > 0 and a[0] >= 0 else None
+                if x.op == "+":
+                    return a[0] + b[0], a[1] + b[1]
+                if x.op == "-":
+                    return a[0] - b[1], a[1] - b[0]
+                prods = [p * q for p in a for q in b]
+                return min(prods), max(prods)
+            return None
+        b = bounds(idx)
+        return b is not None and b[0] >= 0 and b[1] < int(te.evaluate(dim, env))
 
     def value(self, e: te.Expr, tile: tuple[str, str], ksfx: str, replace: dict[str, str]) -> str:
         """A value expression; loads of tensors in ``replace`` become those names (acc, tile_a, ...)."""
@@ -119,7 +158,7 @@ class Ctx:
             kinds = {self.kind[v] for v in te.free_vars(idx) if v in self.kind}
             dims_seen |= kinds
             plain = isinstance(idx, te.IterVar) and idx.extent == t.shape[d]
-            if not plain:
+            if not plain and not self.in_range(idx, t.shape[d]):
                 dim = self.size(t.shape[d])
                 masks.append(f"({txt} >= 0) & ({txt} < {dim})")
         tile_masks = [f"mask_{d}{ksfx if d == 'k' else ''}" + ("[:, None]" if pos == 0 else "[None, :]")

@@ -41,7 +41,7 @@ by one more generated kernel (it is not kept from the forward). ``f'`` is likewi
 from __future__ import annotations
 
 import inspect
-import threading
+import json
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -225,6 +225,7 @@ class _GradPlan:
     out_axes: tuple[str, ...]
     operands: tuple[_Operand, ...]
     epilogue_inputs: tuple[int, ...]  # tensor arguments (float) the epilogue reads
+    kernels: Mapping[str, L.DslKernel]  # the recompute and gradient kernels, by dsl_call key
 
 
 def _unique(base: str, taken: set[str]) -> str:
@@ -235,7 +236,7 @@ def _unique(base: str, taken: set[str]) -> str:
     return name
 
 
-def _derive(op: str, sig: str, inputs: list[te.Tensor], out: te.Tensor, spec: L.DslKernel) -> _GradPlan:
+def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Tensor, spec: L.DslKernel) -> _GradPlan:
     red = Schedule(out).reduction
     if red is None or not isinstance(red.op.body, te.Reduce) or red.op.body.op != "sum":
         raise _NoGrad("the output has no te.sum reduction")
@@ -266,6 +267,7 @@ def _derive(op: str, sig: str, inputs: list[te.Tensor], out: te.Tensor, spec: L.
                       "not derived")
     taken = {t for t in graph(out)} | {v for t in inputs for d in t.shape for v in te.free_vars(d)}
     operands = []
+    kernels: dict[str, L.DslKernel] = {}
     for me, other in ((0, 1), (1, 0)):
         f_me, ld_me = factors[me]
         f_other, ld_other = factors[other]
@@ -291,30 +293,29 @@ def _derive(op: str, sig: str, inputs: list[te.Tensor], out: te.Tensor, spec: L.
                   gname: str = gname, names: list[str] = [a.name for a in a_axes]) -> tuple[list[te.Tensor], te.Tensor]:
             return [t_me, t_other, dr], te.compute(t_me.shape, body, gname, dtype="float32", axis_names=names)
 
-        key = f"{op}:grad_{t_me.name}:{sig}"
-        gspec = L.DslKernel(key, build)
+        key = L.kernel_key(op, {"role": "grad", "operand": pos[t_me.name], **sig})
         try:  # a default-config lowering tells whether alcop can tile this contraction
             ins, gout = build()
             lower(Schedule.from_config(gout, KernelConfig()), tuple(ins))
         except (UnsupportedError, ScheduleError) as err:
             raise _NoGrad(f"the gradient of {t_me.name!r} is not a contraction alcop can tile: {err}") from None
-        L.register_dsl(gspec)
+        kernels[key] = L.DslKernel(key, build)
         trivial = isinstance(_strip_casts(f_me), te.Load)
         operands.append(_Operand(pos[t_me.name], pos[t_other.name], key, None if trivial else f_me,
                                  tuple(a.name for a in a_axes), getattr(torch, dr_dtype)))
     if out is red:
-        return _GradPlan(red, None, None, tuple(a.name for a in red.op.axes), tuple(operands), ())
+        return _GradPlan(red, None, None, tuple(a.name for a in red.op.axes), tuple(operands), (), kernels)
     epi = _inline(out.op.body, keep=red)  # type: ignore[union-attr]
     readers = sorted({pos[ld.tensor.name] for ld in te.loads(epi)
                       if ld.tensor is not red and ld.tensor.dtype in te.FLOAT_DTYPES})
     r32 = te.Tensor(red.name, red.shape, "float32", red.op)
     names = {a.name: b.name for a, b in zip(out.op.axes, red.op.axes)}  # type: ignore[union-attr]
-    rkey = L.register_dsl(L.DslKernel(
-        f"{op}:recompute:{sig}", lambda: (list(inputs), r32),
-        m_axes=tuple(names[a] for a in spec.m_axes) if spec.m_axes else None,
-        n_axes=tuple(names[a] for a in spec.n_axes) if spec.n_axes else None))
+    rkey = L.kernel_key(op, {"role": "recompute", **sig})
+    kernels[rkey] = L.DslKernel(rkey, lambda: (list(inputs), r32),
+                                m_axes=tuple(names[a] for a in spec.m_axes) if spec.m_axes else None,
+                                n_axes=tuple(names[a] for a in spec.n_axes) if spec.n_axes else None)
     return _GradPlan(red, rkey, epi, tuple(a.name for a in out.op.axes), tuple(operands),  # type: ignore[union-attr]
-                     tuple(readers))
+                     tuple(readers), kernels)
 
 
 def _strip_casts(e: te.Expr) -> te.Expr:
@@ -343,8 +344,8 @@ class DslOp:
             raise TypeError(f"alcop_triton.op({name!r}): dims names {sorted(unknown)}, which are not tensor parameters")
         self.m_axes = tuple(m_axes) if m_axes is not None else None
         self.n_axes = tuple(n_axes) if n_axes is not None else None
-        self._lock = threading.Lock()
         self._plans: dict[str, _GradPlan | str] = {}
+        L.register_resolver(name, self._resolve)
         self.custom_op = torch.library.custom_op(name, self._impl, mutates_args=(), schema=_schema(self.params))
         self.custom_op.register_fake(self._fake)
         self.custom_op.register_autograd(self._backward, setup_context=self._setup)
@@ -362,9 +363,11 @@ class DslOp:
         scalars = [a for a, p in zip(args, self.params) if p.kind != "Tensor"]
         return tensors, scalars
 
-    def _signature(self, tensors: Sequence[torch.Tensor], scalars: Sequence[Any]) -> str:
-        ts = ",".join(f"{L.dtype_name(t.dtype)}[{t.dim()}]" for t in tensors)
-        return f"{ts}|{','.join(repr(s) for s in scalars)}"
+    @staticmethod
+    def _signature(tensors: Sequence[torch.Tensor], scalars: Sequence[Any]) -> dict[str, Any]:
+        """What the expression is built for: the tensors' dtypes and ranks, the scalars' values."""
+        return {"dtypes": [L.dtype_name(t.dtype) for t in tensors], "ranks": [t.dim() for t in tensors],
+                "scalars": list(scalars)}
 
     def _full_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         """Positional arguments for every parameter (torch may pass defaults as keywords or not at all)."""
@@ -373,20 +376,25 @@ class DslOp:
             out.append(kwargs[p.name] if p.name in kwargs else p.default)
         return out
 
-    def _key(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None) -> tuple[str, str, list[torch.Tensor]]:
-        """Register (once per signature) the forward kernel; returns (key, signature, tensors)."""
-        tensors, scalars = self._split(self._full_args(args, kwargs or {}))
+    def _key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any], list[torch.Tensor]]:
+        """The forward kernel's key for these arguments; returns (key, signature, tensors)."""
+        tensors, scalars = self._split(self._full_args(args, kwargs))
         for t, p in zip(tensors, [p for p in self.params if p.kind == "Tensor"]):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{self.name}: argument {p.name!r} must be a Tensor, not {type(t).__name__}")
         sig = self._signature(tensors, scalars)
-        key = f"{self.name}:fwd:{sig}"
-        if key not in L._DSL:
-            ranks = [t.dim() for t in tensors]
-            dtypes = [L.dtype_name(t.dtype) for t in tensors]
-            L.register_dsl(L.DslKernel(key, lambda: self._build(ranks, dtypes, list(scalars)), m_axes=self.m_axes,
-                                       n_axes=self.n_axes, config=self.config))
-        return key, sig, tensors
+        return L.kernel_key(self.name, {"role": "fwd", **sig}), sig, tensors
+
+    def _resolve(self, key: str, params: dict[str, Any]) -> L.DslKernel:
+        """The kernel of a key of this op: the forward, or a recompute/gradient kernel of its plan."""
+        sig = {k: params[k] for k in ("dtypes", "ranks", "scalars")}
+        if params["role"] == "fwd":
+            return L.DslKernel(key, lambda: self._build(sig["ranks"], sig["dtypes"], sig["scalars"]),
+                               m_axes=self.m_axes, n_axes=self.n_axes, config=self.config)
+        plan = self._plan(sig)
+        if isinstance(plan, str):
+            raise UnsupportedError(f"{self.name}: no autograd for this expression: {plan}")
+        return plan.kernels[key]
 
     def _build(self, ranks: list[int], dtypes: list[str], scalars: list[Any]) -> tuple[list[te.Tensor], te.Tensor]:
         phs: list[te.Tensor] = []
@@ -418,24 +426,25 @@ class DslOp:
         ctx.key, ctx.sig = key, sig
         ctx.save_for_backward(*tensors)
 
-    def _plan(self, key: str, sig: str) -> _GradPlan | str:
-        with self._lock:
-            if sig not in self._plans:
-                spec, phs, out = L.dsl_te(key)
+    def _plan(self, sig: dict[str, Any]) -> _GradPlan | str:
+        """The gradient plan for a signature (derived once), or why there is none."""
+        skey = json.dumps(sig, sort_keys=True)
+        with L.DSL_LOCK:
+            if skey not in self._plans:
+                spec, phs, out = L.dsl_te(L.kernel_key(self.name, {"role": "fwd", **sig}))
                 try:
-                    self._plans[sig] = _derive(self.name, sig, phs, out, spec)
+                    self._plans[skey] = _derive(self.name, sig, phs, out, spec)
                 except _NoGrad as e:
-                    self._plans[sig] = str(e)
-            return self._plans[sig]
+                    self._plans[skey] = str(e)
+            return self._plans[skey]
 
-    def autograd_reason(self, *args: Any) -> str | None:
+    def autograd_reason(self, *args: Any, **kwargs: Any) -> str | None:
         """None when this op's backward is derived for these arguments, else why it is not."""
-        key, sig, _ = self._key(args, {})
-        plan = self._plan(key, sig)
+        plan = self._plan(self._key(args, kwargs)[1])
         return plan if isinstance(plan, str) else None
 
     def _backward(self, ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        plan = self._plan(ctx.key, ctx.sig)
+        plan = self._plan(ctx.sig)
         if isinstance(plan, str):
             raise UnsupportedError(f"{self.name}: no autograd for this expression: {plan}")
         tensors = list(ctx.saved_tensors)
@@ -483,7 +492,8 @@ class DslOp:
 
 
 def op(name: str, *, dims: Mapping[str, str | Sequence[str]] | None = None, config: KernelConfig | None = None,
-       m_axes: Sequence[str] | None = None, n_axes: Sequence[str] | None = None) -> Callable[[Callable[..., te.Tensor]], DslOp]:
+       m_axes: Sequence[str] | None = None,
+       n_axes: Sequence[str] | None = None) -> Callable[[Callable[..., te.Tensor]], DslOp]:
     """Decorator: a DSL function becomes the torch custom op ``name`` ("namespace::op_name").
 
     Args:

@@ -39,11 +39,12 @@ import collections
 import contextlib
 import contextvars
 import functools
+import json
 import logging
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -515,7 +516,7 @@ def conv_output_size(x: torch.Tensor, w: torch.Tensor, stride: Sequence[int], pa
 
 def is_channels_last(x: torch.Tensor) -> bool:
     """kernels/conv.py's rule: channels are the unit-stride dim (NHWC/NDHWC storage)."""
-    return x.dim() > 3 and x.stride(1) == 1 and x.shape[1] > 1
+    return bool(x.dim() > 3 and x.stride(1) == 1 and x.shape[1] > 1)  # bool(): a guard when shapes are symbolic
 
 
 def _empty_like_layout(like: torch.Tensor, shape: Sequence[int], channels_last: bool) -> torch.Tensor:
@@ -647,7 +648,8 @@ class DslKernel:
     """A tensor expression run by ``alcop::dsl_call(key, inputs)``.
 
     Attributes:
-        key: the registry key (a string, so it can be a constant in a traced graph).
+        key: ``kernel_key(kind, params)``: a string, so it can be a constant in a traced graph,
+            from which the kind's resolver rebuilds the kernel in any process.
         build: returns (placeholders in call order, output tensor). Placeholders that the body
             does not read still bind size variables: they pass a tensor only for its shape.
         m_axes, n_axes: output axes tiled as rows / columns (default: the last two).
@@ -667,22 +669,43 @@ class DslKernel:
 _DSL: dict[str, DslKernel] = {}
 _DSL_TE: dict[str, tuple[list[te.Tensor], te.Tensor]] = {}
 _DSL_COMPILED: dict[tuple[str, KernelConfig], CompiledKernel] = {}
-_DSL_LOCK = threading.Lock()
+_RESOLVERS: dict[str, Callable[[str, dict[str, Any]], DslKernel]] = {}
+DSL_LOCK = threading.RLock()  # guards the registry and builds (re-entrant: resolvers build other keys)
 
 
-def register_dsl(spec: DslKernel) -> str:
-    """Register ``spec`` (idempotent per key) and return its key."""
-    with _DSL_LOCK:
-        _DSL.setdefault(spec.key, spec)
-    return spec.key
+def kernel_key(kind: str, params: Mapping[str, Any]) -> str:
+    """A self-describing key: ``kind|{json params}``. A compiled graph loaded from torch's caches
+    holds only the key, so ``dsl_te`` must be able to rebuild the kernel from it alone."""
+    return f"{kind}|{json.dumps(params, sort_keys=True, separators=(',', ':'))}"
+
+
+def register_resolver(kind: str, resolve: Callable[[str, dict[str, Any]], DslKernel]) -> None:
+    """``resolve(key, params)`` builds the DslKernel of any key of this kind."""
+    _RESOLVERS[kind] = resolve
+
+
+def dsl_kernel(key: str) -> DslKernel:
+    """The kernel registered as ``key``, resolved from the key itself on first use."""
+    spec = _DSL.get(key)
+    if spec is not None:
+        return spec
+    kind, _, params = key.partition("|")
+    resolve = _RESOLVERS.get(kind)
+    if resolve is None or not params:
+        raise RuntimeError(f"alcop::dsl_call: no DSL kernel can be built for key {key!r}: kind {kind!r} is not "
+                           "registered in this process (define the alcop_triton.op it belongs to first)")
+    with DSL_LOCK:
+        if key not in _DSL:
+            spec = resolve(key, json.loads(params))
+            if spec.key != key:
+                raise RuntimeError(f"alcop::dsl_call: resolver of {kind!r} built {spec.key!r} for {key!r}")
+            _DSL[key] = spec
+        return _DSL[key]
 
 
 def dsl_te(key: str) -> tuple[DslKernel, list[te.Tensor], te.Tensor]:
-    spec = _DSL.get(key)
-    if spec is None:
-        raise RuntimeError(f"alcop::dsl_call: no DSL kernel is registered as {key!r} in this process "
-                           "(keys are registered by the op that uses them, on its first call or trace)")
-    with _DSL_LOCK:
+    spec = dsl_kernel(key)
+    with DSL_LOCK:
         if key not in _DSL_TE:
             _DSL_TE[key] = spec.build()
     inputs, out = _DSL_TE[key]
@@ -774,7 +797,7 @@ def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> 
         out.copy_(spec.reference(tensors))
         return out
     cfg = spec.config or choose_config(out.device, lambda: _dsl_workload(out_te, spec, env, inputs))
-    with _DSL_LOCK:
+    with DSL_LOCK:
         kern = _DSL_COMPILED.get((key, cfg))
         if kern is None:
             sched = Schedule.from_config(out_te, cfg, m_axes=spec.m_axes, n_axes=spec.n_axes)
@@ -806,7 +829,8 @@ def _conv_grad_vars(nd: int) -> tuple[list[str], list[te.Var], list[te.Var], lis
 
 
 def conv_input_grad_te(nd: int, dtype: str, stride: tuple[int, ...], pad: tuple[int, ...],
-                       dilation: tuple[int, ...], groups: int, channels_last: bool) -> tuple[list[te.Tensor], te.Tensor]:
+                       dilation: tuple[int, ...], groups: int,
+                       channels_last: bool) -> tuple[list[te.Tensor], te.Tensor]:
     """dX[n, g, c, *i] = sum_{co, *r} dY[n, g*COg + co, (i + p - r*d) / s] * W[g*COg + co, c, *r].
 
     Only output positions o with o*s = i + p - r*d contribute. The index of dY is written so that
@@ -876,29 +900,35 @@ def _conv_grads_torch(which: int, nd: int, stride: tuple[int, ...], pad: tuple[i
     return full.unflatten(1, (groups, x.shape[1] // groups))
 
 
+def _conv_grad_spec(key: str, p: dict[str, Any]) -> DslKernel:
+    nd, dt, groups = p["nd"], p["dtype"], p["groups"]
+    s, pad, d = tuple(p["stride"]), tuple(p["pad"]), tuple(p["dilation"])
+    if p["grad"] == "input":
+        cl = p["channels_last"]
+        return DslKernel(
+            key, functools.partial(conv_input_grad_te, nd, dt, s, pad, d, groups, cl),
+            m_axes=("n",) + tuple(f"i{x}" for x in SPATIAL[nd]), n_axes=("c",),
+            out_order=(0, *range(3, 3 + nd), 1, 2) if cl and nd > 1 else None,
+            reference=functools.partial(_conv_grads_torch, 0, nd, s, pad, d, groups))
+    return DslKernel(
+        key, functools.partial(conv_weight_grad_te, nd, dt, s, pad, d, groups),
+        m_axes=("co",), n_axes=("c",) + tuple(f"k{x}" for x in SPATIAL[nd]),
+        reference=functools.partial(_conv_grads_torch, 1, nd, s, pad, d, groups))
+
+
+register_resolver("alcop::conv_grad", _conv_grad_spec)
+
+
 def conv_input_grad_kernel(nd: int, dtype: torch.dtype, stride: Sequence[int], pad: Sequence[int],
                            dilation: Sequence[int], groups: int, channels_last: bool) -> str:
-    """Register (once) and return the key of the conv input-gradient kernel for these parameters."""
-    s, p, d, dt = tuple(stride), tuple(pad), tuple(dilation), dtype_name(dtype)
-    key = f"conv_input_grad:{nd}d:{dt}:s{s}:p{p}:d{d}:g{groups}:{'nhwc' if channels_last else 'nchw'}"
-    if key not in _DSL:
-        spatial = tuple(f"i{x}" for x in SPATIAL[nd])
-        register_dsl(DslKernel(
-            key, functools.partial(conv_input_grad_te, nd, dt, s, p, d, groups, channels_last),
-            m_axes=("n",) + spatial, n_axes=("c",),
-            out_order=(0, *range(3, 3 + nd), 1, 2) if channels_last and nd > 1 else None,
-            reference=functools.partial(_conv_grads_torch, 0, nd, s, p, d, groups)))
-    return key
+    """The ``alcop::dsl_call`` key of the conv input-gradient kernel for these parameters."""
+    return kernel_key("alcop::conv_grad", dict(grad="input", nd=nd, dtype=dtype_name(dtype), stride=list(stride),
+                                               pad=list(pad), dilation=list(dilation), groups=groups,
+                                               channels_last=channels_last))
 
 
 def conv_weight_grad_kernel(nd: int, dtype: torch.dtype, stride: Sequence[int], pad: Sequence[int],
                             dilation: Sequence[int], groups: int) -> str:
-    """Register (once) and return the key of the conv weight-gradient kernel for these parameters."""
-    s, p, d, dt = tuple(stride), tuple(pad), tuple(dilation), dtype_name(dtype)
-    key = f"conv_weight_grad:{nd}d:{dt}:s{s}:p{p}:d{d}:g{groups}"
-    if key not in _DSL:
-        register_dsl(DslKernel(
-            key, functools.partial(conv_weight_grad_te, nd, dt, s, p, d, groups),
-            m_axes=("co",), n_axes=("c",) + tuple(f"k{x}" for x in SPATIAL[nd]),
-            reference=functools.partial(_conv_grads_torch, 1, nd, s, p, d, groups)))
-    return key
+    """The ``alcop::dsl_call`` key of the conv weight-gradient kernel for these parameters."""
+    return kernel_key("alcop::conv_grad", dict(grad="weight", nd=nd, dtype=dtype_name(dtype), stride=list(stride),
+                                               pad=list(pad), dilation=list(dilation), groups=groups))

@@ -176,6 +176,7 @@ class Kernel:
     header: dict[str, Any] = field(default_factory=dict)
     passes: tuple[str, ...] = ()
     interpreter: bool = False                 # generated for Triton's CPU interpreter
+    static: dict[str, int] = field(default_factory=dict)  # size vars compiled in as constants
 
     def replace(self, **kw: Any) -> Kernel:
         return dataclasses.replace(self, **kw)

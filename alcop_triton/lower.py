@@ -55,8 +55,13 @@ def _placeholder_load(factor: te.Expr) -> te.Load:
 
 
 def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int | None] | None = None,
-          allow_tf32: bool = True) -> Kernel:
-    """Build the loop nest for ``s``; ``inputs`` fixes the kernel's argument order."""
+          allow_tf32: bool = True, static: dict[str, int] | None = None) -> Kernel:
+    """Build the loop nest for ``s``; ``inputs`` fixes the kernel's argument order.
+
+    ``static`` size variables are compile-time constants of this kernel (e.g. a convolution's
+    channels and window): index math by constants lets Triton prove contiguity and vectorise.
+    """
+    static = dict(static or {})
     out, red = s.out, s.reduction
     if red is None:
         raise UnsupportedError(f"{out.name!r} has no te.sum: alcop kernels are reductions with a load-and-use loop")
@@ -170,11 +175,14 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
     for t in list(inputs) + [out]:
         for d in t.shape:
             for v in sorted(te.free_vars(d)):
-                sizes.setdefault(v, te.Var(v))
+                if v not in static:
+                    sizes.setdefault(v, te.Var(v))
 
     def size_name(expr: te.Expr, fallback: str) -> str:
         if isinstance(expr, te.Const):
             return str(expr.value)
+        if te.free_vars(expr) <= set(static):
+            return str(int(te.evaluate(expr, static)))
         if isinstance(expr, te.Var):
             sizes.setdefault(expr.name, expr)
             return expr.name
@@ -211,7 +219,7 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
     return Kernel(
         name=f"alcop_{out.name.lower()}", body=body, operands=tuple(operands), out=out, inputs=tuple(inputs),
         reduction=red, axes={"b": b_axes, "m": m_axes, "n": n_axes, "k": k_axes}, extents=extents,
-        sizes=tuple(sizes.items()), axis_size=axis_size, totals=totals, unit_stride=us,
+        sizes=tuple(sizes.items()), axis_size=axis_size, totals=totals, unit_stride=us, static=static,
         constexprs={"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "SUB_K": cfg.sub_k,
                     "REG_SPLIT": cfg.reg_split, "GROUP_M": cfg.group_m},
         num_warps=cfg.num_warps, num_stages=1, dot_dtype=dot_dtype, allow_tf32=allow_tf32,

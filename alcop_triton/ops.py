@@ -278,7 +278,10 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *, activat
 
 def _ints(op: str, name: str, v: Any, nd: int, low: int) -> tuple[int, ...]:
     """An int or a sequence of 1 or nd ints, each >= low (torch's rules and exception types)."""
-    vals = (v,) if isinstance(v, int) and not isinstance(v, bool) else tuple(v) if isinstance(v, (tuple, list)) else None
+    if isinstance(v, int) and not isinstance(v, bool):
+        vals: tuple[Any, ...] | None = (v,)
+    else:
+        vals = tuple(v) if isinstance(v, (tuple, list)) else None
     if vals is None or any(not isinstance(x, int) or isinstance(x, bool) for x in vals):
         raise TypeError(f"{op}(): argument '{name}' must be an int or a tuple of {nd} ints, got {v!r}")
     if len(vals) == 1:

@@ -15,6 +15,7 @@ comparisons and ``te.eq``/``te.ne`` build (in)equality, because ``==`` stays str
 from __future__ import annotations
 
 import inspect
+import keyword
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, Union
 
@@ -28,6 +29,13 @@ BINARY_OPS = ("+", "-", "*", "/", "//", "%", "max", "min")
 COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
 
 ExprLike = Union["Expr", int, float]
+
+
+def check_name(name: str, what: str) -> str:
+    """Names become Python identifiers in generated kernels: no keywords, no punctuation."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ScheduleError(f"{what} name {name!r} must be a Python identifier and not a keyword")
+    return name
 
 
 def _check_dtype(dtype: str, what: str) -> str:
@@ -336,9 +344,7 @@ def _fold(op: str, x: int | float, y: int | float) -> int | float:
 
 def var(name: str) -> Var:
     """A runtime size variable (M, N, K, batch, ...)."""
-    if not name.isidentifier():
-        raise ScheduleError(f"var({name!r}): name must be a Python identifier")
-    return Var(name)
+    return Var(check_name(name, "var"))
 
 
 def _shape(shape: Sequence[ExprLike], what: str) -> tuple[Expr, ...]:
@@ -351,14 +357,13 @@ def _shape(shape: Sequence[ExprLike], what: str) -> tuple[Expr, ...]:
 
 def placeholder(shape: Sequence[ExprLike], dtype: str = "float32", name: str = "X") -> Tensor:
     """An input tensor of the given shape (ints or ``te.var`` sizes) and dtype."""
-    if not name.isidentifier():
-        raise ScheduleError(f"placeholder name {name!r} must be a Python identifier")
+    check_name(name, "placeholder")
     return Tensor(name, _shape(shape, f"placeholder {name!r}"), _check_dtype(dtype, f"placeholder {name!r}"), PlaceholderOp())
 
 
 def reduce_axis(extent: ExprLike, name: str = "k") -> IterVar:
     """A reduction axis over ``range(extent)``."""
-    return IterVar(name, _shape((extent,), f"reduce_axis {name!r}")[0], "reduce")
+    return IterVar(check_name(name, "reduce_axis"), _shape((extent,), f"reduce_axis {name!r}")[0], "reduce")
 
 
 def sum(expr: ExprLike, axis: IterVar | Sequence[IterVar]) -> Reduce:  # noqa: A001 - te.sum, as in TVM
@@ -379,9 +384,9 @@ def compute(shape: Sequence[ExprLike], fcompute: Callable[..., ExprLike], name: 
     """
     shp = _shape(shape, f"compute {name!r}")
     params = list(axis_names) if axis_names is not None else list(inspect.signature(fcompute).parameters)
+    check_name(name, "compute")
     for p in params:
-        if not p.isidentifier():
-            raise ScheduleError(f"compute {name!r}: axis name {p!r} must be a Python identifier")
+        check_name(p, f"compute {name!r}: axis")
     if len(params) != len(shp):
         raise ScheduleError(f"compute {name!r}: fcompute takes {len(params)} axes but the shape has {len(shp)} dims")
     axes = tuple(IterVar(p, e, "spatial") for p, e in zip(params, shp))

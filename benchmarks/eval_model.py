@@ -54,7 +54,8 @@ def best_in_top_k(pred: Sequence[float], meas: Sequence[float | None], ks: Seque
     return out
 
 
-def _topk_for(groups: dict[Workload, list[Measurement]], predict: Callable[[Workload, Measurement], float]) -> dict[str, dict[int, float]]:
+def _topk_for(groups: dict[Workload, list[Measurement]],
+              predict: Callable[[Workload, Measurement], float]) -> dict[str, dict[int, float]]:
     return {wl.key(): best_in_top_k([predict(wl, m) for m in ms], [m.time_s for m in ms]) for wl, ms in groups.items()}
 
 
@@ -176,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", nargs="+", default=["benchmarks/data/*.jsonl"], help="jsonl files or globs")
     ap.add_argument("--out", required=True, help="output path prefix: writes <out>.md and <out>.json")
     ap.add_argument("--gpu", default="H100", help="spec to evaluate with; records of other GPUs are skipped")
+    ap.add_argument("--mma", choices=["wgmma", "mma_sync"], default=None,
+                    help="MMA path the data was measured with (default: the GPU's); other records are skipped")
     ap.add_argument("--folds", type=int, default=5, help="workload folds for fitted constants (< 2: skip)")
     ap.add_argument("--no-xgb", action="store_true", help="skip the XGBoost evaluation")
     ap.add_argument("--nthread", type=int, default=2)
@@ -184,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print(f"eval_model: no data files match {args.data}", file=sys.stderr)
         return 2
-    spec = get_spec(args.gpu, use_calibration=False)  # presets: results must not depend on a local cache
-    ms = [m for m in load_jsonl(paths) if m.gpu is None or get_spec(m.gpu, use_calibration=False).name == spec.name]
+    spec = get_spec(args.gpu, mma=args.mma, use_calibration=False)  # presets: no dependence on a local cache
+    ms = [m for m in load_jsonl(paths)
+          if (m.gpu is None or get_spec(m.gpu, use_calibration=False).name == spec.name)
+          and (m.mma is None or m.mma == spec.mma)]
     r = _jsonable(evaluate(ms, spec, folds=args.folds, xgb=not args.no_xgb, nthread=args.nthread))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -48,6 +48,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: long interpreter cases")
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    import numpy
+    interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    lines = [f"alcop: torch {torch.__version__}, numpy {numpy.__version__}, cuda={HAS_CUDA}, "
+             f"TRITON_INTERPRET={int(interp)}, ALCOP_CACHE_DIR per session"]
+    if interp and tuple(int(x) for x in numpy.__version__.split(".")[:2]) >= (2, 4):
+        # triton-lang/triton#9171: Triton <= 3.6's interpreter does int(array of shape (1,)), an error since numpy 2.4
+        lines.append("alcop: WARNING numpy >= 2.4 breaks Triton 3.6's interpreter (triton#9171); use numpy < 2.4")
+    return lines
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 

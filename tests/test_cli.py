@@ -99,7 +99,7 @@ def test_show_without_database(tmp_path, capsys):
 
 def test_compare_tuners_and_report(data, tmp_path, capsys):
     curves = tmp_path / "curves.json"
-    argv = ["compare-tuners", str(data.parent), "--k-max", "8", "--seeds", "2", "--budgets", "2,8",
+    argv = ["compare-tuners", str(data.parent), "--k-max", "9", "--seeds", "2", "--budgets", "2,8",
             "--per-task", "--json", str(curves)]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
@@ -107,8 +107,8 @@ def test_compare_tuners_and_report(data, tmp_path, capsys):
         assert t in out
     assert "k=2" in out and W2.key() in out
     saved = json.loads(curves.read_text())
-    assert saved["k_max"] == 8 and len(saved["curves"]["grid"]) == 2
-    # Every curve reaches the exhaustive best: 8 of 8 successful configs per task searched.
+    assert saved["k_max"] == 9 and len(saved["curves"]["grid"]) == 2
+    # Every curve reaches the exhaustive best: all 9 configs of each task searched.
     assert all(math.isclose(c[-1], 1.0) for t in saved["curves"].values() for c in t.values())
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps({"rows": [{"workload": W1.key(), "speedup_vs_torch": 1.2,
@@ -144,3 +144,9 @@ def test_parse_shape():
 def test_python_m_entry_point():
     res = subprocess.run([sys.executable, "-m", "alcop_triton", "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "compare-tuners" in res.stdout
+
+
+def test_db_option_after_command(db, capsys):
+    capsys.readouterr()
+    assert cli.main(["show", "--db", str(db)]) == 0
+    assert W1.key() in capsys.readouterr().out

@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..loop_ir import Copy, For, Kernel, Operand, find
 
@@ -35,23 +37,51 @@ class Candidate:
 
 
 def contiguous_bytes(k: Kernel, o: Operand) -> tuple[int, str]:
-    """Bytes one thread can move contiguously for operand ``o``'s tile, and how that was decided."""
+    """Bytes one thread can move contiguously for operand ``o``'s tile, and how that was decided.
+
+    The unit-stride dim must be indexed by one tile axis plus an offset free of tile axes (e.g. a
+    group's channel base). When that axis is fused with others into one tile dim (a conv's window
+    and channels), it must be the innermost and its extent a compile-time constant: Triton proves
+    contiguity through div/mod by constants only.
+    """
+    from .. import te
     elem = _ELEM[o.tensor.dtype]
     d = o.contiguous
     if d is None:
         return elem, f"{o.tensor.name} has no unit-stride dim, so each thread loads single {elem}-byte elements"
-    along = o.dims[d]
-    if along not in ("m", "n", "k") or not _plain_axis(o, d):
-        return elem, (f"{o.tensor.name}'s unit-stride dim {d} is indexed by {o.load.indices[d]!r}, not by one tile "
-                      f"axis, so consecutive threads' addresses are not contiguous ({elem}-byte loads)")
+    idx = o.load.indices[d]
+    kinds = {a: dim for dim, axs in k.axes.items() if dim != "b" for a in axs}
+    ax = _unit_axis(idx, kinds)
+    if ax is None:
+        return elem, (f"{o.tensor.name}'s unit-stride dim {d} is indexed by {idx!r}, not by one tile axis plus an "
+                      f"offset, so consecutive threads' addresses are not contiguous ({elem}-byte loads)")
+    along = kinds[ax.name]
     extent = {"m": "BLOCK_M", "n": "BLOCK_N", "k": "SUB_K"}[along]
     tile = k.constexprs[extent]
-    return min(16, tile * elem), f"{o.tensor.name} is contiguous along {along.upper()} ({extent}={tile})"
+    run = tile
+    if len(k.axes[along]) > 1:
+        if k.axes[along][-1] != ax.name:
+            return elem, (f"{o.tensor.name} is contiguous along axis {ax.name}, which is not the innermost of the "
+                          f"fused {along.upper()} axes {k.axes[along]} ({elem}-byte loads); reorder the reduction axes")
+        ext = k.extents[ax.name]
+        if not te.free_vars(ext) <= set(k.static):
+            return elem, (f"{o.tensor.name} is contiguous along {ax.name}, but its extent {ext!r} is a runtime size: "
+                          f"div/mod by it hides contiguity from Triton ({elem}-byte loads); build with "
+                          f"static={tuple(sorted(te.free_vars(ext)))}")
+        run = math.gcd(tile, int(te.evaluate(ext, k.static)))
+    return min(16, run * elem), f"{o.tensor.name} is contiguous along {ax.name} ({along.upper()}, {run} elements per run)"
 
 
-def _plain_axis(o: Operand, d: int) -> bool:
+def _unit_axis(idx: Any, kinds: dict[str, str]) -> Any:
+    """The tile axis ``v`` of an index ``v`` or ``offset + v`` (offset free of tile axes), else None."""
     from .. import te
-    return isinstance(o.load.indices[d], te.IterVar)
+    if isinstance(idx, te.IterVar) and idx.name in kinds:
+        return idx
+    if isinstance(idx, te.BinOp) and idx.op == "+":
+        for v, rest in ((idx.a, idx.b), (idx.b, idx.a)):
+            if isinstance(v, te.IterVar) and v.name in kinds and not te.free_vars(rest) & set(kinds):
+                return v
+    return None
 
 
 _ELEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8}

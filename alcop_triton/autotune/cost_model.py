@@ -65,7 +65,9 @@ class XGBoostCostModel:
         from ..model.xgb_model import XGBCostModel
 
         self.space = space
-        self._model = XGBCostModel(space.spec, seed=seed)
+        # One thread: the model is small, and OpenMP threads spin badly when the CPU is shared
+        # with compile workers (or other tuning processes).
+        self._model = XGBCostModel(space.spec, seed=seed, nthread=1)
         self._trained = pretrain
         self._fitted = 0  # measurements already passed to the model
         # Scores are memoised until the next fit: the optimizer asks about the same configs often,

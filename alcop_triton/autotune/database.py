@@ -47,7 +47,7 @@ from .measure import ERROR_KINDS, MeasureResult
 SCHEMA = 1
 """Version of the record format (``"schema"`` key; absent means 1, the documented format)."""
 
-_RECORD_KEYS = frozenset({"schema", "workload", "config", "time_ms", "error", "message", "timer", "gpu",
+_RECORD_KEYS = frozenset({"schema", "impl", "workload", "config", "time_ms", "error", "message", "timer", "gpu",
                           "device", "cc", "mma", "triton", "torch", "alcop", "date"})
 
 
@@ -71,6 +71,11 @@ def normalize_cc(cc: Any) -> str:
     if isinstance(cc, str) and cc:
         return cc
     raise DatabaseError(f"compute capability {cc!r}: expected 'major.minor', a (major, minor) tuple or a float")
+
+
+def mma_of(gpu: Any) -> str:
+    """The MMA path a GPUSpec describes ("wgmma", "mma_sync"), "" for a bare GpuKey or pair."""
+    return "" if isinstance(gpu, tuple) else str(getattr(gpu, "mma", "") or "")
 
 
 def gpu_key(gpu: Any) -> GpuKey:
@@ -125,10 +130,6 @@ class TuningRecord:
     def gpu_key(self) -> GpuKey:
         return GpuKey(self.gpu, self.cc)
 
-    @property
-    def version_key(self) -> tuple[str, str, str]:
-        return (self.alcop, self.triton, self.torch)
-
     @classmethod
     def from_result(cls, workload: Workload, result: MeasureResult, gpu: Any, *, device: str = "",
                     mma: str = "", vers: Mapping[str, str] | None = None) -> "TuningRecord":
@@ -142,7 +143,7 @@ class TuningRecord:
                    message=result.message[:2000], timer=result.timer)
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"workload": self.workload.to_dict(), "config": self.config.to_dict(),
+        d: dict[str, Any] = {"workload": self.workload.to_dict(), "config": self.config.to_dict(), "impl": "alcop",
                              "time_ms": self.time_ms, "error": self.error, "gpu": self.gpu,
                              "device": self.device, "cc": self.cc, "mma": self.mma, "triton": self.triton,
                              "torch": self.torch, "alcop": self.alcop, "date": self.date}
@@ -196,26 +197,38 @@ def _skip(source: str, where: Any, reason: Any) -> None:
     warnings.warn(f"{source}:{where}: tuning record skipped: {reason}", RecordSkipped, stacklevel=3)
 
 
-def parse_line(line: str) -> TuningRecord:
-    """One JSONL line to a validated record (DatabaseError on anything wrong)."""
+def parse_line(line: str) -> TuningRecord | None:
+    """One JSONL line to a validated record; None for a library baseline line; DatabaseError if bad.
+
+    Measurement files also time reference libraries (``"impl": "torch"``, no config) next to
+    alcop's kernels; those are valid lines but not tuning records.
+    """
     try:
         d = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DatabaseError(f"bad JSON ({exc.msg} at column {exc.colno})") from None
+    if isinstance(d, dict) and d.get("impl", "alcop") != "alcop":
+        if not isinstance(d["impl"], str):
+            raise DatabaseError(f"impl={d['impl']!r}: expected a string")
+        return None
     return TuningRecord.from_dict(d)
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
-    """Valid records of a JSONL file, in order; bad lines are skipped with a RecordSkipped warning."""
+    """Valid tuning records of a JSONL file, in order; bad lines are skipped with a RecordSkipped
+    warning, library baseline lines silently."""
     out: list[TuningRecord] = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                out.append(parse_line(line))
+                r = parse_line(line)
             except DatabaseError as exc:
                 _skip(str(path), lineno, exc)
+                continue
+            if r is not None:
+                out.append(r)
     return out
 
 
@@ -274,8 +287,12 @@ def rank_configs(records: Iterable[TuningRecord]) -> list[RankedConfig]:
 
 
 def select(records: Iterable[TuningRecord], workload: Workload | None = None, gpu: Any = None) -> list[TuningRecord]:
+    """Records of ``workload`` on ``gpu``. A GPUSpec also selects its MMA path: Hopper under
+    ``DISABLE_MMA_V3=1`` runs other kernels than with wgmma, so their timings do not mix."""
     g = gpu_key(gpu) if gpu is not None else None
-    return [r for r in records if (workload is None or r.workload == workload) and (g is None or r.gpu_key == g)]
+    mma = mma_of(gpu)
+    return [r for r in records if (workload is None or r.workload == workload)
+            and (g is None or (r.gpu_key == g and (not mma or not r.mma or r.mma == mma)))]
 
 
 def best_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any) -> RankedConfig | None:
@@ -294,10 +311,9 @@ def nearest_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any, to
 
     Ties prefer the same layout. Workloads whose every config failed are passed over.
     """
-    g = gpu_key(gpu)
     by_wl: dict[Workload, list[TuningRecord]] = {}
-    for r in records:
-        if r.gpu_key == g and r.workload.op == workload.op and r.workload.dtype == workload.dtype:
+    for r in select(records, gpu=gpu):
+        if r.workload.op == workload.op and r.workload.dtype == workload.dtype:
             by_wl.setdefault(r.workload, []).append(r)
     order = sorted(by_wl, key=lambda w: (shape_distance(w, workload), w.layout != workload.layout, w.key()))
     for w in order:
@@ -452,6 +468,8 @@ class Database:
         for rowid, cols, text in self._rows(" AND ".join(conds), args):
             try:
                 r = parse_line(text)
+                if r is None:
+                    raise DatabaseError("a library baseline line is not a tuning record")
             except DatabaseError as exc:
                 _skip(str(self.path), f"id={rowid}", exc)
                 continue
@@ -463,7 +481,7 @@ class Database:
                 _skip(str(self.path), f"id={rowid}", f"index columns {cols} disagree with the record {want}")
                 continue
             out.append(r)
-        return out
+        return select(out, gpu=gpu) if gpu is not None else out
 
     def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
         """Fastest config measured for exactly this workload on this GPU (failed configs never)."""

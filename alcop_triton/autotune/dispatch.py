@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import DatabaseError
 from ..records import KernelConfig, Workload
-from .database import Database, GpuKey, TuningRecord, best_of, gpu_key, nearest_of, read_jsonl
+from .database import Database, GpuKey, TuningRecord, best_of, gpu_key, mma_of, nearest_of, read_jsonl
 
 AUTOTUNE_TRIALS = 16
 """Budget of call-time tuning under ``ALCOP_AUTOTUNE=1``: small, since the caller is waiting."""
@@ -80,7 +80,7 @@ class Dispatcher:
     def __init__(self, db: Database | None = None, *, use_defaults: bool = True) -> None:
         self.db = db if db is not None else Database()
         self.use_defaults = use_defaults
-        self._cache: dict[tuple[Workload, GpuKey], Decision] = {}
+        self._cache: dict[tuple[Workload, GpuKey, str], Decision] = {}
         self._defaults: list[TuningRecord] | None = None
         self._lock = threading.Lock()
 
@@ -91,18 +91,17 @@ class Dispatcher:
             self._defaults = None
 
     def best_config(self, workload: Workload, gpu_spec: Any) -> KernelConfig:
-        key = (workload, gpu_key(gpu_spec))
-        hit = self._cache.get(key)
+        hit = self._cache.get((workload, gpu_key(gpu_spec), mma_of(gpu_spec)))
         if hit is not None:
             return hit.config
         return self.decide(workload, gpu_spec).config
 
     def decide(self, workload: Workload, gpu_spec: Any) -> Decision:
         """Like best_config, but says where the config came from (cached too)."""
-        key = (workload, gpu_key(gpu_spec))
+        key = (workload, gpu_key(gpu_spec), mma_of(gpu_spec))
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._decide(workload, gpu_spec, key[1])
+            hit = self._decide(workload, gpu_spec)
             with self._lock:
                 self._cache[key] = hit
         return hit
@@ -124,20 +123,21 @@ class Dispatcher:
             self._defaults = default_tables()
         return self._defaults
 
-    def _decide(self, workload: Workload, spec: Any, gkey: GpuKey) -> Decision:
-        mine = self._db_records(workload=workload, gpu=gkey)
-        found = best_of(mine, workload, gkey)
+    def _decide(self, workload: Workload, spec: Any) -> Decision:
+        # The spec (not just its GpuKey) is passed down so records of another MMA path are ignored.
+        mine = self._db_records(workload=workload, gpu=spec)
+        found = best_of(mine, workload, spec)
         if found is not None:
             return Decision(found.config, "db", f"{found.time_ms:.4g} ms over {found.count} run(s)")
-        found = best_of(self._default_records(), workload, gkey)
+        found = best_of(self._default_records(), workload, spec)
         if found is not None:
             return Decision(found.config, "default", f"{found.time_ms:.4g} ms")
         if os.environ.get("ALCOP_AUTOTUNE", "0").strip().lower() in ("1", "true", "yes", "on"):
             tuned = self._tune(workload, spec)
             if tuned is not None:
                 return tuned
-        pool = self._db_records(gpu=gkey, op=workload.op, dtype=workload.dtype) + self._default_records()
-        near = nearest_of(pool, workload, gkey)
+        pool = self._db_records(gpu=spec, op=workload.op, dtype=workload.dtype) + self._default_records()
+        near = nearest_of(pool, workload, spec)
         if near is not None:
             config = rerank(workload, [rc.config for rc in near[1]], spec)
             if config is not None:

@@ -31,24 +31,26 @@ DETERMINISTIC = frozenset({"grid", "analytical"})
 
 @dataclass(frozen=True)
 class Task:
-    """One replayable tuning problem: a workload on a GPU and everything measured for it."""
+    """One replayable tuning problem: a workload on a GPU (and MMA path) and all measured for it."""
 
     gpu: GpuKey
     workload: Workload
     records: tuple[TuningRecord, ...]
+    mma: str = ""
 
     @property
     def key(self) -> str:
-        return f"{self.gpu.name}/{self.workload.key()}"
+        return f"{self.gpu.name}{'/' + self.mma if self.mma else ''}/{self.workload.key()}"
 
 
 def load_tasks(paths: Iterable[str | os.PathLike[str]]) -> list[Task]:
-    """Group the valid records of JSONL files by (GPU, workload); corrupt lines are skipped."""
-    groups: dict[tuple[GpuKey, Workload], list[TuningRecord]] = {}
+    """Group the valid records of JSONL files by (GPU, MMA path, workload); corrupt lines are skipped."""
+    groups: dict[tuple[GpuKey, str, Workload], list[TuningRecord]] = {}
     for p in paths:
         for r in read_jsonl(p):
-            groups.setdefault((r.gpu_key, r.workload), []).append(r)
-    return [Task(g, w, tuple(rs)) for (g, w), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1].key()))]
+            groups.setdefault((r.gpu_key, r.mma, r.workload), []).append(r)
+    return [Task(g, w, tuple(rs), mma) for (g, mma, w), rs in
+            sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2].key()))]
 
 
 class ReplayMeasurer:
@@ -88,11 +90,12 @@ class ReplayMeasurer:
         return out
 
 
-def _spec_for(gpu: GpuKey) -> Any | None:
+def _spec_for(task: Task) -> Any | None:
+    """The model's spec of the task's GPU on the MMA path it was measured with (None: unknown GPU)."""
     from ..model import hardware
 
     try:
-        return hardware.get_spec(gpu.name)
+        return hardware.get_spec(task.gpu.name, mma=task.mma or None)
     except (UnsupportedError, ValueError):
         return None
 
@@ -150,7 +153,7 @@ def replay_task(task: Task, tuner: str, k_max: int, seed: int, batch_size: int =
     best = measurer.best_time_ms()
     if best is None:
         raise TuningError(f"{task.key}: no successful measurement recorded; cannot normalise")
-    space = ConfigSpace.from_configs(task.workload, measurer.configs, _spec_for(task.gpu))
+    space = ConfigSpace.from_configs(task.workload, measurer.configs, _spec_for(task))
     result = make_tuner(tuner, space, seed=seed).tune(measurer, min(k_max, len(space)), batch_size=batch_size)
     exhaustive = task.workload.flops / (best * 1e-3)
     curve = [x / exhaustive for x in result.curve()]
@@ -185,7 +188,7 @@ def compare_tuners(tasks: Sequence[Task], tuners: Sequence[str] = TUNERS, *, k_m
             continue
         comp.space_sizes[task.key] = len({r.config for r in task.records})
         runnable = list(tuners)
-        if _spec_for(task.gpu) is None:
+        if _spec_for(task) is None:
             runnable = [t for t in tuners if not t.startswith("analytical")]
             if runnable != list(tuners):
                 warnings.warn(f"{task.key}: no GPU spec for {task.gpu.name!r}; analytical tuners skipped",

@@ -54,13 +54,13 @@ def resolve_target(device: str | None = None, gpu: str | None = None) -> Target:
     return Target(device, spec, GpuKey(*INTERPRETER_GPU), "cpu (triton interpreter)", "")
 
 
-def _history(db: Database, workload: Workload, key: GpuKey, vers: dict[str, str]) -> list[MeasureResult]:
-    """Earlier results of this workload on this GPU under the current versions (one per config)."""
+def _history(db: Database, workload: Workload, target: Target, vers: dict[str, str]) -> list[MeasureResult]:
+    """Earlier results of this workload on this GPU and MMA path under the current versions."""
     if not db.path.exists():
         return []
     out: dict[Any, MeasureResult] = {}
-    for r in db.records(workload, key):
-        if r.alcop == vers["alcop"] and r.triton == vers["triton"]:
+    for r in db.records(workload, target.key):
+        if r.alcop == vers["alcop"] and r.triton == vers["triton"] and r.mma == target.mma:
             # A failure anywhere marks the config failed, as dispatch will treat it.
             if r.config not in out or not r.ok:
                 out[r.config] = MeasureResult(r.config, r.time_ms, ErrorKind(r.error) if r.error else None,
@@ -93,7 +93,7 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
     t = make_tuner(tuner, space, seed=seed)
     vers = versions()
     if resume:
-        t.warm_start(_history(db, workload, target.key, vers))
+        t.warm_start(_history(db, workload, target, vers))
 
     def store(trial: Trial) -> None:
         db.add(TuningRecord.from_result(workload, trial.result, target.key, device=target.device_name,

@@ -27,6 +27,8 @@ Where this model departs from the table, and why:
   than a whole extra batch.
 * Stores go to the write-back L2 (the epilogue pays L2 bandwidth); the DRAM traffic of the whole
   kernel (modelled reads + output) is a floor on T_kernel instead of a per-batch cost.
+* With an explicit register pipeline (reg_stages > 1) the shared-level N_pipe is the register
+  prefetch distance, as alcop_triton's codegen realises it (see ``_threadblock``).
 * The loop trip count bounds the useful pipeline depth (N_pipe <= N_loop), and on the wgmma path
   the in-flight async MMA holds one stage (N_pipe = num_stages - 1).
 
@@ -140,7 +142,8 @@ def resources(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Resour
     even with ``num_stages=1`` because ``tl.dot`` operands are staged through shared memory; the
     epilogue's layout-conversion scratch reuses the freed pipeline buffers, so it only counts when
     larger; TMA adds one 8-byte mbarrier per stage. Registers are an estimate: fp32 accumulators,
-    MMA operand fragments (times the register pipeline depth), 64-bit addresses for pointer loads,
+    MMA operand fragments (mma.sync), the register pipeline's prefetched sub-tiles, 64-bit addresses
+    for pointer loads,
     and a fixed base. More than ``spec.max_regs_per_thread`` would spill and is treated as invalid.
     """
     c, eb = config, workload.elem_bytes
@@ -154,14 +157,14 @@ def resources(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Resour
     acc = c.block_m * c.block_n / threads
     gm, gn = _warp_grid(c, path)
     if path == "wgmma":
-        # Operands stay in shared memory; an explicit register pipeline holds A sub-tiles ahead.
-        frag = (c.block_m / gm) * c.sub_k * eb / 4 / 128 * (c.reg_stages - 1)
+        frag = 0.0   # operands are read from shared memory by the tensor cores
     else:
-        slice_k, live = (c.sub_k, c.reg_stages) if c.reg_stages > 1 else (_MMA_K, 2)
         warp_m, warp_n = max(16, c.block_m // gm), max(8, c.block_n // gn)
-        frag = (warp_m + warp_n) * slice_k * eb / 4 / 32 * live
+        frag = (warp_m + warp_n) * _MMA_K * eb / 4 / 32 * 2
+    # The explicit register pipeline holds R-1 prefetched (A, B) sub-tiles spread over the threads.
+    prefetch = (c.block_m + c.block_n) * c.sub_k * eb / 4 / threads * (c.reg_stages - 1)
     addr = 2 * stage / 16 / threads if c.async_copy == "pointer" else 4
-    regs = int(8 * math.ceil((acc + frag + addr + _BASE_REGS) / 8))
+    regs = int(8 * math.ceil((acc + frag + prefetch + addr + _BASE_REGS) / 8))
 
     def out(blocks: int, valid: bool, reason: str = "", limited_by: str = "") -> Resources:
         return Resources(smem_bytes=smem, regs_per_thread=regs, threads=threads, blocks_per_sm=blocks,
@@ -277,7 +280,8 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
         t_issue = warp_instr * spec.ptr_issue_cycles * (1 - a_share + a_share * conv) / min(4, c.num_warps) / clk
     else:
         t_issue = spec.tma_issue_cycles * (1 - a_share + a_share * conv) / clk
-    t_overhead = spec.iter_overhead_cycles / clk
+    # Each sub-tile's dot ends in its own wait when the register level splits the chunk.
+    t_overhead = spec.iter_overhead_cycles * c.reg_split / clk
     # Load issue runs on the load/store pipe while the tensor cores work (wgmma is asynchronous;
     # mma.sync warps interleave with the issuing warps), so it overlaps the MMAs; the barrier or
     # mbarrier wait that closes an iteration does not.
@@ -295,7 +299,14 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
     # Triton keeps one wgmma group in flight (warpgroup.wait(1)); its stage buffer cannot be
     # refilled until it retires, so on that path one of the S buffers always belongs to the
     # tensor cores (measured: num_stages=2 is nearly as slow as 1 with wgmma, not with mma.sync).
-    n_pipe = max(1, min(c.smem_stages - (1 if ctx.path == "wgmma" else 0), n_loop))
+    if c.reg_stages > 1:
+        # alcop_triton's register level (rewrite/prefetch_reg.py) loads sub-tiles from global
+        # memory into registers R-1 sub-tiles ahead, as loop-carried values: Triton's cp.async
+        # pipeline no longer applies (measured: num_stages stops mattering), and the load-ahead
+        # distance is (R-1) sub-tiles = (R-1)/REG_SPLIT chunks.
+        n_pipe = max(1.0, min(1.0 + (c.reg_stages - 1) / c.reg_split, n_loop))
+    else:
+        n_pipe = max(1, min(c.smem_stages - (1 if ctx.path == "wgmma" else 0), n_loop))
     t_plm = pipeline_latency(t_smem_load, t_smem_use, n_loop, n_pipe, b_sm)
     smem_traffic = stage_bytes + _operand_smem_reads(c, ctx.path, c.block_k, eb)
     floors = {

@@ -23,6 +23,7 @@ class Measurement:
     time_s: float | None
     error: str | None = None
     gpu: str | None = None
+    mma: str | None = None   # the process-wide MMA path ("wgmma", or "mma_sync" under DISABLE_MMA_V3)
 
     @property
     def ok(self) -> bool:
@@ -32,16 +33,19 @@ class Measurement:
     def from_json(cls, d: Mapping[str, Any]) -> "Measurement":
         t = d.get("time_ms")
         return cls(Workload.from_dict(d["workload"]), KernelConfig.from_dict(d["config"]),
-                   None if t is None else float(t) * 1e-3, d.get("error"), d.get("gpu"))
+                   None if t is None else float(t) * 1e-3, d.get("error"), d.get("gpu"), d.get("mma"))
 
     def to_json(self) -> dict[str, Any]:
         return {"workload": self.workload.to_dict(), "config": self.config.to_dict(),
                 "time_ms": None if self.time_s is None else self.time_s * 1e3, "error": self.error,
-                "gpu": self.gpu}
+                "gpu": self.gpu, "mma": self.mma}
 
 
 def load_jsonl(paths: Iterable[str | Path]) -> list[Measurement]:
-    """Read measurement files; a malformed line raises ValueError naming the file and line."""
+    """Read measurement files; a malformed line raises ValueError naming the file and line.
+
+    Lines without a config (library baselines such as ``"impl": "torch"``) are skipped.
+    """
     out: list[Measurement] = []
     for path in paths:
         with open(path) as f:
@@ -49,7 +53,10 @@ def load_jsonl(paths: Iterable[str | Path]) -> list[Measurement]:
                 if not line.strip():
                     continue
                 try:
-                    out.append(Measurement.from_json(json.loads(line)))
+                    d = json.loads(line)
+                    if d.get("config") is None:
+                        continue  # a reference-library timing (e.g. "impl": "torch"): no config to model
+                    out.append(Measurement.from_json(d))
                 except (ValueError, KeyError, TypeError) as e:
                     raise ValueError(f"{path}:{i}: bad measurement record: {e}") from e
     return out

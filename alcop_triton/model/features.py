@@ -75,9 +75,3 @@ def featurize(workload: Workload, config: KernelConfig, spec: GPUSpec, est: Esti
                  plm_over_floor=b["t_plm"] / floors, dram_scale=b["dram_scale"])
     return np.array([f.get(name, nan) for name in FEATURE_NAMES], dtype=np.float64)
 
-
-def featurize_many(workload: Workload, configs: list[KernelConfig], spec: GPUSpec) -> np.ndarray:
-    """Feature matrix of several configs of one workload (rows in ``configs`` order)."""
-    if not configs:
-        return np.zeros((0, len(FEATURE_NAMES)))
-    return np.stack([featurize(workload, c, spec) for c in configs])

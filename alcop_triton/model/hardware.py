@@ -68,7 +68,7 @@ class GPUSpec:
     single_issuer_util: float = 0.95    # tensor-core utilisation with one MMA issuer per SM sub-partition
     iter_overhead_cycles: float = 45.0  # per main-loop iteration: barrier/mbarrier wait, loop control
     ptr_issue_cycles: float = 8.0       # per warp-wide 16-byte cp.async: address arithmetic + issue
-    tma_issue_cycles: float = 40.0      # per main-loop iteration with TMA: descriptor copy + expect-tx
+    tma_issue_cycles: float = 10.0      # per main-loop iteration with TMA: one thread issues the copies + expect-tx
     latency_scale: float = 1.5          # loaded memory latency / unloaded latency
     conv_index_factor: float = 2.5      # im2col address arithmetic multiplies pointer-load issue cost
     launch_s: float = 5e-6              # launch + first-wave ramp, paid once per kernel

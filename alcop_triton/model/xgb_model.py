@@ -56,7 +56,7 @@ def _normalised_throughput(times: Sequence[float]) -> np.ndarray:
 class XGBCostModel:
     """Learned ranking model over (workload, config) features for one GPU spec."""
 
-    def __init__(self, spec: GPUSpec, *, n_estimators: int = 80, update_rounds: int = 30, max_depth: int = 6,
+    def __init__(self, spec: GPUSpec, *, n_estimators: int = 80, update_rounds: int = 40, max_depth: int = 3,
                  learning_rate: float = 0.2, objective: str = "rank:pairwise", measured_weight: float = 4.0,
                  prior_strength: float = 10.0, nthread: int = 2, seed: int = 0) -> None:
         if objective not in ("rank:pairwise", "rank:ndcg"):
@@ -66,15 +66,20 @@ class XGBCostModel:
         self.measured_weight = measured_weight
         self.prior_strength = prior_strength   # margin units per e-fold of predicted efficiency
         self.params: dict[str, Any] = {"objective": objective, "max_depth": max_depth, "eta": learning_rate,
-                                       "nthread": nthread, "seed": seed, "min_child_weight": 1.0,
-                                       "subsample": 1.0, "tree_method": "hist"}
+                                       "nthread": nthread, "seed": seed, "tree_method": "hist",
+                                       # Pairs the prior already orders confidently have tiny hessians;
+                                       # with a hessian floor a measurement that contradicts the prior
+                                       # could never grow a leaf.
+                                       "min_child_weight": 0.0, "lambda": 1.0}
         if objective == "rank:ndcg":
             # Labels are fractions in [0, 1]; NDCG's exponential gain wants integer relevance.
             self.params["ndcg_exp_gain"] = False
         self._booster: Any = None
         self._pseudo: dict[Workload, tuple[list[KernelConfig], np.ndarray, np.ndarray]] = {}
         self._measured: dict[Workload, dict[KernelConfig, float]] = {}
-        self._measured_x: dict[tuple[Workload, KernelConfig], np.ndarray] = {}  # features, computed once
+        # Features of measured configs, computed once; shared (not copied) by copy(): they depend
+        # only on the spec, which copies share.
+        self._measured_x: dict[tuple[Workload, KernelConfig], np.ndarray] = {}
 
     # -- data -----------------------------------------------------------------------------------
     def _features(self, workload: Workload, configs: Sequence[KernelConfig]) -> tuple[np.ndarray, np.ndarray]:
@@ -155,7 +160,6 @@ class XGBCostModel:
         other.params = dict(self.params)
         other._pseudo = dict(self._pseudo)
         other._measured = {wl: dict(m) for wl, m in self._measured.items()}
-        other._measured_x = dict(self._measured_x)
         other._booster = self._booster.copy() if self._booster is not None else None
         return other
 

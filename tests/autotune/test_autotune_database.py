@@ -192,3 +192,27 @@ def test_default_path_from_env(tmp_path, monkeypatch):
     assert Database().path == tmp_path / "x.sqlite"
     monkeypatch.delenv("ALCOP_DB")
     assert default_db_path().name == "tuning.sqlite"
+
+
+def test_library_baseline_lines_are_not_tuning_records(tmp_path, recwarn):
+    torch_line = {"workload": W.to_dict(), "config": None, "impl": "torch", "time_ms": 0.01, "error": None,
+                  "gpu": "H100", "cc": "9.0"}
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(torch_line) + "\n" + rec(KernelConfig(), 0.02).to_json() + "\n")
+    records = read_jsonl(path)
+    assert len(records) == 1 and records[0].to_dict()["impl"] == "alcop"
+    assert not [w for w in recwarn if issubclass(w.category, RecordSkipped)]  # valid lines, silently passed over
+
+
+def test_mma_paths_do_not_mix(tmp_path):
+    from alcop_triton.autotune.database import select
+    from alcop_triton.model.hardware import get_spec
+
+    spec = get_spec("H100")  # wgmma
+    wg = TuningRecord.from_result(W, MeasureResult(KernelConfig(block_m=128), 0.02), spec, mma="wgmma")
+    ms = TuningRecord.from_result(W, MeasureResult(KernelConfig(block_m=64), 0.01), spec, mma="mma_sync")
+    db = Database(tmp_path / "t.sqlite")
+    db.add([wg, ms])
+    assert db.best(W, spec).config.block_m == 128
+    assert db.best(W, spec.with_mma("mma_sync")).config.block_m == 64
+    assert len(db.records(W, H100)) == 2 and select([wg, ms], W, spec) == [wg]  # a bare key selects both

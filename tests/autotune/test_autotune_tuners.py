@@ -128,3 +128,15 @@ def test_simulated_annealing_finds_the_top_of_a_large_space():
     assert len(seen) < len(space) / 2  # without scoring the whole space
     again = opt.find_maximums(model.predict, 8, exclude, np.random.default_rng(0))
     assert again == picks  # seeded
+
+
+def test_replay_tasks_split_by_mma_path(tmp_path, synth_records):
+    from dataclasses import replace
+
+    records = list(synth_records.values())[0][:20]
+    path = tmp_path / "two_paths.jsonl"
+    path.write_text("".join(r.to_json() + "\n" for r in records) +
+                    "".join(replace(r, mma="mma_sync").to_json() + "\n" for r in records))
+    tasks = load_tasks([path])
+    assert [t.mma for t in tasks] == ["mma_sync", "wgmma"] and all(len(t.records) == 20 for t in tasks)
+    assert tasks[0].key == f"H100/mma_sync/{records[0].workload.key()}"

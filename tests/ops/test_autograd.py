@@ -69,7 +69,8 @@ def test_linear_backward_fused(activation: str | None, record_ops: type) -> None
     act = {None: lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh,
            "sigmoid": torch.sigmoid}[activation]
     check_backward(lambda x, w, b, r: ops.linear(x, w, b, activation=activation, residual=r),
-                   lambda x, w, b, r: act(F.linear(x, w, b)) + r, [x, w, b, r], record_ops, ("alcop.linear", "alcop.mm"))
+                   lambda x, w, b, r: act(F.linear(x, w, b)) + r, [x, w, b, r], record_ops,
+                   ("alcop.linear", "alcop.mm"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -82,7 +83,8 @@ def test_linear_backward_16bit(dtype: torch.dtype) -> None:
 def test_addmm_baddbmm_backward(record_ops: type) -> None:
     inp, m1, m2 = randn(5, seed=14), randn(4, 8, seed=15), randn(8, 5, seed=16)
     check_backward(lambda i, a, b: ops.addmm(i, a, b, beta=0.5, alpha=2.0),
-                   lambda i, a, b: torch.addmm(i, a, b, beta=0.5, alpha=2.0), [inp, m1, m2], record_ops, ("alcop.gemm",))
+                   lambda i, a, b: torch.addmm(i, a, b, beta=0.5, alpha=2.0), [inp, m1, m2], record_ops,
+                   ("alcop.gemm",))
     bi, b1, b2 = randn(3, 4, 1, seed=17), randn(3, 4, 8, seed=18), randn(3, 8, 5, seed=19)
     check_backward(lambda i, a, b: ops.baddbmm(i, a, b, alpha=0.25), lambda i, a, b: torch.baddbmm(i, a, b, alpha=0.25),
                    [bi, b1, b2])

@@ -93,7 +93,8 @@ def test_error_messages_name_argument_value_and_rule() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.int64, torch.complex64])
-def test_unsupported_dtype_falls_back_logged_once(dtype: torch.dtype, fallbacks: list, caplog: pytest.LogCaptureFixture) -> None:
+def test_unsupported_dtype_falls_back_logged_once(dtype: torch.dtype, fallbacks: list,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
     a, b = (randn(3, 4, seed=2) * 3).to(dtype), (randn(4, 5, seed=3) * 3).to(dtype)
     L._LOGGED.discard(("matmul", f"dtype {L.dtype_name(dtype)}: kernels are generated for float16, bfloat16, float32"))
     with caplog.at_level(logging.WARNING, logger="alcop_triton"):

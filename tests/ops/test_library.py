@@ -53,6 +53,22 @@ def test_opcheck(case: str) -> None:
     torch.library.opcheck(op, args())  # raises on any failing check
 
 
+def test_dsl_keys_resolve_without_registration(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A compiled graph loaded from torch's caches calls dsl_call with keys this process never
+    # registered: the key alone rebuilds the kernel.
+    key = L.conv_weight_grad_kernel(1, torch.float32, (2,), (1,), (1,), 1)
+    monkeypatch.setattr(L, "_DSL", {})
+    monkeypatch.setattr(L, "_DSL_TE", {})
+    dy, x, w = randn(2, 3, 5), randn(2, 4, 9, seed=1), randn(3, 4, 3, seed=2)
+    got = torch.ops.alcop.dsl_call(key, [dy, x, w]).flatten(0, 1)
+    x64 = x.double().requires_grad_()
+    w64 = w.double().requires_grad_()
+    (want,) = torch.autograd.grad(F.conv1d(x64, w64, stride=2, padding=1), w64, dy.double())
+    assert_close(got, want)
+    with pytest.raises(RuntimeError, match="kind 'nobody::knows' is not registered"):
+        torch.ops.alcop.dsl_call('nobody::knows|{"a":1}', [dy])
+
+
 class SmallNet(nn.Module):
     """Conv (channels_last) + relu, linear + gelu, batched matmul and bmm: every alcop op."""
 

@@ -180,3 +180,26 @@ def test_large_batch_is_split_across_launches(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(library, "CUDA_GRID_Y", 2)
     a, b = randn(5, 2, 3), randn(5, 3, 2, seed=1)
     assert_close(ops.bmm(a, b), torch.bmm(*f64(a, b)))
+
+
+@st.composite
+def add_product_case(draw: st.DrawFn) -> dict:
+    batched = draw(st.booleans())
+    m, k, n = (draw(st.integers(1, 24)) for _ in range(3))
+    lead = (draw(st.integers(1, 3)),) if batched else ()
+    dtype = draw(st.sampled_from(DTYPES))
+    seed = draw(st.integers(0, 1000))
+    inp_shape = draw(st.sampled_from([lead + (m, n), (n,), (m, 1), (1,)]))
+    return dict(batched=batched, dtype=dtype,
+                inp=randn(*inp_shape, dtype=dtype, seed=seed),
+                m1=with_layout(randn(*lead, m, k, dtype=dtype, seed=seed + 1), draw(st.sampled_from(LAYOUTS))),
+                m2=with_layout(randn(*lead, k, n, dtype=dtype, seed=seed + 2), draw(st.sampled_from(LAYOUTS))),
+                alpha=draw(st.sampled_from([1.0, 0.5, -2.0])), beta=draw(st.sampled_from([1.0, 0.0, 0.25])))
+
+
+@SETTINGS
+@given(add_product_case())
+def test_addmm_baddbmm_fuzzed(c: dict) -> None:
+    ours, theirs = (ops.baddbmm, torch.baddbmm) if c["batched"] else (ops.addmm, torch.addmm)
+    got = ours(c["inp"], c["m1"], c["m2"], beta=c["beta"], alpha=c["alpha"])
+    assert_close(got, theirs(*f64(c["inp"], c["m1"], c["m2"]), beta=c["beta"], alpha=c["alpha"]), c["dtype"])

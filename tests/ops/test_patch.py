@@ -38,7 +38,8 @@ def _calls_under_patch(fn: object) -> list[str]:
     ("F.linear", lambda: F.linear(randn(3, 4), randn(2, 4), randn(2)), "alcop.linear"),
     ("nn.Linear", lambda: nn.Linear(4, 2)(randn(5, 4)), "alcop.linear"),
     ("nn.Conv1d", lambda: nn.Conv1d(2, 3, 3)(randn(1, 2, 7)), "alcop.conv"),
-    ("nn.Conv2d reflect", lambda: nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect")(randn(1, 2, 5, 5)), "alcop.conv"),
+    ("nn.Conv2d reflect", lambda: nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect")(randn(1, 2, 5, 5)),
+     "alcop.conv"),
     ("nn.Conv3d", lambda: nn.Conv3d(2, 2, 2)(randn(1, 2, 3, 3, 3)), "alcop.conv"),
 ])
 def test_routes(name: str, call: object, op: str) -> None:
