@@ -4,9 +4,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
+
+# Without CUDA, kernels run in Triton's CPU interpreter, which is chosen when triton is imported:
+# turn it on if triton has not been imported yet (an explicit TRITON_INTERPRET setting wins).
+if "triton" not in _sys.modules and "TRITON_INTERPRET" not in _os.environ:
+    import torch as _torch
+    if not _torch.cuda.is_available():
+        _os.environ["TRITON_INTERPRET"] = "1"
+
 # The operator library lives in the top-level kernels/ directory and installs as alcop_triton.kernels
 # (setup.cfg package_dir); in a source checkout, resolve it from there the same way.
-import os as _os  # noqa: E402
 
 _src_kernels = _os.path.join(_os.path.dirname(_os.path.dirname(__file__)), "kernels")
 if _os.path.isfile(_os.path.join(_src_kernels, "__init__.py")) and not _os.path.isdir(
@@ -19,6 +28,12 @@ from .errors import (AlcopError, OutOfResources, PipelineError, ScheduleError, T
                      UnsupportedError)
 from .records import KernelConfig, Workload  # noqa: E402
 from .schedule import Schedule  # noqa: E402
+from .ops import addmm, baddbmm, bmm, conv1d, conv2d, conv3d, linear, matmul, mm  # noqa: E402  (registers torch.ops.alcop.*)
+from .patch import disable, enable, is_enabled, patched  # noqa: E402
+from .custom_op import DslOp, op  # noqa: E402
+from .library import use_config  # noqa: E402
 
-__all__ = ["AlcopError", "CompiledKernel", "KernelConfig", "OutOfResources", "PipelineError", "Schedule",
-           "ScheduleError", "TuningError", "UnsupportedError", "Workload", "build", "te"]
+__all__ = ["AlcopError", "CompiledKernel", "DslOp", "KernelConfig", "OutOfResources", "PipelineError", "Schedule",
+           "ScheduleError", "TuningError", "UnsupportedError", "Workload", "addmm", "baddbmm", "bmm", "build", "conv1d",
+           "conv2d", "conv3d", "disable", "enable", "is_enabled", "linear", "matmul", "mm", "op", "patched", "te",
+           "use_config"]

@@ -13,7 +13,7 @@ from .errors import ScheduleError
 from .lower import lower
 from .records import KernelConfig
 from .rewrite import apply_pipeline
-from .runtime import launcher, load_kernel
+from .runtime import ensure_allocator, launcher, load_kernel
 from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
@@ -75,7 +75,8 @@ class CompiledKernel:
         self._variants: dict[tuple[_Key, str], Variant] = {}
         self.last: Variant | None = None
         # Lower once with the default layout now, so schedule errors surface at build time.
-        self._default = self._variant(self._default_key(), "cpu")
+        # Static sizes are bound at call time, so such kernels are specialised on their first call.
+        self._default = None if self.static else self._variant(self._default_key(), "cpu")
 
     # ------------------------------------------------------------------ compile
     def _spec(self, device_type: str) -> Any:
@@ -147,11 +148,18 @@ class CompiledKernel:
     @property
     def source(self) -> str:
         """Triton source of the most recently launched variant (the default layout before any call)."""
-        return (self.last or self._default).source
+        return self._shown().source
 
     def explain(self) -> str:
         """Each staged buffer: level, stages, loop, and why it is or is not pipelined."""
-        return explain((self.last or self._default).plan)
+        return explain(self._shown().plan)
+
+    def _shown(self) -> Variant:
+        v = self.last or self._default
+        if v is None:
+            raise RuntimeError(f"{self.out.name} kernel: sizes {self.static} are compiled in when it is first called; "
+                               "call it once before reading its source or plan")
+        return v
 
     def __call__(self, *tensors: Any) -> Any:
         launch, out = self.bind(*tensors)
@@ -173,6 +181,8 @@ class CompiledKernel:
         env: dict[str, int] = {}
         for t, x in zip(self.inputs, tensors):
             _bind(t, x, env)
+        for t, x in zip(self.inputs, tensors):
+            _check_derived(t, x, env)
         env.update({n: int(te.evaluate(e, env)) for n, e in self._kernel().sizes})
         out_shape = tuple(int(te.evaluate(d, env)) for d in self.out.shape)
         dev = tensors[0].device
@@ -185,6 +195,7 @@ class CompiledKernel:
         else:
             out = tensors[-1]
             _bind(self.out, out, dict(env))
+            _check_derived(self.out, out, env)
             if tuple(out.shape) != out_shape:
                 raise ValueError(f"argument {self.out.name!r}: shape {tuple(out.shape)}, expected {out_shape}")
             if out.device != dev:
@@ -211,12 +222,18 @@ class CompiledKernel:
             raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
         fn = launcher(v.fn, dev.type)[grid]
         nw, ns = v.num_warps, v.num_stages
+        if dev.type == "cuda" and any(m == "tma" for _, m in v.plan.async_copy):
+            def launch_tma() -> None:
+                ensure_allocator()
+                fn(*args, **c, num_warps=nw, num_stages=ns)
+            return launch_tma, out
         return (lambda: fn(*args, **c, num_warps=nw, num_stages=ns)), out
 
     # sizes/extents of the lowered kernel (the same for every variant)
     def _kernel(self) -> Any:
         if not hasattr(self, "_lowered"):
-            self._lowered = lower(self.schedule, self.inputs)
+            # Sizes, extents and tiles only: static sizes get a stand-in value (variants use the real ones).
+            self._lowered = lower(self.schedule, self.inputs, static={v: 1 for v in self.static})
         return self._lowered
 
     def _k_axes(self) -> tuple[str, ...]:
@@ -273,6 +290,10 @@ def _bind(t: te.Tensor, x: Any, env: dict[str, int]) -> None:
             if env.setdefault(e.name, int(n)) != int(n):
                 raise ValueError(f"argument {t.name!r}: dim {d} is {n} but {e.name} = {env[e.name]} from an earlier "
                                  "argument; the shapes do not agree")
+
+
+def _check_derived(t: te.Tensor, x: Any, env: dict[str, int]) -> None:
+    """Dims given by expressions (``C // G``), checked once every plain size variable is bound."""
     for d, (e, n) in enumerate(zip(t.shape, x.shape)):
         if not isinstance(e, te.Var) and int(te.evaluate(e, env)) != int(n):
             raise ValueError(f"argument {t.name!r}: dim {d} is {n}, expected {e!r} = {te.evaluate(e, env)}")

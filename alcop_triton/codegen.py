@@ -87,15 +87,24 @@ class Ctx:
         if isinstance(x, te.Where):
             return f"tl.where({rec(x.cond)}, {rec(x.a)}, {rec(x.b)})"
         if isinstance(x, te.Cast):
-            return f"{rec(x.a)}.to({TL_DTYPE[x.to]})"
+            return f"{rec(x.a)}.to({TL_DTYPE[self.compute_dtype(x.to)]})"
         if isinstance(x, te.Unary):
-            return _unary(x, rec(x.a))
+            return _unary(x, rec(x.a), self.compute_dtype(x.dtype))
         raise UnsupportedError(f"codegen: expression node {type(x).__name__} ({x!r}) has no Triton lowering")
 
     def size(self, e: te.Expr) -> str:
         def rec(x: te.Expr) -> str:
             return self.scalar(x, rec)
         return rec(e)
+
+    def compute_dtype(self, dtype: str) -> str:
+        """The dtype values of ``dtype`` are computed in: bf16 is widened to fp32 in the interpreter."""
+        return "float32" if self.k.interpreter and dtype == "bfloat16" else dtype
+
+    def widen(self, v: str, dtype: str) -> str:
+        # NOTE: Triton 3.6's interpreter has no working bf16 arithmetic (garbage sums, missing
+        # get_bf16); widening to fp32 is exact, and the store rounds once. CPU only.
+        return f"{v}.to(tl.float32)" if self.compute_dtype(dtype) != dtype else v
 
     def in_range(self, idx: te.Expr, dim: te.Expr) -> bool:
         """Whether ``0 <= idx < dim`` holds for every axis value, from compile-time sizes alone.
@@ -138,9 +147,9 @@ class Ctx:
         def rec(x: te.Expr) -> str:
             if isinstance(x, te.Load):
                 if x.tensor.name in replace:
-                    return replace[x.tensor.name]
+                    return self.widen(replace[x.tensor.name], x.tensor.dtype)
                 ptr, mask = self.address(x, tile, ksfx)
-                return f"tl.load({ptr}, mask={mask}, other=0.0)"
+                return self.widen(f"tl.load({ptr}, mask={mask}, other=0.0)", x.tensor.dtype)
             if isinstance(x, (te.IterVar,)):
                 return self.index(x, tile, ksfx)
             return self.scalar(x, rec)
@@ -167,7 +176,7 @@ class Ctx:
         return " + ".join(terms), " & ".join(masks) if masks else "None"
 
 
-def _unary(x: te.Unary, a: str) -> str:
+def _unary(x: te.Unary, a: str, result_dtype: str) -> str:
     f32 = x.a.dtype != "float32" and x.fn not in ("neg", "abs", "relu")
     v = f"{a}.to(tl.float32)" if f32 else a
     body = {"exp": f"tl.exp({v})", "log": f"tl.log({v})", "sqrt": f"tl.sqrt({v})", "abs": f"tl.abs({v})",
@@ -176,7 +185,7 @@ def _unary(x: te.Unary, a: str) -> str:
             "tanh": f"(2.0 * tl.sigmoid(2.0 * {v}) - 1.0)",
             "gelu": f"(0.5 * {v} * (1.0 + tl.erf({v} * 0.7071067811865476)))",
             "silu": f"({v} * tl.sigmoid({v}))"}[x.fn]
-    return f"{body}.to({TL_DTYPE[x.dtype]})" if f32 and x.dtype in TL_DTYPE else body
+    return f"{body}.to({TL_DTYPE[result_dtype]})" if f32 and result_dtype != "float32" else body
 
 
 # ------------------------------------------------------------------------------------ emitters
@@ -330,11 +339,9 @@ def _dot(n: Dot, c: Ctx) -> None:
     for role, name in (("a", n.a), ("b", n.b)):
         o = k.operand(role)
         tile = ("m", "k") if role == "a" else ("k", "n")
-        v = c.value(o.expr, tile, "", {o.tensor.name: name})
+        v = c.value(o.expr, tile, "", {o.tensor.name: name})  # bf16 arrives widened in the interpreter
         if o.expr.dtype != k.dot_dtype or o.expr != o.load:  # Triton may widen a prologue: tl.maximum(x16, 0.0) is fp32
-            v = f"{v}.to({TL_DTYPE[k.dot_dtype]})"
-        if interp_bf16:
-            v = f"{v}.to(tl.float32)"
+            v = f"{v}.to({TL_DTYPE[c.compute_dtype(k.dot_dtype)]})"
         args.append(v)
     prec = ""
     if interp_bf16:

@@ -20,7 +20,10 @@ def cache_dir() -> Path:
     env = os.environ.get("ALCOP_CACHE_DIR")
     if env:
         return Path(env).expanduser()
-    import platformdirs
+    try:
+        import platformdirs
+    except ImportError:  # a bare GPU image may lack it; follow the XDG default by hand
+        return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "alcop_triton"
     return Path(platformdirs.user_cache_dir("alcop_triton"))
 
 

@@ -360,7 +360,9 @@ class DslOp:
     # -------------------------------------------------------------- tracing the expression
     def _split(self, args: Sequence[Any]) -> tuple[list[torch.Tensor], list[Any]]:
         tensors = [a for a, p in zip(args, self.params) if p.kind == "Tensor"]
-        scalars = [a for a, p in zip(args, self.params) if p.kind != "Tensor"]
+        # Scalars are baked into the kernel: int()/float() also specialise a symbolic one when tracing.
+        cast = {"int": int, "float": float, "bool": bool}
+        scalars = [cast[p.kind](a) for a, p in zip(args, self.params) if p.kind != "Tensor"]
         return tensors, scalars
 
     @staticmethod

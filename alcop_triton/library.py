@@ -311,14 +311,6 @@ def run_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
         fallback(op, reason)
         out.copy_(torch_gemm(a, b, bias, residual, activation, alpha, beta))
         return out
-    if (residual is not None and a.dtype == torch.bfloat16 and a.device.type == "cpu"
-            and (beta != 1.0 or activation not in (None, "relu"))):
-        # Triton 3.6's interpreter has no bfloat16 arithmetic: bf16 + bf16 tiles add garbage and
-        # bf16 * float fails (its builder lacks get_bf16). The epilogue makes those when an
-        # activation's (bf16) result meets the residual or the residual is scaled, so on CPU the
-        # residual is added by torch after the kernel; GPUs run the whole epilogue fused.
-        out = run_gemm(op, a, b, bias, None, activation, alpha, 1.0, out)
-        return out.add_(residual, alpha=beta)
     k = a.shape[-1]
     cfg = choose_config(a.device, lambda: kmatmul.workload_of(a, b) if k > 0 else None)
     ep = kmatmul.Epilogue(bias is not None, activation, residual is not None, float(alpha), float(beta))
@@ -656,6 +648,8 @@ class DslKernel:
         out_order: the output's physical dim order, outermost first (default: row-major).
         config: a fixed config (default: the dispatcher's, on the GEMM view as a matmul/bmm).
         reference: the same computation in torch, used when alcop cannot run the inputs.
+        static: size variables compiled in as constants (``build(static=...)``: one variant per
+            value, index math by constants, so Triton can prove loads contiguous).
     """
     key: str
     build: Callable[[], tuple[list[te.Tensor], te.Tensor]]
@@ -664,6 +658,7 @@ class DslKernel:
     out_order: tuple[int, ...] | None = None
     config: KernelConfig | None = None
     reference: Callable[[Sequence[torch.Tensor]], torch.Tensor] | None = None
+    static: tuple[str, ...] = ()
 
 
 _DSL: dict[str, DslKernel] = {}
@@ -801,7 +796,7 @@ def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> 
         kern = _DSL_COMPILED.get((key, cfg))
         if kern is None:
             sched = Schedule.from_config(out_te, cfg, m_axes=spec.m_axes, n_axes=spec.n_axes)
-            kern = _DSL_COMPILED[(key, cfg)] = build(sched, list(inputs) + [out_te])
+            kern = _DSL_COMPILED[(key, cfg)] = build(sched, list(inputs) + [out_te], static=spec.static)
     launch(kern, list(tensors) + [out])
     return out
 
@@ -903,17 +898,19 @@ def _conv_grads_torch(which: int, nd: int, stride: tuple[int, ...], pad: tuple[i
 def _conv_grad_spec(key: str, p: dict[str, Any]) -> DslKernel:
     nd, dt, groups = p["nd"], p["dtype"], p["groups"]
     s, pad, d = tuple(p["stride"]), tuple(p["pad"]), tuple(p["dilation"])
+    # Channels and window as constants, as kernels/conv.py does for the forward.
+    static = ("C", "CO") + tuple(f"K{x.upper()}" for x in SPATIAL[nd])
     if p["grad"] == "input":
         cl = p["channels_last"]
         return DslKernel(
             key, functools.partial(conv_input_grad_te, nd, dt, s, pad, d, groups, cl),
             m_axes=("n",) + tuple(f"i{x}" for x in SPATIAL[nd]), n_axes=("c",),
             out_order=(0, *range(3, 3 + nd), 1, 2) if cl and nd > 1 else None,
-            reference=functools.partial(_conv_grads_torch, 0, nd, s, pad, d, groups))
+            reference=functools.partial(_conv_grads_torch, 0, nd, s, pad, d, groups), static=static)
     return DslKernel(
         key, functools.partial(conv_weight_grad_te, nd, dt, s, pad, d, groups),
         m_axes=("co",), n_axes=("c",) + tuple(f"k{x}" for x in SPATIAL[nd]),
-        reference=functools.partial(_conv_grads_torch, 1, nd, s, pad, d, groups))
+        reference=functools.partial(_conv_grads_torch, 1, nd, s, pad, d, groups), static=static)
 
 
 register_resolver("alcop::conv_grad", _conv_grad_spec)

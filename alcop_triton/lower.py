@@ -201,6 +201,10 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
             for ax in axs[1:]:
                 prod = te.binop("*", prod, extents[ax])
             totals[dim] = size_name(prod, f"size_{dim}")
+    if unrolled and not totals["k"].isdigit():
+        raise ScheduleError(f"unroll: the reduction extent {totals['k']} is a runtime size; tl.static_range needs a "
+                            "compile-time trip count. Give the reduce_axis a constant extent (or build with "
+                            "static=(...) for its size variables), or drop the unroll step")
     kloop = kloop.__class__(**{**kloop.__dict__, "extent": f"tl.cdiv({totals['k']}, BLOCK_K)"})
 
     body = (ProgramIds(bool(b_axes)),) + ((BatchIndices(tuple((a, axis_size[a]) for a in b_axes), totals["b"]),)

@@ -20,7 +20,6 @@ from . import config
 
 _LOADED: dict[str, Any] = {}
 _LOCK = threading.Lock()
-_ALLOCATOR_SET = False
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -61,11 +60,15 @@ def launcher(fn: Any, device_type: str) -> Any:
     """The callable that runs ``fn`` on tensors of ``device_type``: the interpreter for CPU tensors."""
     from triton.runtime.interpreter import InterpretedFunction
     if device_type == "cpu":
+        if not isinstance(fn, InterpretedFunction) and not config.interpret():
+            # tl.cdiv and friends are compiled helpers unless the interpreter was on at triton's import.
+            raise RuntimeError("CPU tensors run in Triton's interpreter, which must be enabled before triton is "
+                               "imported: set TRITON_INTERPRET=1 (alcop_triton does so itself when it is imported "
+                               "first on a machine without CUDA), or move the tensors to the GPU")
         return fn if isinstance(fn, InterpretedFunction) else _interpreted(fn)
     if isinstance(fn, InterpretedFunction):
         raise RuntimeError("TRITON_INTERPRET=1 is set, so Triton kernels run only on CPU tensors; "
                            "unset it to run on the GPU")
-    _ensure_allocator()
     return fn
 
 
@@ -79,10 +82,14 @@ def _interpreted(fn: Any) -> Any:
     return _INTERP[id(fn)]
 
 
-def _ensure_allocator() -> None:
-    """Device-side tensor descriptors (TMA) need global scratch memory from an allocator."""
-    global _ALLOCATOR_SET
-    if _ALLOCATOR_SET:
+def ensure_allocator() -> None:
+    """Device-side tensor descriptors (TMA) need global scratch memory from an allocator.
+
+    Triton keeps the allocator in a ContextVar, so every thread (the tuner compiles and launches
+    from worker threads) starts without one: check at each CUDA launch, which costs a lookup.
+    """
+    from triton.runtime import _allocation
+    if _allocation._allocator.get() is not _allocation._NULL_ALLOCATOR:
         return
     import torch
     import triton
@@ -90,4 +97,3 @@ def _ensure_allocator() -> None:
     def alloc(size: int, alignment: int, stream: Any) -> torch.Tensor:
         return torch.empty(size, dtype=torch.int8, device="cuda")
     triton.set_allocator(alloc)
-    _ALLOCATOR_SET = True

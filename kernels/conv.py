@@ -128,5 +128,6 @@ def workload_of(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], d
 
 def default_config(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...],
                    groups: int) -> at.KernelConfig:
-    from alcop_triton.autotune.dispatch import best_config
-    return best_config(workload_of(x, w, stride, pad, dilation, groups), device=x.device)
+    """The config the drop-in ops would use for this call (``library.choose_config``'s policy)."""
+    from alcop_triton.library import choose_config
+    return choose_config(x.device, lambda: workload_of(x, w, stride, pad, dilation, groups))

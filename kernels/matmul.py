@@ -103,6 +103,6 @@ def workload_of(a: Any, b: Any) -> at.Workload:
 
 
 def default_config(a: Any, b: Any) -> at.KernelConfig:
-    """The dispatcher's config for this call (database, shipped table, nearest shape, analytical top-1)."""
-    from alcop_triton.autotune.dispatch import best_config
-    return best_config(workload_of(a, b), device=a.device)
+    """The config the drop-in ops would use for this call (``library.choose_config``'s policy)."""
+    from alcop_triton.library import choose_config
+    return choose_config(a.device, lambda: workload_of(a, b))

@@ -150,8 +150,8 @@ class Dispatcher:
         from . import session
 
         target = session.resolve_target(None)
-        if target.key != gpu_key(spec):
-            # Measuring on another device than the one asked about would store wrong data.
+        if (target.key, target.mma) != (gpu_key(spec), mma_of(spec)):
+            # Measuring on another device (or MMA path) than the one asked about would store wrong data.
             return None
         result = session.tune(workload, session.Target(target.device, spec, target.key, target.device_name,
                                                          target.mma), self.db, n_trials=AUTOTUNE_TRIALS)

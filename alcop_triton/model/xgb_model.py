@@ -56,9 +56,9 @@ def _normalised_throughput(times: Sequence[float]) -> np.ndarray:
 class XGBCostModel:
     """Learned ranking model over (workload, config) features for one GPU spec."""
 
-    def __init__(self, spec: GPUSpec, *, n_estimators: int = 80, update_rounds: int = 40, max_depth: int = 3,
+    def __init__(self, spec: GPUSpec, *, n_estimators: int = 80, update_rounds: int = 60, max_depth: int = 4,
                  learning_rate: float = 0.2, objective: str = "rank:pairwise", measured_weight: float = 4.0,
-                 prior_strength: float = 10.0, nthread: int = 2, seed: int = 0) -> None:
+                 prior_strength: float = 3.0, nthread: int = 2, seed: int = 0) -> None:
         if objective not in ("rank:pairwise", "rank:ndcg"):
             raise ValueError(f"objective={objective!r}: must be 'rank:pairwise' or 'rank:ndcg'")
         self.spec = spec

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import alcop_triton as at
-from alcop_triton import KernelConfig, OutOfResources, PipelineError, Schedule, te
+from alcop_triton import KernelConfig, OutOfResources, PipelineError, Schedule, ScheduleError, te
 from alcop_triton.analysis import Candidate, explain, find_pipeline_candidates, plan_pipeline, smem_per_stage
 from alcop_triton.kernels import conv as kc
 from alcop_triton.lower import lower
@@ -25,8 +25,8 @@ def _mm(dtype: str = "float16", a_shape=None, a_index=None):
     return A, B, C
 
 
-def _cands(s: Schedule, inputs, unit_stride=None) -> dict[str, Candidate]:
-    return {c.buffer: c for c in find_pipeline_candidates(lower(s, tuple(inputs), unit_stride))}
+def _cands(s: Schedule, inputs, unit_stride=None, static=None) -> dict[str, Candidate]:
+    return {c.buffer: c for c in find_pipeline_candidates(lower(s, tuple(inputs), unit_stride, static=static))}
 
 
 def _rows(text: str) -> dict[str, list[str]]:
@@ -48,7 +48,8 @@ def test_rule1_positive_direct_vectorised_load() -> None:
     c = _cands(Schedule.from_config(C, SMALL), (A, B))
     assert c["A_shared"].pipelinable and c["B_shared"].pipelinable
     assert c["A_shared"].reasons[0].startswith("rule 1 (async copy): direct load of input A, 16 contiguous bytes")
-    assert "contiguous along K" in c["A_shared"].reasons[0] and "contiguous along N" in c["B_shared"].reasons[0]
+    assert "A is contiguous along k (K" in c["A_shared"].reasons[0]
+    assert "B is contiguous along j (N" in c["B_shared"].reasons[0]
 
 
 def test_rule1_negative_fp16_without_unit_stride_dim() -> None:
@@ -91,22 +92,39 @@ def test_rule1_negative_nchw_conv_input_indexed_by_a_mixed_expression() -> None:
     s, inputs = _conv("float16", channels_last=False)
     c = _cands(s, inputs)
     x = c["X_shared"]
-    assert not x.pipelinable and c["Wt_shared"].pipelinable
+    assert not x.pipelinable
     assert "X's unit-stride dim 3 is indexed by ((ow - 1) + rw), not by one tile axis" in x.reasons[0]
     assert "2-byte loads" in x.reasons[0] and "Make X contiguous along a tile axis" in x.reasons[0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: channels_last conv indexes the unit-stride channel dim by g * (C // G) + rc (batch axis g plus the "
-    "reduce axis rc); contiguous_bytes() accepts only a plain IterVar, so the NHWC fp16 input - ALCOP's conv "
-    "workload, and what kernels/conv.py's docstring promises stays asynchronous - is declared not pipelinable"))
-def test_rule1_channels_last_fp16_conv_input_is_pipelinable() -> None:
-    s, inputs = _conv("float16", channels_last=True)
-    c = _cands(s, inputs, unit_stride={"X": 1})
-    assert c["X_shared"].pipelinable, c["X_shared"].reasons
+def _conv_cands(channels_last: bool, static: dict[str, int] | None) -> dict[str, Candidate]:
+    s, inputs = _conv("float16", channels_last)
+    unit = {"X": 1} if channels_last else None
+    return {c.buffer: c for c in find_pipeline_candidates(lower(s, tuple(inputs), unit, static=static))}
 
 
-@pytest.mark.interpreter
+def test_rule1_channels_last_fp16_conv_input_is_pipelinable_with_static_channels() -> None:
+    # NHWC: X's unit-stride channel dim is indexed by g * (C // G) + rc (an offset plus the innermost
+    # reduce axis); with C and the window compiled in, Triton can prove runs of C contiguous elements
+    x = _conv_cands(True, {"C": 64, "KH": 3, "KW": 3})["X_shared"]
+    assert x.pipelinable and "X is contiguous along rc (K, 16 elements per run)" in x.reasons[0]
+    narrow = _conv_cands(True, {"C": 4, "KH": 3, "KW": 3})["X_shared"]  # runs of 4 fp16 = 8 bytes: still async
+    assert narrow.pipelinable and "4 elements per run" in narrow.reasons[0]
+
+
+def test_rule1_channels_last_conv_with_runtime_channels_is_not_pipelinable() -> None:
+    x = _conv_cands(True, None)["X_shared"]
+    assert not x.pipelinable
+    assert "its extent C is a runtime size" in x.reasons[0] and "build with static=('C',)" in x.reasons[0]
+
+
+def test_rule1_contiguous_axis_must_be_innermost_of_the_fused_dim() -> None:
+    # NHWC reduction order is (rh, rw, rc); an NCHW-stored weight is unit-stride along rw, not rc
+    wt = _conv_cands(True, {"C": 64, "KH": 3, "KW": 3})["Wt_shared"]
+    assert not wt.pipelinable
+    assert "contiguous along axis rw, which is not the innermost of the fused K axes ('rh', 'rw', 'rc')" in wt.reasons[0]
+
+
 def test_rule1_ordering_inlined_prologue_buffer_is_rewired_to_the_raw_input() -> None:
     # Fig. 5: cache_read(A2 = A * 2) then inline A2. Case 2 (pipeline before inline): stage raw A,
     # apply * 2 at the use, so the buffer is still filled by an async copy.
@@ -153,14 +171,25 @@ def test_rule2_negative_unrolled_reduction_is_not_pipelined(kit) -> None:
     A, B, C = _mm("float32")
     s = Schedule.from_config(C, SMALL)
     s.unroll("k")
-    c = _cands(s, (A, B))
+    # tl.static_range needs a compile-time trip count: K is compiled in as a constant
+    c = _cands(s, (A, B), static={"K": 48})
     for name in ("A_shared", "B_shared"):
         assert not c[name].pipelinable and c[name].loop is None
         assert "rule 2 (sequential loop): no sequential loop encloses the copy (loops: k0: static_range)" in c[name].reasons[-1]
         assert "Remove the unroll step" in c[name].reasons[-1]
-    k = at.build(s, [A, B, C])
+    k = at.build(s, [A, B, C], static=("K",))
+    a, b = torch.randn(17, 48), torch.randn(48, 20)
+    kit.assert_close(k(a, b), a.double() @ b.double(), "float32", "unrolled, K compiled in")
     assert "tl.static_range(0, " in k.source and "num_stages" not in k.source.split('"""')[-1]
     assert "3->1" in k.explain() and "requested 3 stages but it cannot be pipelined" in k.explain()
+
+
+def test_unroll_with_a_runtime_reduction_extent_is_refused() -> None:
+    A, B, C = _mm("float32")
+    s = Schedule.from_config(C, SMALL)
+    s.unroll("k")
+    with pytest.raises(ScheduleError, match="compile-time trip count"):
+        lower(s, (A, B))
 
 
 # ----------------------------------------------------------------------------- rule 3: sync scope

@@ -153,7 +153,7 @@ def test_unrolled_reduction_is_correct(kit) -> None:
     inputs, out = km.matmul_te("float32", False)
     s = Schedule.from_config(out, VARIANTS["full_s3_r2x2"])
     s.unroll("k")
-    kern = at.build(s, inputs + [out])
+    kern = at.build(s, inputs + [out], static=("K",))  # static_range needs a compile-time trip count
     _run_mm(kit, kern, 17, 19, 70, "float32", "nn", _seed("unroll"))
 
 

@@ -5,7 +5,6 @@ into CUDA graphs after a warm-up (and refuse to compile inside a capture)."""
 from __future__ import annotations
 
 import copy
-import os
 from typing import Callable, Iterator
 
 import pytest
@@ -15,12 +14,7 @@ import torch.nn.functional as F
 
 from alcop_triton import ops, patch
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"),
-                       reason="TRITON_INTERPRET=1 runs Triton kernels on CPU tensors only"),
-]
+pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or under TRITON_INTERPRET=1
 
 # Relative (norm-wise) tolerances for whole blocks, forward and parameter gradients: fp32 with
 # TF32 off (torch's and ours), bf16 where each product rounds its output.

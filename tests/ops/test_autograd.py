@@ -16,6 +16,8 @@ from conftest import DTYPES, assert_close, randn, with_layout
 
 from alcop_triton import ops
 
+pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
+
 
 def _grads(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor | None], cot_seed: int = 99,
            dtype: torch.dtype | None = None) -> tuple[torch.Tensor, list[torch.Tensor | None]]:

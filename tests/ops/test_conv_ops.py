@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from alcop_triton import ops
 
+pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
+
 CONV = {1: (ops.conv1d, F.conv1d), 2: (ops.conv2d, F.conv2d), 3: (ops.conv3d, F.conv3d)}
 
 

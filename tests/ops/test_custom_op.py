@@ -13,6 +13,8 @@ from alcop_triton.errors import UnsupportedError
 from alcop_triton.library import use_config
 from alcop_triton.records import KernelConfig
 
+pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
+
 
 @op("alcop_test::linear_gelu", dims={"x": "M K", "w": "N K", "b": "N"})
 def linear_gelu(x: te.Tensor, w: te.Tensor, b: te.Tensor) -> te.Tensor:

@@ -14,6 +14,8 @@ import alcop_triton.library as L
 from alcop_triton import ops
 from alcop_triton.errors import UnsupportedError
 
+pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
+
 A, B = randn(3, 4), randn(4, 5, seed=1)
 X, W = randn(2, 4, 8, 8), randn(6, 4, 3, 3, seed=1)
 

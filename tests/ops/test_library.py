@@ -13,6 +13,8 @@ from torch._dynamo.backends.debugging import aot_eager
 import alcop_triton.library as L
 from alcop_triton import ops, patch
 
+pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
+
 
 def _rg(*shape: int, seed: int = 0) -> torch.Tensor:
     return randn(*shape, seed=seed).requires_grad_()

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from alcop_triton import ops
 
+pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
+
 LAYOUTS = ("contiguous", "transposed", "strided")
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
 

@@ -14,6 +14,8 @@ from torch.overrides import TorchFunctionMode
 
 from alcop_triton import patch
 
+pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
+
 ORIGINALS = (torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, F.linear, F.conv1d, F.conv2d, F.conv3d,
              torch.Tensor.matmul, torch.Tensor.__matmul__)
 

@@ -22,7 +22,8 @@ def _lowered(cfg: KernelConfig, dtype: str = "float16", unit_stride=None, unroll
     s = Schedule.from_config(out, cfg)
     if unroll:
         s.unroll("k")
-    k = lower(s, tuple(inputs), unit_stride)
+    # an unrolled loop needs a compile-time trip count, so K is compiled in
+    k = lower(s, tuple(inputs), unit_stride, static={"K": 96} if unroll else None)
     return k, plan_pipeline(k, find_pipeline_candidates(k), async_copy=cfg.async_copy)
 
 
