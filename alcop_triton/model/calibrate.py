@@ -193,8 +193,14 @@ def calibrate(quick: bool = False) -> tuple[GPUSpec, dict[str, Any]]:
     else:
         rates = {"tc_fp16_wgmma": 0.0, "tc_tf32_wgmma": 0.0,
                  "tc_fp16_mma": m["tc_fp16_torch"], "tc_tf32_mma": m["tc_tf32_torch"]}
+    lat_dram = m["lat_dram_read"]
+    if lat_dram < 1.5 * m["lat_l2_read"] and spec.lat_dram_read > 0:
+        # On an H100 the chase read ~150 ns at every size from 4 MB to 2 GB, i.e. it did not see
+        # DRAM; keep the preset's value rather than store a latency that is known to be wrong.
+        m["lat_dram_read_kept_preset"] = True
+        lat_dram = spec.lat_dram_read
     spec = spec.replace(dram_bw=m["dram_bw"], l2_bw=m["l2_bw"], lat_l2_read=m["lat_l2_read"],
-                        lat_dram_read=m["lat_dram_read"], lat_dram_write=m["lat_dram_read"],
+                        lat_dram_read=lat_dram, lat_dram_write=lat_dram,
                         source=f"calibrated on {props.name}", **rates)
     return spec, m
 

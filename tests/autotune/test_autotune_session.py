@@ -53,4 +53,4 @@ def test_learned_tuner_end_to_end(tmp_path):
     res = tune(W, TARGET, db, tuner="analytical+xgb", n_trials=16, batch_size=8, measurer=Scripted(), seed=1,
                top_k=300)
     assert len(res.trials) == 16 and res.best.result.ok
-    assert db.best(W, TARGET.key).config == res.best.config
+    assert db.best(W, TARGET.key).time_ms == res.best.result.time_ms  # (configs may tie on time)
