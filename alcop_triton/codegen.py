@@ -284,8 +284,10 @@ def _kidx(n: KIndices, c: Ctx) -> None:
 
 
 def _descriptor_dims(c: Ctx, role: str) -> list[tuple[int, str]]:
+    """The descriptor's dims (tensor dim, tile dim), unit-stride dim last as TMA requires."""
     o = c.k.operand(role)
-    return [(d, o.dims[d]) for d in range(o.tensor.ndim) if o.dims[d] != "b"]
+    dims = [(d, o.dims[d]) for d in range(o.tensor.ndim) if o.dims[d] != "b"]
+    return sorted(dims, key=lambda dd: dd[0] == o.contiguous)
 
 
 @emitter(MakeDescriptor)

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   best: {best}  {res.best.result.time_ms:.4f} {unit}")
 
     # The dispatcher now answers this shape from the database, as a later process would.
-    decision = Dispatcher(db).decide(w, target.spec)
+    decision = Dispatcher(db).decide(w, target.key if not gpu else target.spec)
     print(f"== dispatch for {w.key()}: {decision.config} (from {decision.source})")
 
     dev = "cuda" if gpu else "cpu"

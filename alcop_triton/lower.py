@@ -205,7 +205,9 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
         raise ScheduleError(f"unroll: the reduction extent {totals['k']} is a runtime size; tl.static_range needs a "
                             "compile-time trip count. Give the reduce_axis a constant extent (or build with "
                             "static=(...) for its size variables), or drop the unroll step")
-    kloop = kloop.__class__(**{**kloop.__dict__, "extent": f"tl.cdiv({totals['k']}, BLOCK_K)"})
+    # static_range needs a constexpr trip count: tl.cdiv returns a tensor, integer arithmetic on constexprs does not
+    trips = f"({totals['k']} + BLOCK_K - 1) // BLOCK_K" if unrolled else f"tl.cdiv({totals['k']}, BLOCK_K)"
+    kloop = kloop.__class__(**{**kloop.__dict__, "extent": trips})
 
     body = (ProgramIds(bool(b_axes)),) + ((BatchIndices(tuple((a, axis_size[a]) for a in b_axes), totals["b"]),)
                                           if b_axes else ()) + (

@@ -105,8 +105,10 @@ def tma_feasible(k: Kernel, o: Operand) -> tuple[bool, str]:
         if o.dims[i] == "k" and ax.extent != o.tensor.shape[i]:  # type: ignore[union-attr]
             return False, (f"reduction axis {ax!r} covers {ax.extent!r} of {o.tensor.name}'s dim {o.tensor.shape[i]!r}; "  # type: ignore[union-attr]
                            "TMA would read past the reduction instead of zero-filling")
-    if o.contiguous != dims[-1]:
-        return False, f"{o.tensor.name}'s last dim is not unit-stride (TMA needs a contiguous last dim)"
+    if o.contiguous not in dims:
+        return False, f"{o.tensor.name} has no unit-stride tile dim (TMA needs one contiguous dim)"
+    # The descriptor lists the unit-stride dim last (TMA's rule); a transposed operand is loaded in
+    # storage order and transposed in registers.
     return True, "tensor descriptor (TMA on sm90; pointer copies elsewhere)"
 
 
