@@ -32,8 +32,10 @@ from .ops import addmm, baddbmm, bmm, conv1d, conv2d, conv3d, linear, matmul, mm
 from .patch import disable, enable, is_enabled, patched  # noqa: E402
 from .custom_op import DslOp, op  # noqa: E402
 from .library import use_config  # noqa: E402
+from .model import predict_times  # noqa: E402
+from .autotune.dispatch import best_config  # noqa: E402
 
 __all__ = ["AlcopError", "CompiledKernel", "DslOp", "KernelConfig", "OutOfResources", "PipelineError", "Schedule",
            "ScheduleError", "TuningError", "UnsupportedError", "Workload", "addmm", "baddbmm", "bmm", "build", "conv1d",
-           "conv2d", "conv3d", "disable", "enable", "is_enabled", "linear", "matmul", "mm", "op", "patched", "te",
-           "use_config"]
+           "conv2d", "conv3d", "best_config", "disable", "enable", "is_enabled", "linear", "matmul", "mm", "op", "patched",
+           "predict_times", "te", "use_config"]

@@ -433,10 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", help="JSON saved by `bench --json`")
     p.add_argument("--out", default="alcop_report", help="output directory")
     p.set_defaults(func=cmd_report)
+
+    # Listed for --help; main() hands its arguments to the calibration command's own parser.
+    sub.add_parser("calibrate", help="measure this GPU's constants for the performance model", add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["calibrate"]:
+        from .model import calibrate
+        return calibrate.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.db:
