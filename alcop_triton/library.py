@@ -817,10 +817,28 @@ def _dsl_call_fake(kernel: str, inputs: list[torch.Tensor]) -> torch.Tensor:
 SPATIAL = kconv.SPATIAL
 
 
-def _conv_grad_vars(nd: int) -> tuple[list[str], list[te.Var], list[te.Var], list[te.Var]]:
+@dataclass(frozen=True)
+class _ConvGradTensors:
+    """Placeholders both conv gradients read: dY, X and W in torch's logical layouts."""
+    sp: list[str]
+    S: list[te.Var]
+    KS: list[te.Var]
+    O: list[te.Var]
+    N: te.Var
+    cg: te.Expr
+    cog: te.Expr
+    dy: te.Tensor
+    x: te.Tensor
+    w: te.Tensor
+
+
+def _conv_grad_tensors(nd: int, dtype: str, groups: int) -> _ConvGradTensors:
     sp = list(SPATIAL[nd])
-    return (sp, [te.var(x.upper()) for x in sp], [te.var(f"K{x.upper()}") for x in sp],
-            [te.var(f"O{x.upper()}") for x in sp])
+    S, KS, O = ([te.var(f"{p}{x.upper()}") for x in sp] for p in ("", "K", "O"))
+    N, C, CO = te.var("N"), te.var("C"), te.var("CO")
+    cg, cog = te.binop("//", C, groups), te.binop("//", CO, groups)
+    return _ConvGradTensors(sp, S, KS, O, N, cg, cog, te.placeholder((N, CO, *O), dtype, "dY"),
+                            te.placeholder((N, C, *S), dtype, "X"), te.placeholder((CO, cg, *KS), dtype, "Wt"))
 
 
 def conv_input_grad_te(nd: int, dtype: str, stride: tuple[int, ...], pad: tuple[int, ...],
@@ -834,12 +852,8 @@ def conv_input_grad_te(nd: int, dtype: str, stride: tuple[int, ...], pad: tuple[
     alike); an outside index reads 0, so no branch is needed. X is passed for its shape only
     (before W, whose shape C // groups refers to it: CompiledKernel binds sizes in argument order).
     """
-    sp, S, KS, O = _conv_grad_vars(nd)
-    N, C, CO = te.var("N"), te.var("C"), te.var("CO")
-    cg, cog = te.binop("//", C, groups), te.binop("//", CO, groups)
-    dy = te.placeholder((N, CO, *O), dtype, "dY")
-    x = te.placeholder((N, C, *S), dtype, "X")
-    w = te.placeholder((CO, cg, *KS), dtype, "Wt")
+    t = _conv_grad_tensors(nd, dtype, groups)
+    sp, S, KS, O, N, cg, cog, dy, x, w = t.sp, t.S, t.KS, t.O, t.N, t.cg, t.cog, t.dy, t.x, t.w
     rco = te.reduce_axis(cog, "rco")
     rs = [te.reduce_axis(KS[i], f"r{s}") for i, s in enumerate(sp)]
     raxes = rs + [rco] if channels_last else [rco] + rs  # the unit-stride channel innermost when NHWC
@@ -858,12 +872,8 @@ def conv_input_grad_te(nd: int, dtype: str, stride: tuple[int, ...], pad: tuple[
 def conv_weight_grad_te(nd: int, dtype: str, stride: tuple[int, ...], pad: tuple[int, ...],
                         dilation: tuple[int, ...], groups: int) -> tuple[list[te.Tensor], te.Tensor]:
     """dW[g, co, c, *r] = sum_{n, *o} dY[n, g*COg + co, *o] * X[n, g*Cg + c, o*s - p + r*d] (W for its shape)."""
-    sp, S, KS, O = _conv_grad_vars(nd)
-    N, C, CO = te.var("N"), te.var("C"), te.var("CO")
-    cg, cog = te.binop("//", C, groups), te.binop("//", CO, groups)
-    dy = te.placeholder((N, CO, *O), dtype, "dY")
-    x = te.placeholder((N, C, *S), dtype, "X")
-    w = te.placeholder((CO, cg, *KS), dtype, "Wt")
+    t = _conv_grad_tensors(nd, dtype, groups)
+    sp, KS, O, N, cg, cog, dy, x, w = t.sp, t.KS, t.O, t.N, t.cg, t.cog, t.dy, t.x, t.w
     rn = te.reduce_axis(N, "rn")
     ro = [te.reduce_axis(O[i], f"ro{s}") for i, s in enumerate(sp)]
 

@@ -51,6 +51,9 @@ class ErrorKind(str, enum.Enum):
 
 ERROR_KINDS: tuple[str, ...] = tuple(e.value for e in ErrorKind)
 
+STARTUP_TIMEOUT_S = 180.0
+"""How long a measurement child may take to import torch/triton and build its measurer."""
+
 SMALL_KERNEL_MS = 0.1
 """Below this (first estimate) a kernel is timed under a CUDA graph."""
 
@@ -325,6 +328,7 @@ class LocalMeasurer:
 def _worker_main(conn: Any, workload: dict[str, Any], device: str, opts: dict[str, Any]) -> None:
     """Child process: measure batches sent by a ProcessMeasurer until told to stop."""
     local = LocalMeasurer(Workload.from_dict(workload), device, **opts)
+    conn.send(("ready",))  # imports done: from here on the parent's per-step timeout applies
     while True:
         try:
             msg = conn.recv()
@@ -392,6 +396,20 @@ class ProcessMeasurer:
                 os.environ["TRITON_INTERPRET"] = saved
         child.close()
         self._proc, self._conn = proc, parent
+        # Importing torch and triton in a fresh process can take longer than one measurement step on a
+        # loaded machine; it is not a kernel hanging, so it gets its own, generous limit.
+        if not parent.poll(max(STARTUP_TIMEOUT_S, self.timeout_s)):
+            self._kill()
+            raise TuningError(f"measurement worker for {self.workload.key()} did not start within "
+                              f"{max(STARTUP_TIMEOUT_S, self.timeout_s):g} s")
+        try:
+            msg = parent.recv()
+        except (EOFError, OSError):
+            code = proc.exitcode
+            self._kill()
+            raise TuningError(f"measurement worker for {self.workload.key()} died while starting "
+                              f"(exit code {code}); see its traceback above") from None
+        assert msg == ("ready",), msg
 
     def close(self) -> None:
         """Stop the child (politely, then by force)."""
