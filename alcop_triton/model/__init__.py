@@ -3,7 +3,7 @@
 * ``hardware``: ``GPUSpec`` presets (A100, H100, H200), ``get_spec``, ``detect``, calibration files.
 * ``analytical``: Table 5.1 (``estimate``, ``resources``) and the bottleneck baseline.
 * ``fit``: fit the model's efficiency constants to measurements.
-* ``features`` / ``xgb_model``: the XGBoost ranking model pretrained on the analytical model
+* ``features`` / ``xgb_model``: the XGBoost cost model pretrained on the analytical model
   (imports xgboost lazily).
 * ``predict_times``: score Triton-style config dicts for one operator.
 """

@@ -42,10 +42,11 @@ def test_rank_quality_leave_one_out(h100):
     assert base._booster.num_boosted_rounds() == 20 and model._booster.num_boosted_rounds() == 40
 
 
-def test_measurements_override_pseudo_labels(h100):
+@pytest.mark.parametrize("objective", ["reg:squarederror", "rank:pairwise"])
+def test_measurements_override_pseudo_labels(h100, objective):
     wl = Workload("matmul", (2048, 2048, 2048))
     a, b = KernelConfig(block_m=128, block_n=128, block_k=64, num_warps=4), KernelConfig(block_m=32, block_n=32, block_k=32)
-    model = XGBCostModel(h100, n_estimators=5, update_rounds=60).pretrain([wl], [a, b, KernelConfig()])
+    model = XGBCostModel(h100, n_estimators=5, update_rounds=60, objective=objective).pretrain([wl], [a, b, KernelConfig()])
     assert model.predict(wl, [a, b])[0] > model.predict(wl, [a, b])[1]
     from alcop_triton.model.data import Measurement
     # Measured: the analytically worse config is much faster; the model must follow the measurement.
@@ -77,7 +78,7 @@ def test_errors(h100, monkeypatch):
     with pytest.raises(RuntimeError, match="pretrain"):
         XGBCostModel(h100).predict(Workload("matmul", (64, 64, 64)), [KernelConfig()])
     with pytest.raises(ValueError, match="objective"):
-        XGBCostModel(h100, objective="reg:squarederror")
+        XGBCostModel(h100, objective="binary:logistic")
     monkeypatch.setitem(sys.modules, "xgboost", None)
     with pytest.raises(ImportError, match="pip install xgboost"):
         XGBCostModel(h100).pretrain([Workload("matmul", (64, 64, 64))], [KernelConfig(), KernelConfig(block_k=64)])
@@ -88,6 +89,25 @@ def test_ndcg_objective(h100):
     groups = group_by_workload(ms)
     model = XGBCostModel(h100, objective="rank:ndcg", n_estimators=5).pretrain(list(groups), SYNTH_CONFIGS[:30])
     assert model.predict(list(groups)[0], SYNTH_CONFIGS[:5]).shape == (5,)
+
+
+def test_percentile_labels():
+    from alcop_triton.model.xgb_model import _percentile
+    # Share of the others each config beats: ties share a label, failures (None/inf) are 0.
+    np.testing.assert_allclose(_percentile([1.0, 2.0, None, 2.0]), [1.0, 1 / 3, 0.0, 1 / 3])
+    np.testing.assert_allclose(_percentile([3.0, float("inf")]), [1.0, 0.0])
+
+
+def test_transfer_without_pretraining(h100):
+    """update() on an untrained model trains from scratch on measurements of other workloads
+    (the leave-one-workload-out setting of benchmarks/eval_model.py)."""
+    ms = make_synthetic(h100, noise=0.02)
+    groups = group_by_workload(ms)
+    held = list(groups)[0]
+    model = XGBCostModel(h100, n_estimators=30).update([m for wl, rs in groups.items() if wl != held for m in rs])
+    assert model._booster.num_boosted_rounds() == 30
+    ok = [m for m in groups[held] if m.ok]
+    assert pairwise_accuracy(model.predict(held, [m.config for m in ok]), [m.time_s for m in ok]) > 0.8
 
 
 def test_pairwise_accuracy():
