@@ -18,9 +18,6 @@ from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
 
-TORCH_DTYPE_NAMES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
-                     "int32": "int32", "int64": "int64", "bool": "bool"}
-
 
 @dataclass(frozen=True)
 class Variant:

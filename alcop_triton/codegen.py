@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 from . import te
 from .errors import CodegenError, ScheduleError, UnsupportedError
-from .loop_ir import (BatchIndices, Comment, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, MakeDescriptor, Node,
+from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, MakeDescriptor, Node,
                       ProgramIds, Rotate, Store, TileIndices)
 
 TL_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64",
@@ -204,11 +204,6 @@ def emit(n: Node, c: Ctx) -> None:
     if fn is None:
         raise UnsupportedError(f"codegen: no emitter for loop-IR node {type(n).__name__}")
     fn(n, c)
-
-
-@emitter(Comment)
-def _comment(n: Comment, c: Ctx) -> None:
-    c.w.line(f"# {n.text}")
 
 
 @emitter(ProgramIds)

@@ -52,11 +52,6 @@ class Node:
 
 
 @dataclass(frozen=True)
-class Comment(Node):
-    text: str
-
-
-@dataclass(frozen=True)
 class ProgramIds(Node):
     """pid_m / pid_n (grouped when GROUP_M > 1) and pid_b for the batch axes."""
     batched: bool
@@ -173,7 +168,6 @@ class Kernel:
     num_stages: int
     dot_dtype: str
     allow_tf32: bool
-    header: dict[str, Any] = field(default_factory=dict)
     passes: tuple[str, ...] = ()
     interpreter: bool = False                 # generated for Triton's CPU interpreter
     static: dict[str, int] = field(default_factory=dict)  # size vars compiled in as constants

@@ -12,7 +12,7 @@ from . import te
 from .errors import ScheduleError, UnsupportedError
 from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, Operand, ProgramIds,
                       Store, TileIndices)
-from .schedule import Buffer, CacheRead, Inline, Pipeline, Schedule, Tile, Unroll
+from .schedule import Buffer, CacheRead, Pipeline, Schedule, Tile, Unroll
 
 
 def _inline(e: te.Expr, keep: te.Tensor | None) -> te.Expr:
@@ -138,7 +138,6 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
         if isinstance(st, CacheRead):
             b = s.buffers[st.buffer]
             bufs[(b.tensor, b.scope)] = b
-    inlined = {st.tensor for st in steps if isinstance(st, Inline)}
     depth = {st.buffer: st.stages for st in steps if isinstance(st, Pipeline)}
 
     # The reduction loop nest: chunks of BLOCK_K, each split into REG_SPLIT register sub-tiles.
@@ -228,8 +227,7 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
         sizes=tuple(sizes.items()), axis_size=axis_size, totals=totals, unit_stride=us, static=static,
         constexprs={"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "SUB_K": cfg.sub_k,
                     "REG_SPLIT": cfg.reg_split, "GROUP_M": cfg.group_m},
-        num_warps=cfg.num_warps, num_stages=1, dot_dtype=dot_dtype, allow_tf32=allow_tf32,
-        header={"op": out.name, "config": str(cfg), "inlined": sorted(inlined)})
+        num_warps=cfg.num_warps, num_stages=1, dot_dtype=dot_dtype, allow_tf32=allow_tf32)
 
 
 def _rewired(s: Schedule, bufs: dict[tuple[str, str], Buffer], o: Operand) -> Buffer | None:

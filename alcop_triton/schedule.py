@@ -269,9 +269,6 @@ class Schedule:
                             smem_stages=self.stages("shared"), reg_stages=self.stages("register") if has_reg else 1,
                             reg_split=tile.block_k // tile.sub_k, async_copy=mech.mechanism if mech else "pointer")
 
-    def describe(self) -> list[str]:
-        return [repr(st) for st in self.steps]
-
     @classmethod
     def from_config(cls, out: te.Tensor, cfg: KernelConfig, m_axes=None, n_axes=None) -> Schedule:
         """ALCOP's standard schedule: both operands staged shared -> register, tiled, pipelined per level."""

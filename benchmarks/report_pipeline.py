@@ -16,7 +16,11 @@ import json
 import math
 from collections import defaultdict
 from pathlib import Path
+import sys
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from alcop_triton.records import geomean  # noqa: E402
 
 VARIANTS = ("none", "double_buffer", "smem_multistage", "full")
 
@@ -32,10 +36,6 @@ def variants_of(c: dict[str, Any]) -> list[str]:
         out.append("smem_multistage")
     out.append("full")
     return out
-
-
-def geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def analyse(path: Path) -> dict[str, Any]:

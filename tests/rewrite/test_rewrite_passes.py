@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import alcop_triton as at
-from alcop_triton import KernelConfig, Schedule, te
+from alcop_triton import KernelConfig, Schedule
 from alcop_triton.analysis import PipelinePlan, find_pipeline_candidates, plan_pipeline
 from alcop_triton.kernels import matmul as km
 from alcop_triton.loop_ir import (Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, MakeDescriptor, Node, Rotate,
