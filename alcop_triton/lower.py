@@ -88,8 +88,8 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
 
     # Reduction body on the output's axes, prologue computes inlined (fused at the use).
     rbody: te.Reduce = red.op.body  # type: ignore[union-attr, assignment]
-    body = te.substitute(rbody.body, dict(zip(red.op.axes, out_axes)))  # type: ignore[union-attr]
-    f1, f2 = _factors(body)
+    product = te.substitute(rbody.body, dict(zip(red.op.axes, out_axes)))  # type: ignore[union-attr]
+    f1, f2 = _factors(product)
     prologue_of = {}
     factors = []
     for f in (f1, f2):

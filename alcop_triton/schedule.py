@@ -8,7 +8,7 @@ and the rule) and records a frozen step. ``canonical_steps()`` returns the steps
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeVar, Union
 
 from . import te
 from .errors import ScheduleError
@@ -73,6 +73,7 @@ class Unroll:
 
 
 Step = Union[CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll]
+S = TypeVar("S", CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll)
 # ALCOP's ordering (paper section 2.2): cache-read and tiling before pipelining, inlining after.
 _PHASE = {CacheRead: 0, Tile: 1, Unroll: 1, Pipeline: 2, Inline: 3, Group: 4, Warps: 4, AsyncCopyStep: 4}
 
@@ -247,7 +248,8 @@ class Schedule:
                              "(cache_read/tile before pipeline, inline after; paper section 2.2)")
         return tuple(self.steps[i] for i in order), tuple(notes)
 
-    def last(self, kind: type) -> Step | None:
+    def last(self, kind: type[S]) -> S | None:
+        """The most recent step of a kind (a later tile/group/... overrides an earlier one)."""
         for st in reversed(self.steps):
             if isinstance(st, kind):
                 return st

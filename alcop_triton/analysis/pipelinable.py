@@ -100,10 +100,11 @@ def tma_feasible(k: Kernel, o: Operand) -> tuple[bool, str]:
         return False, f"{o.tensor.name} is indexed by expressions {list(o.load.indices)}, not plain axes"
     for i in dims:
         ax = o.load.indices[i]
+        assert isinstance(ax, te.IterVar)  # checked just above
         if len(k.axes[o.dims[i]]) != 1:
             return False, f"{o.dims[i].upper()} fuses axes {k.axes[o.dims[i]]}; a descriptor tile follows one axis"
-        if o.dims[i] == "k" and ax.extent != o.tensor.shape[i]:  # type: ignore[union-attr]
-            return False, (f"reduction axis {ax!r} covers {ax.extent!r} of {o.tensor.name}'s dim {o.tensor.shape[i]!r}; "  # type: ignore[union-attr]
+        if o.dims[i] == "k" and ax.extent != o.tensor.shape[i]:
+            return False, (f"reduction axis {ax!r} covers {ax.extent!r} of {o.tensor.name}'s dim {o.tensor.shape[i]!r}; "
                            "TMA would read past the reduction instead of zero-filling")
     if o.contiguous not in dims:
         return False, f"{o.tensor.name} has no unit-stride tile dim (TMA needs one contiguous dim)"

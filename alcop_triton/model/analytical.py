@@ -84,7 +84,7 @@ class Estimate:
     breakdown: dict[str, float] = field(default_factory=dict)
 
 
-def pipeline_latency(t_load: float, t_use: float, n_loop: int, n_pipe: int, n_mplx: int) -> float:
+def pipeline_latency(t_load: float, t_use: float, n_loop: int, n_pipe: float, n_mplx: int) -> float:
     """ALCOP's Pipeline Latency Model, verbatim.
 
     A load is hidden when the computation that can overlap it (the other N_pipe - 1 stages of
