@@ -27,6 +27,15 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("alcop_triton"))
 
 
+def data_dir() -> Path:
+    """Where the tuning database lives by default: the user's data directory."""
+    try:
+        import platformdirs
+    except ImportError:  # a bare GPU image may lack it; follow the XDG default by hand
+        return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "alcop_triton"
+    return Path(platformdirs.user_data_dir("alcop_triton", appauthor=False))
+
+
 def debug_level() -> int:
     """``ALCOP_DEBUG``: 1 logs fallbacks and clamps, 3 also prints every generated kernel."""
     v = os.environ.get("ALCOP_DEBUG", "0")

@@ -330,9 +330,9 @@ def default_db_path() -> Path:
     env = os.environ.get("ALCOP_DB")
     if env:
         return Path(env).expanduser()
-    import platformdirs
+    from ..config import data_dir
 
-    return Path(platformdirs.user_data_dir("alcop_triton", appauthor=False)) / "tuning.sqlite"
+    return data_dir() / "tuning.sqlite"
 
 
 _DDL = """

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import cache_dir
 from ..errors import UnsupportedError
 
 MMA_PATHS: tuple[str, ...] = ("wgmma", "mma_sync")
@@ -165,19 +166,9 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", low).strip("_")
 
 
-def cache_dir() -> Path:
-    """``$ALCOP_CACHE_DIR`` or platformdirs' user cache dir for alcop_triton."""
-    env = os.environ.get("ALCOP_CACHE_DIR")
-    if env:
-        return Path(env)
-    import platformdirs  # imported here: only needed when the cache is touched
-
-    return Path(platformdirs.user_cache_dir("alcop_triton"))
-
-
 def calibration_path(name: str) -> Path:
     """Where ``calibrate`` stores, and ``get_spec`` looks for, the measured spec of a GPU."""
-    return cache_dir() / "gpu_specs" / f"{_key(name)}.json"
+    return cache_dir() / "gpu_specs" / f"{_key(name)}.json"  # the kernels' cache dir (ALCOP_CACHE_DIR)
 
 
 def _load_calibrated(name: str) -> GPUSpec | None:
