@@ -272,13 +272,21 @@ def _check_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | 
         raise RuntimeError(f"{op}(): batch sizes differ: a.shape={tuple(a.shape)}, b.shape={tuple(b.shape)}; "
                            "broadcast (expand) them first, as alcop_triton.matmul does")
     shape = tuple(a.shape[:-1]) + (b.shape[-1],)
+    _check_epilogue(op, shape, ("a", "b"), (a, b), bias, residual, activation,
+                    f"({shape[-1]},) (one per output column)")
+    return shape
+
+
+def _check_epilogue(op: str, shape: tuple[int, ...], names: tuple[str, str], operands: tuple[torch.Tensor, ...],
+                    bias: torch.Tensor | None, residual: torch.Tensor | None, activation: str | None,
+                    bias_rule: str) -> None:
+    """The fused epilogue's arguments against the output ``shape``; shared by every GEMM-like op."""
     if bias is not None and tuple(bias.shape) != (shape[-1],):
-        raise RuntimeError(f"{op}(): bias.shape={tuple(bias.shape)}, expected ({shape[-1]},) (one per output column)")
+        raise RuntimeError(f"{op}(): bias.shape={tuple(bias.shape)}, expected {bias_rule}")
     if residual is not None and tuple(residual.shape) != shape:
         raise RuntimeError(f"{op}(): residual.shape={tuple(residual.shape)}, expected the output's shape {shape}")
-    check_same(op, ("a", "b", "bias", "residual"), (a, b, bias, residual))
+    check_same(op, names + ("bias", "residual"), operands + (bias, residual))
     check_activation(op, activation)
-    return shape
 
 
 # ----------------------------------------------------------------------------- GEMM
@@ -450,12 +458,8 @@ def _check_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, r
         raise RuntimeError(f"{op}(): input.shape={tuple(x.shape)} and weight.shape={tuple(w.shape)}: input's last "
                            f"dim ({x.shape[-1]}) must equal in_features = weight.shape[1] ({w.shape[1]})")
     shape = tuple(x.shape[:-1]) + (w.shape[0],)
-    if bias is not None and tuple(bias.shape) != (w.shape[0],):
-        raise RuntimeError(f"{op}(): bias.shape={tuple(bias.shape)}, expected ({w.shape[0]},) = (out_features,)")
-    if residual is not None and tuple(residual.shape) != shape:
-        raise RuntimeError(f"{op}(): residual.shape={tuple(residual.shape)}, expected the output's shape {shape}")
-    check_same(op, ("input", "weight", "bias", "residual"), (x, w, bias, residual))
-    check_activation(op, activation)
+    _check_epilogue(op, shape, ("input", "weight"), (x, w), bias, residual, activation,
+                    f"({w.shape[0]},) = (out_features,)")
     return shape
 
 
