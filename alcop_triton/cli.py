@@ -311,8 +311,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise AlcopError("no (GPU, workload) with records in the given data")
     tuners = args.tuners.split(",")
     with tqdm(total=len(tasks), desc="replay", unit="workload", dynamic_ncols=True) as bar:
+        def tick(_: str) -> None:
+            bar.update(1)
+
         comp = compare_tuners(tasks, tuners, k_max=args.k_max, seeds=args.seeds, batch_size=args.batch,
-                              jobs=args.jobs, progress=lambda _: bar.update(1))
+                              jobs=args.jobs, progress=tick)
     budgets = [int(b) for b in args.budgets.split(",")]
     print(comp.table(budgets, per_task=args.per_task))
     if args.json:

@@ -238,8 +238,11 @@ def _unique(base: str, taken: set[str]) -> str:
 
 def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Tensor, spec: L.DslKernel) -> _GradPlan:
     red = Schedule(out).reduction
-    if red is None or not isinstance(red.op.body, te.Reduce) or red.op.body.op != "sum":
+    # A reduction (and so the output reading it) is always a compute; the isinstance checks narrow the ops.
+    if red is None or not isinstance(red.op, te.ComputeOp) or not isinstance(out.op, te.ComputeOp) \
+            or not isinstance(red.op.body, te.Reduce) or red.op.body.op != "sum":
         raise _NoGrad("the output has no te.sum reduction")
+    red_axes, out_op = red.op.axes, out.op
     rbody: te.Reduce = red.op.body
     e = _inline(rbody.body, keep=None)
     while isinstance(e, te.Cast):
@@ -247,21 +250,21 @@ def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Te
     if not (isinstance(e, te.BinOp) and e.op == "*"):
         raise _NoGrad(f"the reduction body {rbody.body!r} is not a product of two factors")
     pos = {t.name: i for i, t in enumerate(inputs)}
-    all_axes = tuple(red.op.axes) + tuple(rbody.axes)
-    factors = []
+    all_axes = tuple(red_axes) + tuple(rbody.axes)
+    factors: list[tuple[te.Expr, te.Load, list[te.IterVar]]] = []
     for f in (e.a, e.b):
         lds = te.loads(f)
         if len(lds) != 1 or not lds[0].tensor.is_placeholder:
             raise _NoGrad(f"factor {f!r} must read exactly one input once")
         ld = lds[0]
-        if not all(isinstance(i, te.IterVar) and i in all_axes for i in ld.indices) or \
-                len(set(ld.indices)) != len(ld.indices):
+        ld_axes = [i for i in ld.indices if isinstance(i, te.IterVar) and i in all_axes]
+        if len(ld_axes) != len(ld.indices) or len(set(ld_axes)) != len(ld_axes):
             raise _NoGrad(f"{ld!r} is not indexed by distinct plain axes; gradients through index arithmetic "
                           "(convolutions, shifts, gathers) are not derived")
         used = {n for n in te.free_vars(f) if any(a.name == n for a in all_axes)}
-        if used - {i.name for i in ld.indices}:
+        if used - {i.name for i in ld_axes}:
             raise _NoGrad(f"the prologue {f!r} depends on axes other than those indexing {ld.tensor.name}")
-        factors.append((f, ld))
+        factors.append((f, ld, ld_axes))
     if factors[0][1].tensor is factors[1][1].tensor:
         raise _NoGrad(f"both factors read {factors[0][1].tensor.name!r}; a product of an input with itself is "
                       "not derived")
@@ -269,9 +272,8 @@ def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Te
     operands = []
     kernels: dict[str, L.DslKernel] = {}
     for me, other in ((0, 1), (1, 0)):
-        f_me, ld_me = factors[me]
-        f_other, ld_other = factors[other]
-        a_axes = list(ld_me.indices)
+        f_me, ld_me, a_axes = factors[me]
+        f_other, ld_other, _ = factors[other]
         rest = [a for a in all_axes if a not in a_axes]
         if not rest:
             raise _NoGrad(f"the gradient of {ld_me.tensor.name!r} is elementwise (every axis indexes it), not a "
@@ -283,7 +285,7 @@ def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Te
         def body(*ax: te.Expr, a_axes: list[te.IterVar] = a_axes, rest: list[te.IterVar] = rest,
                  raxes: list[te.IterVar] = raxes, dr: te.Tensor = dr, f_other: te.Expr = f_other) -> te.Expr:
             mapping: dict[te.Expr, te.Expr] = {**dict(zip(a_axes, ax)), **dict(zip(rest, raxes))}
-            g = te.substitute(te.Load(dr, tuple(red.op.axes)), mapping)
+            g = te.substitute(te.Load(dr, tuple(red_axes)), mapping)
             return te.sum(g * te.substitute(f_other, mapping), axis=raxes)
 
         t_me, t_other = ld_me.tensor, ld_other.tensor
@@ -304,17 +306,17 @@ def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Te
         operands.append(_Operand(pos[t_me.name], pos[t_other.name], key, None if trivial else f_me,
                                  tuple(a.name for a in a_axes), getattr(torch, dr_dtype)))
     if out is red:
-        return _GradPlan(red, None, None, tuple(a.name for a in red.op.axes), tuple(operands), (), kernels)
-    epi = _inline(out.op.body, keep=red)  # type: ignore[union-attr]
+        return _GradPlan(red, None, None, tuple(a.name for a in red_axes), tuple(operands), (), kernels)
+    epi = _inline(out_op.body, keep=red)
     readers = sorted({pos[ld.tensor.name] for ld in te.loads(epi)
                       if ld.tensor is not red and ld.tensor.dtype in te.FLOAT_DTYPES})
     r32 = te.Tensor(red.name, red.shape, "float32", red.op)
-    names = {a.name: b.name for a, b in zip(out.op.axes, red.op.axes)}  # type: ignore[union-attr]
+    names = {a.name: b.name for a, b in zip(out_op.axes, red_axes)}
     rkey = L.kernel_key(op, {"role": "recompute", **sig})
     kernels[rkey] = L.DslKernel(rkey, lambda: (list(inputs), r32),
                                 m_axes=tuple(names[a] for a in spec.m_axes) if spec.m_axes else None,
                                 n_axes=tuple(names[a] for a in spec.n_axes) if spec.n_axes else None)
-    return _GradPlan(red, rkey, epi, tuple(a.name for a in out.op.axes), tuple(operands),  # type: ignore[union-attr]
+    return _GradPlan(red, rkey, epi, tuple(a.name for a in out_op.axes), tuple(operands),
                      tuple(readers), kernels)
 
 
@@ -457,11 +459,13 @@ class DslOp:
         env = L.bind(self.name, phs, tensors)
 
         def add(i: int, g: torch.Tensor) -> None:
-            grads[i] = g if grads[i] is None else grads[i] + g
+            prev = grads[i]
+            grads[i] = g if prev is None else prev + g
 
         if plan.epilogue is None:
             d_red = grad
         else:
+            epi = plan.epilogue
             red32 = torch.ops.alcop.dsl_call(plan.recompute, tensors)
             grid = _grid(plan.out_axes, grad.shape, grad.device)
             readers = list(plan.epilogue_inputs)
@@ -469,9 +473,9 @@ class DslOp:
 
             def epilogue(r: torch.Tensor, *xs: torch.Tensor) -> torch.Tensor:
                 ts = {**others, plan.reduction.name: r, **{phs[i].name: x for i, x in zip(readers, xs)}}
-                return _full(_TorchEval(env, grid, ts)(plan.epilogue), grad.shape, grad.device)
+                return _full(_TorchEval(env, grid, ts)(epi), grad.shape, grad.device)
 
-            _, vjp = torch.func.vjp(epilogue, red32, *[tensors[i].float() for i in readers])
+            vjp = L.vjp_fn(epilogue, red32, *[tensors[i].float() for i in readers])
             d_red, *d_readers = vjp(grad.float())
             for i, g in zip(readers, d_readers):
                 if need[i]:
@@ -484,8 +488,8 @@ class DslOp:
                 x = tensors[o.pos]
                 pgrid = _grid(o.axes, x.shape, x.device)
                 name, prologue = phs[o.pos].name, o.prologue
-                _, vjp = torch.func.vjp(lambda a: _full(_TorchEval(env, pgrid, {name: a})(prologue), a.shape, a.device),
-                                        x.float())
+                vjp = L.vjp_fn(lambda a: _full(_TorchEval(env, pgrid, {name: a})(prologue), a.shape, a.device),
+                               x.float())
                 g = vjp(g)[0]
             add(o.pos, g)
         out_grads = [g.to(t.dtype) if g is not None else None for g, t in zip(grads, tensors)]

@@ -44,7 +44,7 @@ import logging
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -53,10 +53,17 @@ from . import config as _env
 from . import te
 from .build import CompiledKernel, build
 from .errors import UnsupportedError
-from .kernels import conv as kconv
-from .kernels import matmul as kmatmul
 from .records import KernelConfig, Workload
 from .schedule import Schedule
+
+if TYPE_CHECKING:
+    # alcop_triton.kernels is the top-level kernels/ directory (setup.cfg package_dir; __init__.py extends
+    # __path__ in a checkout), which mypy cannot follow: it checks that directory as the package `kernels`.
+    from kernels import conv as kconv
+    from kernels import matmul as kmatmul
+else:
+    from .kernels import conv as kconv
+    from .kernels import matmul as kmatmul
 
 log = logging.getLogger("alcop_triton")
 
@@ -394,6 +401,15 @@ def _gemm_out_fake(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, 
     _check_gemm_out(a, b, bias, residual, activation, out)
 
 
+def vjp_fn(fn: Callable[..., Any], *primals: torch.Tensor) -> Callable[..., Any]:
+    """The vector-Jacobian product function of ``torch.func.vjp(fn, *primals)`` (its output is not needed).
+
+    torch annotates vjp's result as one type for both ``(output, vjp_fn)`` and has_aux's
+    ``(output, vjp_fn, aux)``; the vjp function is item 1 of either.
+    """
+    return torch.func.vjp(fn, *primals)[1]
+
+
 def activation_grad(activation: str | None, grad: torch.Tensor, out: torch.Tensor | None,
                     pre_activation: Callable[[], torch.Tensor]) -> torch.Tensor:
     """dL/dz for ``out = act(z)``: relu from the saved output, else act'(z) with z recomputed."""
@@ -401,8 +417,7 @@ def activation_grad(activation: str | None, grad: torch.Tensor, out: torch.Tenso
         return grad
     if activation == "relu" and out is not None:
         return torch.where(out > 0, grad, torch.zeros_like(grad))
-    _, vjp = torch.func.vjp(TORCH_ACTIVATIONS[activation], pre_activation())
-    return vjp(grad)[0]
+    return vjp_fn(TORCH_ACTIVATIONS[activation], pre_activation())(grad)[0]
 
 
 def _keeps_output(activation: str | None, residual: torch.Tensor | None) -> bool:
@@ -740,8 +755,16 @@ def bind(op: str, inputs: Sequence[te.Tensor], tensors: Sequence[torch.Tensor]) 
     return env
 
 
+def _size(e: te.Expr, env: dict[str, Any]) -> int:
+    """A size expression's value: an int (a SymInt while tracing). Shapes are integer expressions
+    (``te`` checks their dtype), so they never evaluate to a float."""
+    v = te.evaluate(e, env)
+    assert not isinstance(v, float), f"size {e!r} evaluated to the float {v!r}"
+    return v
+
+
 def dsl_output(spec: DslKernel, out: te.Tensor, env: dict[str, Any], like: torch.Tensor) -> torch.Tensor:
-    shape = [te.evaluate(d, env) for d in out.shape]
+    shape = [_size(d, env) for d in out.shape]
     dtype = getattr(torch, out.dtype)
     if spec.out_order is None:
         return torch.empty(shape, dtype=dtype, device=like.device)
@@ -750,25 +773,28 @@ def dsl_output(spec: DslKernel, out: te.Tensor, env: dict[str, Any], like: torch
 
 
 @functools.lru_cache(maxsize=1024)
-def _reduction_of(out: te.Tensor) -> te.Tensor:
+def _reduction_of(out: te.Tensor) -> tuple[te.ComputeOp, te.Reduce]:
+    """The output's compute and its reduction's te.sum."""
     red = Schedule(out).reduction
-    if red is None or not isinstance(out.op, te.ComputeOp):
+    # A reduction is a compute whose body is a te.Reduce (Schedule's definition): the last two checks narrow.
+    if red is None or not isinstance(out.op, te.ComputeOp) or not isinstance(red.op, te.ComputeOp) \
+            or not isinstance(red.op.body, te.Reduce):
         raise UnsupportedError(f"{out.name!r} has no te.sum: alcop kernels are contractions")
-    return red
+    return out.op, red.op.body
 
 
 def gemm_view(out: te.Tensor, m_axes: tuple[str, ...] | None, n_axes: tuple[str, ...] | None,
               env: dict[str, Any]) -> tuple[int, int, int, int]:
     """(batch, M, N, K) of a DSL kernel's tiled contraction, lower()'s default axis roles."""
-    red = _reduction_of(out)
-    axes = {a.name: a.extent for a in out.op.axes}
+    out_op, rsum = _reduction_of(out)
+    axes = {a.name: a.extent for a in out_op.axes}
     names = list(axes)
     n = n_axes if n_axes is not None else tuple(names[-1:]) if len(names) >= 2 else ()
     m = m_axes if m_axes is not None else tuple(x for x in names[-2:-1] if x not in n) if len(names) >= 2 \
         else tuple(names)
     size = lambda axs: math.prod(int(te.evaluate(axes[a], env)) for a in axs)  # noqa: E731
     b = size([a for a in names if a not in m and a not in n])
-    k = math.prod(int(te.evaluate(a.extent, env)) for a in red.op.body.axes)  # type: ignore[union-attr]
+    k = math.prod(int(te.evaluate(a.extent, env)) for a in rsum.axes)
     return b, size(m), size(n), k
 
 
@@ -900,8 +926,7 @@ def _conv_grads_torch(which: int, nd: int, stride: tuple[int, ...], pad: tuple[i
     xs = x[(slice(None), slice(None)) + tuple(slice(0, x.shape[2 + i] - crop[i]) for i in range(nd))]
     pr = [max(0, p) for p in pad_right]
     fn = lambda xx, ww: torch_conv(xx, ww, None, stride, pad, pr, dilation, groups, None)  # noqa: E731
-    _, vjp = torch.func.vjp(fn, xs, w)
-    dx, dw = vjp(dy)
+    dx, dw = vjp_fn(fn, xs, w)(dy)
     if which == 1:
         return dw.unflatten(0, (groups, w.shape[0] // groups))
     full = torch.zeros_like(x)

@@ -17,7 +17,7 @@ from typing import Any
 import alcop_triton as at
 from alcop_triton import te
 
-SPATIAL = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
+SPATIAL: dict[int, tuple[str, ...]] = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 import alcop_triton as at
 from alcop_triton import te
 
-ACTIVATIONS = ("relu", "gelu", "silu", "tanh", "sigmoid")
+ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "silu", "tanh", "sigmoid")
 
 
 @dataclass(frozen=True)

@@ -89,14 +89,18 @@ def run(workloads: Sequence[Workload], target: Target, db: Database, *, tutorial
         with ProcessMeasurer(w, target.device, timeout_s=timeout_s, compile_threads=1,
                              factory=f"{__name__}:make_torch_runner") as m:
             torch_r = m.measure([KernelConfig()])[0]
+        # Times of the successful results, for the ratios (a result has a time exactly when it is ok).
+        alcop_ms = alcop.time_ms if alcop.ok else None
+        torch_ms = torch_r.time_ms if torch_r.ok else None
+        tut_ms = tut.time_ms if tut else None  # _best returns only an ok result
         row: dict[str, Any] = {
             "workload": w.key(), "torch_ms": torch_r.time_ms, "torch_error": torch_r.message if not torch_r.ok else "",
-            "tutorial_ms": tut.time_ms if tut else None, "tutorial_config": str(tut.config) if tut else "",
+            "tutorial_ms": tut_ms, "tutorial_config": str(tut.config) if tut else "",
             "alcop_ms": alcop.time_ms, "alcop_config": str(alcop.config), "alcop_source": decision.source,
             "alcop_error": alcop.message if not alcop.ok else "", "timer": alcop.timer,
-            "alcop_tflops": w.flops / (alcop.time_ms * 1e-3) / 1e12 if alcop.ok else None}
-        row["speedup_vs_torch"] = torch_r.time_ms / alcop.time_ms if alcop.ok and torch_r.ok else None
-        row["speedup_vs_tutorial"] = tut.time_ms / alcop.time_ms if alcop.ok and tut else None
+            "alcop_tflops": w.flops / (alcop_ms * 1e-3) / 1e12 if alcop_ms is not None else None}
+        row["speedup_vs_torch"] = torch_ms / alcop_ms if alcop_ms is not None and torch_ms is not None else None
+        row["speedup_vs_tutorial"] = tut_ms / alcop_ms if alcop_ms is not None and tut_ms is not None else None
         rows.append(row)
     return rows
 
