@@ -38,6 +38,12 @@ GRIDS = {
     # TMA vs cp.async on the best tiles.
     "tma": dict(block_m=(128,), block_n=(128, 256), block_k=(64,), num_warps=(8,),
                 smem_stages=(2, 3, 4), reg=((1, 1), (2, 1)), async_copy=("pointer", "tma")),
+    # Issue 3's ablation on Hopper: the tile knobs the tuner's space offers (BLOCK_K up to 128,
+    # 256-wide tiles, TMA or cp.async), every variant over the same grid. Register prefetch is
+    # measured on cp.async only: it stages the same sub-tiles whichever engine filled shared memory.
+    "ablation": dict(block_m=(64, 128), block_n=(64, 128, 256), block_k=(32, 64, 128), num_warps=(4, 8),
+                     smem_stages=(1, 2, 3, 4, 5, 6, 8), reg=((1, 1), (2, 1)), async_copy=("pointer", "tma"),
+                     tma_with_reg=False),
 }
 
 
@@ -47,6 +53,8 @@ def grid_configs(name: str) -> list[Any]:
     out = []
     for bm, bn, bk, w, s, (r, x), a in itertools.product(g["block_m"], g["block_n"], g["block_k"], g["num_warps"],
                                                          g["smem_stages"], g["reg"], g["async_copy"]):
+        if a == "tma" and r > 1 and not g.get("tma_with_reg", True):
+            continue
         out.append(KernelConfig(bm, bn, bk, 8, w, s, r, x, a))
     return out
 
@@ -98,7 +106,7 @@ def precompile(family: list[tuple[Any, list[Any]]], workers: int) -> None:
     jobs = []
     for w, cfgs in family:
         small = {"matmul": Workload("matmul", (512, 512, 1024), w.dtype, w.layout),
-                 "bmm": Workload("bmm", (2, 256, 256, 512), w.dtype, w.layout)}.get(w.op, w)
+                 "bmm": Workload("bmm", (2, 256, 256, 1024), w.dtype, w.layout)}.get(w.op, w)
         ds = [c.to_dict() for c in cfgs]
         for i in range(workers):
             part = ds[i::workers]
