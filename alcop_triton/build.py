@@ -10,10 +10,11 @@ from typing import Any, Sequence
 from . import __version__, codegen, config, te
 from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipeline
 from .errors import ScheduleError
+from .loop_ir import Store, find
 from .lower import lower
 from .records import KernelConfig
 from .rewrite import apply_pipeline
-from .runtime import ensure_allocator, launcher, load_kernel
+from .runtime import ensure_allocator, launcher, load_kernel, resident_programs
 from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
@@ -70,6 +71,7 @@ class CompiledKernel:
                                     f"({sorted(known)})")
         self.static = tuple(static)
         self._variants: dict[tuple[_Key, str], Variant] = {}
+        self._slots: dict[tuple[str, int | None], int] = {}  # persistent kernels: resident programs per device
         self.last: Variant | None = None
         # Lower once with the default layout now, so schedule errors surface at build time.
         # Static sizes are bound at call time, so such kernels are specialised on their first call.
@@ -126,7 +128,7 @@ class CompiledKernel:
             f"alcop_triton generated kernel {k.name}",
             "",
             f"op:        {red.name}[{', '.join(a.name for a in red.op.axes)}] = {red.op.body!r}",
-            f"output:    {k.out.name}({', '.join(map(repr, k.out.shape))}) {k.out.dtype} = {k.body[-1].expr!r}",
+            f"output:    {k.out.name}({', '.join(map(repr, k.out.shape))}) {k.out.dtype} = {_epilogue(k)!r}",
             f"inputs:    {shapes}",
             f"sizes:     runtime {', '.join(n for n, _ in k.sizes)}; unit strides {unit}",
             f"axes:      batch {k.axes['b']}, rows (M) {k.axes['m']}, columns (N) {k.axes['n']}, reduction (K) {k.axes['k']}",
@@ -205,26 +207,45 @@ class CompiledKernel:
         unit = tuple((t.name, _unit_dim(x)) for t, x in zip(all_t, all_x))
         bk = self.config.block_k
         k_total = math.prod(env[a] if a in env else int(te.evaluate(self._extent(a), env)) for a in self._k_axes())
-        key = _Key(unit, -(-k_total // bk), _tma_aligned(all_x), _allow_tf32(), tuple((n, env[n]) for n in self.static))
+        c = self._constexprs()
+        tot = self._totals(env)
+        tiles = -(-tot["m"] // c["BLOCK_M"]) * -(-tot["n"] // c["BLOCK_N"])
+        trips = -(-k_total // bk)
+        if self.config.persistent:  # the flattened loop runs every chunk of each of a program's tiles
+            trips *= -(-tiles * tot["b"] // min(tiles * tot["b"], _sm_count(dev)))
+        key = _Key(unit, trips, _tma_aligned(all_x), _allow_tf32(), tuple((n, env[n]) for n in self.static))
         v = self._variant(key, dev.type)
         self.last = v
         args: list[Any] = list(all_x) + [env[n] for n, _ in v.sizes]
         for t, x in zip(all_t, all_x):
             u = dict(unit)[t.name]
             args += [x.stride(d) for d in range(t.ndim) if d != u]
-        c = self._constexprs()
-        tot = self._totals(env)
-        grid = (-(-tot["m"] // c["BLOCK_M"]) * -(-tot["n"] // c["BLOCK_N"]), tot["b"])
-        if grid[1] > 65535:
-            raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
-        fn = launcher(v.fn, dev.type)[grid]
         nw, ns = v.num_warps, v.num_stages
+        if self.config.persistent:
+            grid: tuple[int, ...] = (min(tiles * tot["b"], self._resident(v, dev, args, c)),)
+        else:
+            grid = (tiles, tot["b"])
+            if grid[1] > 65535:
+                raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
+        fn = launcher(v.fn, dev.type)[grid]
         if dev.type == "cuda" and any(m == "tma" for _, m in v.plan.async_copy):
             def launch_tma() -> None:
                 ensure_allocator()
                 fn(*args, **c, num_warps=nw, num_stages=ns)
             return launch_tma, out
         return (lambda: fn(*args, **c, num_warps=nw, num_stages=ns)), out
+
+    def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
+        """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's
+        registers and shared memory (compiling it here, once, instead of at its first launch)."""
+        if dev.type != "cuda":
+            # The interpreter runs programs one after another; two still make each loop over several tiles.
+            return 2
+        key = (v.path, dev.index)
+        if key not in self._slots:
+            compiled = v.fn.warmup(*args, **c, num_warps=v.num_warps, num_stages=v.num_stages, grid=(1,))
+            self._slots[key] = resident_programs(compiled, v.num_warps, dev)
+        return self._slots[key]
 
     # sizes/extents of the lowered kernel (the same for every variant)
     def _kernel(self) -> Any:
@@ -247,6 +268,12 @@ class CompiledKernel:
         return {d: math.prod(int(te.evaluate(k.extents[a], env)) for a in k.axes[d]) for d in ("b", "m", "n")}
 
 
+def _epilogue(k: Any) -> te.Expr:
+    """The output's expression in terms of the reduction (the Store node, in a tile loop or not)."""
+    store = find(k.body, lambda n: isinstance(n, Store))[0][0]
+    return store.expr
+
+
 def _step_text(s: Any) -> str:
     name = type(s).__name__
     fields = ", ".join(f"{v}" for v in s.__dict__.values() if v is not None)
@@ -256,6 +283,14 @@ def _step_text(s: Any) -> str:
 def _allow_tf32() -> bool:
     import torch
     return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+def _sm_count(dev: Any) -> int:
+    """Streaming multiprocessors of a CUDA device; 2 stands for the interpreter's programs."""
+    if dev.type != "cuda":
+        return 2
+    import torch
+    return int(torch.cuda.get_device_properties(dev).multi_processor_count)
 
 
 def _unit_dim(x: Any) -> int | None:

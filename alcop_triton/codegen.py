@@ -14,12 +14,12 @@ from typing import Callable, Iterator
 from . import te
 from .errors import CodegenError, ScheduleError, UnsupportedError
 from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, MakeDescriptor, Node,
-                      ProgramIds, Rotate, Store, TileIndices)
+                      ProgramIds, Rotate, Store, TileCount, TileIndices)
 
 TL_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64",
             "int32": "tl.int32", "int64": "tl.int64", "bool": "tl.int1"}
 RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid_in_group", "group_id", "first_pid_m",
-            "group_size_m", "acc", "k0", "ks", "tl", "triton", "out", "mask_m", "mask_n", "mask_out", "offs_m", "offs_n",
+            "group_size_m", "tile_id", "num_tiles", "num_pid_mn", "acc", "k0", "ks", "tl", "triton", "out", "mask_m", "mask_n", "mask_out", "offs_m", "offs_n",
             "a_desc", "b_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K", "REG_SPLIT", "GROUP_M"}
 
 
@@ -206,22 +206,51 @@ def emit(n: Node, c: Ctx) -> None:
     fn(n, c)
 
 
+def _tile_counts(c: Ctx) -> None:
+    t = c.k.totals
+    c.w.line(f"num_pid_m = tl.cdiv({t['m']}, BLOCK_M)")
+    c.w.line(f"num_pid_n = tl.cdiv({t['n']}, BLOCK_N)")
+    c.w.line("num_pid_in_group = GROUP_M * num_pid_n")
+
+
+def _grouped(c: Ctx) -> None:
+    """pid_m, pid_n of the linear tile ``pid``: GROUP_M rows of tiles run together (L2 reuse of B)."""
+    for line in ("group_id = pid // num_pid_in_group", "first_pid_m = group_id * GROUP_M",
+                 "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+                 "pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m",
+                 "pid_n = (pid % num_pid_in_group) // group_size_m"):
+        c.w.line(line)
+
+
 @emitter(ProgramIds)
 def _pids(n: ProgramIds, c: Ctx) -> None:
-    t = c.k.totals
     w = c.w
-    w.line("# program ids; GROUP_M rows of tiles run together so their B columns stay in L2")
-    w.line("pid = tl.program_id(0)")
-    w.line(f"num_pid_m = tl.cdiv({t['m']}, BLOCK_M)")
-    w.line(f"num_pid_n = tl.cdiv({t['n']}, BLOCK_N)")
-    w.line("num_pid_in_group = GROUP_M * num_pid_n")
-    w.line("group_id = pid // num_pid_in_group")
-    w.line("first_pid_m = group_id * GROUP_M")
-    w.line("group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)")
-    w.line("pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m")
-    w.line("pid_n = (pid % num_pid_in_group) // group_size_m")
+    if n.tile_var is None:
+        w.line("# program ids; GROUP_M rows of tiles run together so their B columns stay in L2")
+        w.line("pid = tl.program_id(0)")
+        _tile_counts(c)
+        _grouped(c)
+        if n.batched:
+            w.line("pid_b = tl.program_id(1)")
+        return
+    w.line(f"# output tile {n.tile_var} -> {'pid_b, ' if n.batched else ''}pid_m, pid_n (grouped by GROUP_M rows for L2)")
     if n.batched:
-        w.line("pid_b = tl.program_id(1)")
+        w.line(f"pid_b = {n.tile_var} // num_pid_mn")
+        w.line(f"pid = {n.tile_var} % num_pid_mn")
+    else:
+        w.line(f"pid = {n.tile_var}")
+    _grouped(c)
+
+
+@emitter(TileCount)
+def _tile_count(n: TileCount, c: Ctx) -> None:
+    c.w.line("# persistent: tl.num_programs(0) programs (as many as fit on the GPU at once) share the output tiles")
+    _tile_counts(c)
+    if n.batch_total != "1":
+        c.w.line("num_pid_mn = num_pid_m * num_pid_n")
+        c.w.line(f"num_tiles = num_pid_mn * {n.batch_total}")
+    else:
+        c.w.line("num_tiles = num_pid_m * num_pid_n")
 
 
 def _decompose(c: Ctx, flat: str, axes: tuple[tuple[str, str], ...], sfx: str = "") -> None:
@@ -361,8 +390,10 @@ def _for(n: For, c: Ctx) -> None:
     if n.note:
         c.w.line(f"# {n.note}")
     if n.kind == "range":
+        step = f", {n.step}" if n.step != "1" else ""
         stages = f", num_stages={n.num_stages}" if n.num_stages is not None else ""
-        c.w.line(f"for {n.var} in tl.range(0, {n.extent}{stages}):")
+        flat = ", flatten=True" if n.flatten else ""
+        c.w.line(f"for {n.var} in tl.range({n.start}, {n.extent}{step}{stages}{flat}):")
     elif n.kind == "static_range":
         c.w.line(f"for {n.var} in tl.static_range(0, {n.extent}):")
     else:

@@ -53,8 +53,19 @@ class Node:
 
 @dataclass(frozen=True)
 class ProgramIds(Node):
-    """pid_m / pid_n (grouped when GROUP_M > 1) and pid_b for the batch axes."""
+    """pid_m / pid_n (grouped when GROUP_M > 1) and pid_b for the batch axes.
+
+    ``tile_var``: None maps the program id (one program per tile); a persistent kernel maps the
+    tile loop's variable instead, the counts having been computed once by ``TileCount``.
+    """
     batched: bool
+    tile_var: str | None = None
+
+
+@dataclass(frozen=True)
+class TileCount(Node):
+    """num_pid_m / num_pid_n and num_tiles, before a persistent kernel's tile loop."""
+    batch_total: str
 
 
 @dataclass(frozen=True)
@@ -136,8 +147,11 @@ class For(Node):
     body: tuple[Node, ...]
     kind: str = "serial"
     num_stages: int | None = None
-    role: str = ""          # 'chunk' (reduction chunks) or 'sub' (register sub-tiles)
+    role: str = ""          # 'chunk' (reduction chunks), 'sub' (register sub-tiles), 'tiles' (persistent)
     note: str = ""
+    start: str = "0"
+    step: str = "1"
+    flatten: bool = False   # fuse with the loops nested in it, so one pipeline spans them all
 
     def children(self) -> tuple[Node, ...]:
         return self.body
@@ -234,7 +248,9 @@ def dump(body: tuple[Node, ...], indent: int = 0) -> str:
         pad = "  " * indent
         if isinstance(n, For):
             st = f" num_stages={n.num_stages}" if n.num_stages else ""
-            lines.append(f"{pad}for {n.var} in {n.kind}({n.extent}){st}:")
+            st += " flatten" if n.flatten else ""
+            bounds = n.extent if (n.start, n.step) == ("0", "1") else f"{n.start}, {n.extent}, {n.step}"
+            lines.append(f"{pad}for {n.var} in {n.kind}({bounds}){st}:")
             lines.append(dump(n.body, indent + 1))
         elif isinstance(n, Copy):
             real = " (realised by register copies)" if n.realised_by_register else ""

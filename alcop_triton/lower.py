@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from . import te
 from .errors import ScheduleError, UnsupportedError
-from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, Operand, ProgramIds,
-                      Store, TileIndices)
+from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, Node, Operand, ProgramIds,
+                      Store, TileCount, TileIndices)
 from .schedule import Buffer, CacheRead, Pipeline, Schedule, Tile, Unroll
 
 
@@ -208,11 +208,18 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
     trips = f"({totals['k']} + BLOCK_K - 1) // BLOCK_K" if unrolled else f"tl.cdiv({totals['k']}, BLOCK_K)"
     kloop = kloop.__class__(**{**kloop.__dict__, "extent": trips})
 
-    body = (ProgramIds(bool(b_axes)),) + ((BatchIndices(tuple((a, axis_size[a]) for a in b_axes), totals["b"]),)
-                                          if b_axes else ()) + (
+    tile_body: tuple[Node, ...] = ((BatchIndices(tuple((a, axis_size[a]) for a in b_axes), totals["b"]),)
+                                   if b_axes else ()) + (
         TileIndices("m", tuple((a, axis_size[a]) for a in m_axes), totals["m"]),
         TileIndices("n", tuple((a, axis_size[a]) for a in n_axes), totals["n"]),
         InitAcc(), kloop, Store(epilogue))
+    if cfg.persistent:
+        # Each program strides over all output tiles (batch included); the rewrite decides flattening.
+        body: tuple[Node, ...] = (TileCount(totals["b"]), For(
+            "tile_id", "num_tiles", (ProgramIds(bool(b_axes), "tile_id"),) + tile_body, "serial", role="tiles",
+            start="tl.program_id(0)", step="tl.num_programs(0)"))
+    else:
+        body = (ProgramIds(bool(b_axes)),) + tile_body
 
     dtypes = {o.expr.dtype for o in operands}
     dot_dtype = dtypes.pop() if len(dtypes) == 1 else "float32"

@@ -40,6 +40,9 @@ class KernelConfig:
             loaded R - 1 steps ahead of the dot that uses them.
         reg_split: sub-tiles per reduction chunk at the register level (block_k // reg_split >= 16).
         async_copy: "pointer" (cp.async on sm80+) or "tma" (tensor descriptors; TMA on sm90).
+        persistent: one program per resident slot on the GPU (not per output tile), each looping over
+            output tiles; with smem_stages > 1 the tile loop is flattened with the reduction loop, so
+            the next tile's first copies are in flight during this tile's epilogue.
     """
 
     block_m: int = 64
@@ -51,6 +54,7 @@ class KernelConfig:
     reg_stages: int = 1
     reg_split: int = 1
     async_copy: str = "pointer"
+    persistent: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
@@ -73,6 +77,8 @@ class KernelConfig:
                 f"{self.block_k // self.reg_split} < 16 along K; lower reg_split or raise block_k")
         if self.async_copy not in ASYNC_COPIES:
             raise ScheduleError(f"KernelConfig.async_copy={self.async_copy!r}: must be one of {ASYNC_COPIES}")
+        if not isinstance(self.persistent, bool):
+            raise ScheduleError(f"KernelConfig.persistent={self.persistent!r}: must be True or False")
 
     @property
     def sub_k(self) -> int:
@@ -84,14 +90,19 @@ class KernelConfig:
 
     def __str__(self) -> str:
         tma = "_tma" if self.async_copy == "tma" else ""
+        pers = "_persistent" if self.persistent else ""
         return (f"m{self.block_m}n{self.block_n}k{self.block_k}_g{self.group_m}_w{self.num_warps}"
-                f"_s{self.smem_stages}_r{self.reg_stages}x{self.reg_split}{tma}")
+                f"_s{self.smem_stages}_r{self.reg_stages}x{self.reg_split}{tma}{pers}")
 
     # Triton's usual parameterization, plus our own knobs; what the DB, the CLI and predict_times use.
+    # PERSISTENT appears only when set, so records written before the knob existed read back equal.
     def to_dict(self) -> dict[str, Any]:
-        return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
-                "GROUP_M": self.group_m, "num_warps": self.num_warps, "num_stages": self.smem_stages,
-                "REG_STAGES": self.reg_stages, "REG_SPLIT": self.reg_split, "ASYNC_COPY": self.async_copy}
+        d: dict[str, Any] = {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
+                             "GROUP_M": self.group_m, "num_warps": self.num_warps, "num_stages": self.smem_stages,
+                             "REG_STAGES": self.reg_stages, "REG_SPLIT": self.reg_split, "ASYNC_COPY": self.async_copy}
+        if self.persistent:
+            d["PERSISTENT"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "KernelConfig":
@@ -101,15 +112,16 @@ class KernelConfig:
         """
         keys = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "BLOCK_K": "block_k", "GROUP_M": "group_m",
                 "GROUP_SIZE_M": "group_m", "num_warps": "num_warps", "num_stages": "smem_stages",
-                "REG_STAGES": "reg_stages", "REG_SPLIT": "reg_split", "ASYNC_COPY": "async_copy"}
+                "REG_STAGES": "reg_stages", "REG_SPLIT": "reg_split", "ASYNC_COPY": "async_copy",
+                "PERSISTENT": "persistent"}
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for k, v in d.items():
             name = keys.get(k, k if k in fields else None)
             if name is None:
                 raise ScheduleError(f"config key {k!r} is unknown; expected one of {sorted(keys)}")
-            want = str if name == "async_copy" else int
-            if isinstance(v, bool) or not isinstance(v, want):
+            want = {"async_copy": str, "persistent": bool}.get(name, int)
+            if (isinstance(v, bool) and want is not bool) or not isinstance(v, want):
                 raise ScheduleError(f"config {k}={v!r}: expected {want.__name__}")
             kwargs[name] = v
         return cls(**kwargs)

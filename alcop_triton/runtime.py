@@ -97,3 +97,19 @@ def ensure_allocator() -> None:
     def alloc(size: int, alignment: int, stream: Any) -> torch.Tensor:
         return torch.empty(size, dtype=torch.int8, device="cuda")
     triton.set_allocator(alloc)
+
+
+def resident_programs(compiled: Any, num_warps: int, device: Any) -> int:
+    """Programs of ``compiled`` (a Triton CompiledKernel) that the GPU runs at once: SMs x occupancy,
+    occupancy limited by threads, registers and shared memory (plus the 1 KB the driver reserves)."""
+    import torch
+    p = torch.cuda.get_device_properties(device)
+    compiled._init_handles()  # loads the module: n_regs is known from here on
+    threads = 32 * num_warps
+    per_sm = [p.max_threads_per_multi_processor // threads]
+    if compiled.n_regs:
+        per_sm.append(p.regs_per_multiprocessor // (compiled.n_regs * threads))
+    smem = compiled.metadata.shared
+    if smem:
+        per_sm.append(p.shared_memory_per_multiprocessor // (smem + 1024))
+    return int(p.multi_processor_count) * max(1, min(per_sm))

@@ -72,10 +72,16 @@ class Unroll:
     axis: str
 
 
-Step = Union[CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll]
-S = TypeVar("S", CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll)
+@dataclass(frozen=True)
+class Persistent:
+    """Programs loop over output tiles (one program per resident slot, not per tile)."""
+
+
+Step = Union[CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent]
+S = TypeVar("S", CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent)
 # ALCOP's ordering (paper section 2.2): cache-read and tiling before pipelining, inlining after.
-_PHASE = {CacheRead: 0, Tile: 1, Unroll: 1, Pipeline: 2, Inline: 3, Group: 4, Warps: 4, AsyncCopyStep: 4}
+_PHASE = {CacheRead: 0, Tile: 1, Unroll: 1, Pipeline: 2, Inline: 3, Group: 4, Warps: 4, AsyncCopyStep: 4,
+          Persistent: 4}
 
 
 def _pow2(x: object) -> bool:
@@ -229,6 +235,15 @@ class Schedule:
             raise ScheduleError(f"async_copy({mechanism!r}): must be one of {ASYNC_COPIES}")
         self.steps.append(AsyncCopyStep(mechanism))
 
+    def persistent(self) -> None:
+        """Launch one program per resident slot on the GPU, each looping over output tiles.
+
+        With a pipelined shared level the tile loop is flattened with the reduction loop, so the
+        copies of the next tile's first chunks are issued during this tile's epilogue: ALCOP's
+        inner-pipeline fusion, one level up (output tiles instead of register sub-tiles).
+        """
+        self.steps.append(Persistent())
+
     def unroll(self, axis: te.IterVar | str) -> None:
         """Unroll the reduction loop (which then cannot be pipelined: nothing to overlap)."""
         name = axis.name if isinstance(axis, te.IterVar) else axis
@@ -269,7 +284,8 @@ class Schedule:
         return KernelConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
                             group_m=group.group_m if group else 1, num_warps=warps.num_warps if warps else 4,
                             smem_stages=self.stages("shared"), reg_stages=self.stages("register") if has_reg else 1,
-                            reg_split=tile.block_k // tile.sub_k, async_copy=mech.mechanism if mech else "pointer")
+                            reg_split=tile.block_k // tile.sub_k, async_copy=mech.mechanism if mech else "pointer",
+                            persistent=self.last(Persistent) is not None)
 
     @classmethod
     def from_config(cls, out: te.Tensor, cfg: KernelConfig, m_axes=None, n_axes=None) -> Schedule:
@@ -287,6 +303,8 @@ class Schedule:
         s.group(cfg.group_m)
         s.num_warps(cfg.num_warps)
         s.async_copy(cfg.async_copy)
+        if cfg.persistent:
+            s.persistent()
         return s
 
 

@@ -41,9 +41,11 @@ GRIDS = {
     # Issue 3's ablation on Hopper: the tile knobs the tuner's space offers (BLOCK_K up to 128,
     # 256-wide tiles, TMA or cp.async), every variant over the same grid. Register prefetch is
     # measured on cp.async only: it stages the same sub-tiles whichever engine filled shared memory.
+    # Persistent programs are measured without register prefetch (its prologue would sit inside the
+    # flattened tile loop).
     "ablation": dict(block_m=(64, 128), block_n=(64, 128, 256), block_k=(32, 64, 128), num_warps=(4, 8),
                      smem_stages=(1, 2, 3, 4, 5, 6, 8), reg=((1, 1), (2, 1)), async_copy=("pointer", "tma"),
-                     tma_with_reg=False),
+                     persistent=(False, True), tma_with_reg=False),
 }
 
 
@@ -51,11 +53,12 @@ def grid_configs(name: str) -> list[Any]:
     from alcop_triton.records import KernelConfig
     g = GRIDS[name]
     out = []
-    for bm, bn, bk, w, s, (r, x), a in itertools.product(g["block_m"], g["block_n"], g["block_k"], g["num_warps"],
-                                                         g["smem_stages"], g["reg"], g["async_copy"]):
-        if a == "tma" and r > 1 and not g.get("tma_with_reg", True):
+    for bm, bn, bk, w, s, (r, x), a, p in itertools.product(g["block_m"], g["block_n"], g["block_k"], g["num_warps"],
+                                                            g["smem_stages"], g["reg"], g["async_copy"],
+                                                            g.get("persistent", (False,))):
+        if r > 1 and ((a == "tma" and not g.get("tma_with_reg", True)) or p):
             continue
-        out.append(KernelConfig(bm, bn, bk, 8, w, s, r, x, a))
+        out.append(KernelConfig(bm, bn, bk, 8, w, s, r, x, a, p))
     return out
 
 
@@ -71,13 +74,13 @@ def workloads(suite: dict[str, Any], ops: list[str], conv_layers: int) -> list[A
     return out
 
 
-def useful(w: Any, c: Any, smem_limit: int) -> bool:
+def useful(w: Any, c: Any, spec: Any) -> bool:
     """The tuner space's shape rules (no tile beyond the problem, no stages beyond the trip count),
     and no config whose stages ``plan_pipeline`` would clamp to fit shared memory: it would run as
     a shallower config that the grid already holds."""
     from alcop_triton.autotune.space import shape_reason
     per_stage = (c.block_m * c.block_k + c.block_k * c.block_n) * w.elem_bytes
-    return shape_reason(w, c, None) is None and per_stage * c.smem_stages <= smem_limit
+    return shape_reason(w, c, spec) is None and per_stage * c.smem_stages <= spec.smem_per_block
 
 
 def _compile_worker(job: tuple[str, list[dict[str, Any]]]) -> list[str]:
@@ -174,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     cfgs = grid_configs(a.grid)
     fam: dict[tuple[str, str], tuple[Any, set[Any]]] = {}
     for w in wls:
-        fam.setdefault((w.op, w.layout), (w, set()))[1].update(c for c in cfgs if useful(w, c, spec.smem_per_block))
+        fam.setdefault((w.op, w.layout), (w, set()))[1].update(c for c in cfgs if useful(w, c, spec))
     precompile([(w, sorted(cs)) for w, cs in fam.values()], a.workers)
 
     timer = Timer(a.reps)
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     n_rec = 0
     # Shapes interleaved with configs in an order where a cut-off by the budget still leaves every
     # workload with a comparable (same-config) sample: config-major, workload-minor.
-    per_w = {w: [c for c in cfgs if useful(w, c, spec.smem_per_block)] for w in wls}
+    per_w = {w: [c for c in cfgs if useful(w, c, spec)] for w in wls}
     with out.open("a") as f:
         def write(rec: dict[str, Any]) -> None:
             nonlocal n_rec

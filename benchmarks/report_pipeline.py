@@ -106,7 +106,7 @@ def markdown(results: list[tuple[str, dict[str, Any]]]) -> str:
         for r in res["rows"]:
             c = r["best_config"]
             cfg = (f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} w{c['num_warps']} s{c['num_stages']} "
-                   f"r{c['REG_STAGES']}x{c['REG_SPLIT']} {c['ASYNC_COPY']}")
+                   f"r{c['REG_STAGES']}x{c['REG_SPLIT']} {c['ASYNC_COPY']}" + (" persistent" if c.get("PERSISTENT") else ""))
             out.append(f"| {r['workload']} | {r['none_ms']:.4f} | {r['double_buffer_ms']:.4f} | "
                        f"{r['smem_multistage_ms']:.4f} | {r['full_ms']:.4f} | "
                        f"{r['torch_ms']:.4f} | {cfg} |")

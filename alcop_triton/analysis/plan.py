@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import OutOfResources, PipelineError
-from ..loop_ir import Kernel
+from ..loop_ir import For, Kernel
 from .pipelinable import Candidate
 
 ELEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -75,9 +75,11 @@ def plan_pipeline(k: Kernel, cands: tuple[Candidate, ...], *, async_copy: str = 
         notes.append(msg)
         return limit
 
+    persistent = any(isinstance(n, For) and n.role == "tiles" for n in k.body)
     if trip_count is not None:
-        s_stages = clamp("shared level", s_stages, max(1, trip_count),
-                         f"the reduction loop runs {trip_count} chunk(s) of BLOCK_K={k.constexprs['BLOCK_K']}")
+        runs = (f"the flattened tile and reduction loop runs {trip_count} chunk(s) per program" if persistent
+                else f"the reduction loop runs {trip_count} chunk(s) of BLOCK_K={k.constexprs['BLOCK_K']}")
+        s_stages = clamp("shared level", s_stages, max(1, trip_count), runs)
         r_stages = clamp("register level", r_stages, max(1, trip_count * split),
                          f"there are {trip_count * split} sub-tile(s) to prefetch")
     if smem_limit is not None:
@@ -87,6 +89,11 @@ def plan_pipeline(k: Kernel, cands: tuple[Candidate, ...], *, async_copy: str = 
                                  "One stage of the A and B chunks does not fit; reduce BLOCK_M/BLOCK_N/BLOCK_K.")
         s_stages = clamp("shared level", s_stages, max(1, smem_limit // per),
                          f"{s_stages} x {per} B per stage exceeds the GPU's {smem_limit} B of shared memory per block")
+    if persistent:
+        notes.append("persistent: programs loop over output tiles; " + (
+            "the tile loop is flattened with the reduction loop, so the shared level's copies run ahead across "
+            "tile boundaries (the next tile's first chunks load during this tile's epilogue)" if s_stages > 1 else
+            "one shared stage, so nothing is copied ahead and the tile loop is not flattened"))
     mech = []
     for c in clist:
         if c.scope != "shared":

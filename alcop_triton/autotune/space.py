@@ -91,7 +91,13 @@ def shape_reason(workload: Workload, c: KernelConfig, spec: Any | None) -> str |
     if c.block_m > max(16, _next_pow2(m)) or c.block_n > max(16, _next_pow2(n)) \
             or c.block_k > max(16, _next_pow2(k)):
         return "tile larger than the problem"
-    if c.smem_stages > 1 and c.smem_stages > math.ceil(k / c.block_k):
+    trips = math.ceil(k / c.block_k)
+    if c.persistent and spec is not None:
+        tiles = workload.gemm_dims()[0] * math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
+        if tiles <= spec.num_sms:
+            return "persistent with no more tiles than SMs"
+        trips *= math.ceil(tiles / spec.num_sms)  # the flattened loop runs every chunk of a program's tiles
+    if c.smem_stages > 1 and c.smem_stages > trips and not (c.persistent and spec is None):
         return "more smem stages than reduction steps"
     if c.reg_split > 1 and c.reg_stages == 1:
         return "reg_split without register prefetch"
