@@ -213,6 +213,9 @@ class CompiledKernel:
         trips = -(-k_total // bk)
         if self.config.persistent:  # the flattened loop runs every chunk of each of a program's tiles
             trips *= -(-tiles * tot["b"] // min(tiles * tot["b"], _sm_count(dev)))
+        # Only a trip count below the requested depth changes the plan (it clamps): one variant serves
+        # every longer reduction, so new shapes do not re-run lowering and codegen.
+        trips = min(trips, max(self.config.smem_stages, self.config.reg_stages))
         key = _Key(unit, trips, _tma_aligned(all_x), _allow_tf32(), tuple((n, env[n]) for n in self.static))
         v = self._variant(key, dev.type)
         self.last = v
