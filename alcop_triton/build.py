@@ -274,6 +274,7 @@ class CompiledKernel:
 def _epilogue(k: Any) -> te.Expr:
     """The output's expression in terms of the reduction (the Store node, in a tile loop or not)."""
     store = find(k.body, lambda n: isinstance(n, Store))[0][0]
+    assert isinstance(store, Store)
     return store.expr
 
 

@@ -293,7 +293,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def _data_files(paths: Sequence[str]) -> list[Path]:
     files: list[Path] = []
     for p in map(Path, paths):
-        files += sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
+        files += sorted([*p.glob("*.jsonl"), *p.glob("*.jsonl.gz")]) if p.is_dir() else [p]
     if not files:
         raise AlcopError(f"no JSONL measurement files in {list(paths)}")
     return files

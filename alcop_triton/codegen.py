@@ -246,9 +246,9 @@ def _pids(n: ProgramIds, c: Ctx) -> None:
 def _tile_count(n: TileCount, c: Ctx) -> None:
     c.w.line("# persistent: tl.num_programs(0) programs (as many as fit on the GPU at once) share the output tiles")
     _tile_counts(c)
-    if n.batch_total != "1":
+    if c.k.axes["b"]:  # ProgramIds splits tile_id by num_pid_mn whenever there are batch axes, even of extent 1
         c.w.line("num_pid_mn = num_pid_m * num_pid_n")
-        c.w.line(f"num_tiles = num_pid_mn * {n.batch_total}")
+        c.w.line(f"num_tiles = num_pid_mn * {n.batch_total}" if n.batch_total != "1" else "num_tiles = num_pid_mn")
     else:
         c.w.line("num_tiles = num_pid_m * num_pid_n")
 

@@ -106,10 +106,11 @@ def resident_programs(compiled: Any, num_warps: int, device: Any) -> int:
     p = torch.cuda.get_device_properties(device)
     compiled._init_handles()  # loads the module: n_regs is known from here on
     threads = 32 * num_warps
-    per_sm = [p.max_threads_per_multi_processor // threads]
+    # Older torch builds lack some of these fields; the fallbacks are sm80/sm90's limits.
+    per_sm = [int(getattr(p, "max_threads_per_multi_processor", 2048)) // threads]
     if compiled.n_regs:
-        per_sm.append(p.regs_per_multiprocessor // (compiled.n_regs * threads))
+        per_sm.append(int(getattr(p, "regs_per_multiprocessor", 65536)) // (compiled.n_regs * threads))
     smem = compiled.metadata.shared
     if smem:
-        per_sm.append(p.shared_memory_per_multiprocessor // (smem + 1024))
+        per_sm.append(int(getattr(p, "shared_memory_per_multiprocessor", 228 * 1024)) // (smem + 1024))
     return int(p.multi_processor_count) * max(1, min(per_sm))

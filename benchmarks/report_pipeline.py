@@ -12,12 +12,13 @@ belong to it (its best tile config over the stated grid); speedups are geomeans 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 from collections import defaultdict
 from pathlib import Path
 import sys
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from alcop_triton.records import geomean  # noqa: E402
@@ -38,53 +39,95 @@ def variants_of(c: dict[str, Any]) -> list[str]:
     return out
 
 
-def analyse(path: Path) -> dict[str, Any]:
-    recs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    meta = {k: recs[0].get(k) for k in ("gpu", "device", "cc", "mma", "triton", "torch", "alcop", "date")}
+# Grid restrictions for the sensitivity table: the speedups depend on which tiles the grid offers,
+# because the one-stage and double-buffered kernels gain more from some knobs (bigger BLOCK_K) than
+# the deeply pipelined ones do.
+RESTRICTIONS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "whole grid": lambda c: True,
+    "no persistent programs": lambda c: not c.get("PERSISTENT", False),
+    "cp.async only (no TMA)": lambda c: c["ASYNC_COPY"] == "pointer",
+    "BLOCK_K <= 64": lambda c: c["BLOCK_K"] <= 64,
+    "the 'full' grid's knobs (BLOCK_K <= 64, cp.async, not persistent)":
+        lambda c: c["BLOCK_K"] <= 64 and c["ASYNC_COPY"] == "pointer" and not c.get("PERSISTENT", False),
+}
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def variant_rows(recs: list[dict[str, Any]], keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """Per shape: each variant's best time over the configs ``keep`` admits, the best full config,
+    torch's time and the best time with register prefetch."""
     best: dict[str, dict[str, tuple[float, dict[str, Any]]]] = defaultdict(dict)
     torch_ms: dict[str, float] = {}
     reg_best: dict[str, float] = {}
-    failures = 0
     for r in recs:
         w = r["workload"]
         key = f"{w['op']} {'x'.join(map(str, w['shape']))}"
         if r["impl"] == "torch":
             torch_ms[key] = r["time_ms"]
             continue
-        if r["time_ms"] is None:
-            failures += 1
+        if r["time_ms"] is None or not keep(r["config"]):
             continue
         for v in variants_of(r["config"]):
             if v not in best[key] or r["time_ms"] < best[key][v][0]:
                 best[key][v] = (r["time_ms"], r["config"])
         if r["config"]["REG_STAGES"] > 1:
             reg_best[key] = min(reg_best.get(key, math.inf), r["time_ms"])
-    rows = []
-    for key, b in best.items():
-        if not all(v in b for v in VARIANTS):
-            continue
-        rows.append({"workload": key, **{f"{v}_ms": b[v][0] for v in VARIANTS},
-                     "best_config": b["full"][1], "torch_ms": torch_ms.get(key),
-                     "best_with_register_prefetch_ms": reg_best.get(key)})
-    sp = lambda a, b: geomean([r[f"{a}_ms"] / r[f"{b}_ms"] for r in rows])  # noqa: E731
+    return [{"workload": key, **{f"{v}_ms": b[v][0] for v in VARIANTS}, "best_config": b["full"][1],
+             "torch_ms": torch_ms.get(key), "best_with_register_prefetch_ms": reg_best.get(key)}
+            for key, b in best.items() if all(v in b for v in VARIANTS)]
+
+
+def speedup(rows: list[dict[str, Any]], slow: str, fast: str) -> float:
+    return geomean([r[f"{slow}_ms"] / r[f"{fast}_ms"] for r in rows])
+
+
+def analyse(path: Path) -> dict[str, Any]:
+    recs = read_records(path)
+    meta = {k: recs[0].get(k) for k in ("gpu", "device", "cc", "mma", "triton", "torch", "alcop", "date")}
+    failures = sum(1 for r in recs if r["impl"] == "alcop" and r["time_ms"] is None)
+    rows = variant_rows(recs, RESTRICTIONS["whole grid"])
+    measured = sum(1 for r in recs if r["impl"] == "alcop")
     summary = {
-        "shapes": len(rows), "failed_records": failures,
-        "full_over_none": sp("none", "full"), "full_over_double_buffer": sp("double_buffer", "full"),
-        "full_over_smem_multistage": sp("smem_multistage", "full"),
-        "smem_multistage_over_none": sp("none", "smem_multistage"),
+        "shapes": len(rows), "records": measured, "failed_records": failures,
+        "full_over_none": speedup(rows, "none", "full"), "full_over_double_buffer": speedup(rows, "double_buffer", "full"),
+        "full_over_smem_multistage": speedup(rows, "smem_multistage", "full"),
+        "smem_multistage_over_none": speedup(rows, "none", "smem_multistage"),
         "register_prefetch_best_in": sum(1 for r in rows if r["best_config"]["REG_STAGES"] > 1),
         "register_prefetch_vs_without": geomean([r["smem_multistage_ms"] / r["best_with_register_prefetch_ms"]
                                                  for r in rows if r["best_with_register_prefetch_ms"]]),
+        "persistent_best_in": sum(1 for r in rows if r["best_config"].get("PERSISTENT", False)),
         "full_vs_torch": geomean([r["torch_ms"] / r["full_ms"] for r in rows if r["torch_ms"]]),
         "deepest_shared_stage_count": max(r["best_config"]["num_stages"] for r in rows) if rows else None,
     }
-    return {"meta": meta, "summary": summary, "rows": rows}
+    sensitivity = []
+    for name, keep in RESTRICTIONS.items():
+        sub = variant_rows(recs, keep)
+        if sub:
+            sensitivity.append({"grid": name, "shapes": len(sub), "full_over_none": speedup(sub, "none", "full"),
+                                "full_over_double_buffer": speedup(sub, "double_buffer", "full"),
+                                "full_vs_torch": geomean([r["torch_ms"] / r["full_ms"] for r in sub if r["torch_ms"]])})
+    return {"meta": meta, "summary": summary, "sensitivity": sensitivity, "rows": rows}
 
 
 def markdown(results: list[tuple[str, dict[str, Any]]]) -> str:
     out = ["# Pipelining variants (ALCOP ablation) on measured grids", "",
            "Produced by `benchmarks/report_pipeline.py` from the JSONL grids named below (each record: one "
-           "config on one shape, checked against torch, median of L2-flushed CUDA-event timings).", ""]
+           "config on one shape, checked against torch, median of L2-flushed CUDA-event timings).", "",
+           "Variants: *none* = one shared stage, no register level; *double* = two shared stages; *smem-multi* = "
+           "any shared depth; *full* = any shared depth with or without register prefetch. Each is its best "
+           "config over the grid, so knobs other than pipelining (tiles, TMA, persistent programs) are "
+           "available to every variant; a persistent program with one stage is not flattened (nothing is "
+           "copied ahead), with two or more its tile loop joins the pipeline.", "",
+           "Reading the register level: Triton's backend already streams k=16 slices of the MMA operands "
+           "from shared memory into registers one slice ahead (its prefetch pass on the mma.sync path; "
+           "wgmma reads shared memory directly), which is ALCOP's register level done below the Triton "
+           "program. The explicit register level written in the kernel body loads sub-tiles from global "
+           "memory as loop-carried values, which takes them out of Triton's cp.async pipeline; the data "
+           "below measure what that costs, and the tuner's space can switch it off (reg_stages=1).", ""]
     for name, res in results:
         m, s = res["meta"], res["summary"]
         out += [f"## {name}", "",
@@ -99,8 +142,13 @@ def markdown(results: list[tuple[str, dict[str, Any]]]) -> str:
                 f"{s['register_prefetch_vs_without']:.3f}x |",
                 f"| full multi-level vs torch (cuBLAS) | {s['full_vs_torch']:.3f}x |", "",
                 f"Register prefetch is part of the overall best config on {s['register_prefetch_best_in']} of "
-                f"{s['shapes']} shapes; the deepest winning shared depth is {s['deepest_shared_stage_count']}. "
-                f"{s['failed_records']} records failed.", "",
+                f"{s['shapes']} shapes, persistent programs on {s.get('persistent_best_in', 0)}; the deepest winning "
+                f"shared depth is {s['deepest_shared_stage_count']}. {s.get('records', '?')} configs measured, "
+                f"{s['failed_records']} failed.", "",
+                "Sensitivity to the grid (each variant's best over the configs a restriction keeps):", "",
+                "| grid | full over one stage | full over double buffering | full vs torch |", "|---|---|---|---|",
+                *(f"| {g['grid']} | {g['full_over_none']:.3f}x | {g['full_over_double_buffer']:.3f}x | "
+                  f"{g['full_vs_torch']:.3f}x |" for g in res.get("sensitivity", [])), "",
                 "| workload | none ms | double ms | smem-multi ms | full ms | torch ms | best full config |",
                 "|---|---|---|---|---|---|---|"]
         for r in res["rows"]:
@@ -119,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("files", nargs="+")
     ap.add_argument("--out", required=True, help="path prefix for .md and .json")
     a = ap.parse_args(argv)
-    results = [(Path(f).stem, analyse(Path(f))) for f in a.files]
+    results = [(Path(f).name.split(".")[0], analyse(Path(f))) for f in a.files]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({n: r for n, r in results}, indent=1))

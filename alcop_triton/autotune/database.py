@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import gzip
 import importlib.metadata
 import json
 import math
@@ -215,10 +216,11 @@ def parse_line(line: str) -> TuningRecord | None:
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
-    """Valid tuning records of a JSONL file, in order; bad lines are skipped with a RecordSkipped
-    warning, library baseline lines silently."""
+    """Valid tuning records of a JSONL file (gzip-compressed when it ends in .gz), in order; bad
+    lines are skipped with a RecordSkipped warning, library baseline lines silently."""
     out: list[TuningRecord] = []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

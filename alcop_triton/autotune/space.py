@@ -7,7 +7,9 @@ have them vanish: triton-ascend#633). Order is the grid-search order (lexicograp
 Pruning, cheapest first:
 1. shape rules: a tile never exceeds the problem's next power of two (bigger tiles only add
    masked work and duplicate a smaller config), stages beyond the reduction trip count pipeline
-   nothing, ``reg_split > 1`` without register prefetch only splits the dot, TMA needs sm90;
+   nothing (a persistent kernel's flattened loop runs every chunk of a program's tiles),
+   ``reg_split > 1`` without register prefetch only splits the dot, TMA needs sm90, persistence
+   needs more tiles than SMs;
 2. the variant filter (the paper's ablation: none / double_buffer / smem_multistage / full);
 3. the model's resource accounting: ``model.analytical.resources(...).valid`` (shared memory,
    registers, threads), so out-of-resource configs are never compiled;
@@ -32,7 +34,7 @@ VARIANTS: tuple[str, ...] = ("none", "double_buffer", "smem_multistage", "full")
 multi-stage multi-level (shared + register)."""
 
 KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
-                               "reg_stages", "reg_split", "async_copy")
+                               "reg_stages", "reg_split", "async_copy", "persistent")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Knobs:
     reg_stages: tuple[int, ...] = (1, 2, 3)
     reg_split: tuple[int, ...] = (1, 2, 4)
     async_copy: tuple[str, ...] = ("pointer", "tma")
+    persistent: tuple[bool, ...] = (False, True)
 
     def values(self) -> list[tuple[Any, ...]]:
         return [getattr(self, k) for k in KNOB_NAMES]
@@ -92,6 +95,10 @@ def shape_reason(workload: Workload, c: KernelConfig, spec: Any | None) -> str |
             or c.block_k > max(16, _next_pow2(k)):
         return "tile larger than the problem"
     trips = math.ceil(k / c.block_k)
+    if c.persistent and c.reg_stages > 1:
+        # The register prologue would sit inside the flattened tile loop; on the GPU the register
+        # level loses to shared-only pipelining anyway (benchmarks/results/pipeline_variants.md).
+        return "register prefetch in a persistent tile loop"
     if c.persistent and spec is not None:
         tiles = workload.gemm_dims()[0] * math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
         if tiles <= spec.num_sms:

@@ -29,6 +29,8 @@ Where this model departs from the table, and why:
   kernel (modelled reads + output) is a floor on T_kernel instead of a per-batch cost.
 * With an explicit register pipeline (reg_stages > 1) the shared-level N_pipe is the register
   prefetch distance, as alcop_triton's codegen realises it (see ``_threadblock``).
+* Persistent programs (``config.persistent``) with a pipelined shared level flatten the tile loop
+  into the pipeline: every batch after the first hides its T_init and the store's write latency.
 * The loop trip count bounds the useful pipeline depth (N_pipe <= N_loop), and on the wgmma path
   the in-flight async MMA holds one stage (N_pipe = num_stages - 1).
 
@@ -380,16 +382,24 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
     full = _threadblock(ctx, res.blocks_per_sm, per_batch) if n_full else None
     last = _threadblock(ctx, ceil_div(rem, spec.num_sms), rem) if rem else None
     t_batches = n_full * (full["t_threadblk"] if full else 0.0) + (last["t_threadblk"] if last else 0.0)
+    n_batches = n_full + (1 if rem else 0)
+    shown = full if full is not None else last
+    assert shown is not None  # total >= 1 because Workload rejects empty GEMM dims
+    hidden = 0.0
+    if config.persistent and config.smem_stages > 1 and n_batches > 1:
+        # Persistent programs with the tile loop flattened into the pipeline: each tile after a
+        # program's first has its first chunks copied during the previous tile's epilogue, so its
+        # load latency (T_init) and the store's write latency leave the critical path.
+        hidden = (n_batches - 1) * (shown["t_init"] + spec.lat_dram_write)
+        t_batches -= hidden
     # Kernel-wide DRAM floor: the modelled reads of every batch plus the output written once.
     dram_reads = sum(count * tb["dram_bytes_per_loop"] * ctx.n_loop
                      for count, tb in ((n_full, full), (1, last)) if tb is not None)
     t_dram_kernel = (dram_reads + ctx.batch * ctx.m * ctx.n * workload.elem_bytes) / spec.dram_bw
     time = max(t_batches, t_dram_kernel) + spec.launch_s
-    shown = full if full is not None else last
-    assert shown is not None  # total >= 1 because Workload rejects empty GEMM dims
     return Estimate(time, True, "", {
         **base, **shown,
-        "n_batches": float(n_full + (1 if rem else 0)), "n_full_batches": float(n_full),
+        "n_batches": float(n_batches), "n_full_batches": float(n_full), "t_hidden_by_persistence": hidden,
         "t_last_batch": last["t_threadblk"] if last else 0.0, "waves": total / per_batch,
         "total_blocks": float(total), "n_loop": float(ctx.n_loop), "dram_scale": ctx.dram_scale,
         "t_launch": spec.launch_s, "t_dram_kernel": t_dram_kernel, "time_s": time,

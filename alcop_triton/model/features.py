@@ -1,6 +1,6 @@
 """Features of one (workload, config) for the learned cost model.
 
-Knob features (op one-hot, log2 tiles, stages per level, warps, async mechanism) plus the
+Knob features (op one-hot, log2 tiles, stages per level, warps, async mechanism, persistence) plus the
 analytical model's terms. Time terms enter as shares of the threadblock time or as efficiencies
 (FLOP rate / peak), never as raw seconds, so that trees learned on one workload transfer to
 workloads of other sizes: the ranking objective only ever compares configs of one workload.
@@ -17,10 +17,10 @@ from ..records import OPS, KernelConfig, Workload, ceil_div
 from .analytical import Estimate, bottleneck_estimate, estimate
 from .hardware import GPUSpec
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
 
 _KNOBS = ["log2_block_m", "log2_block_n", "log2_block_k", "log2_group_m", "log2_num_warps", "smem_stages",
-          "reg_stages", "reg_split", "tma", "elem_bytes", "is_fp32"]
+          "reg_stages", "reg_split", "tma", "persistent", "elem_bytes", "is_fp32"]
 _SHAPE = ["log2_batch", "log2_m", "log2_n", "log2_k", "log2_total_blocks", "trip_count", "pad_waste",
           "tile_intensity", "log2_stage_bytes", "log2_smem_stage_total"]
 _MODEL = ["valid", "wgmma", "blocks_per_sm", "warps_per_sm", "regs_per_thread", "smem_kb", "waves",
@@ -50,6 +50,7 @@ def featurize(workload: Workload, config: KernelConfig, spec: GPUSpec, est: Esti
     f.update(log2_block_m=_log2(c.block_m), log2_block_n=_log2(c.block_n), log2_block_k=_log2(c.block_k),
              log2_group_m=_log2(c.group_m), log2_num_warps=_log2(c.num_warps), smem_stages=c.smem_stages,
              reg_stages=c.reg_stages, reg_split=c.reg_split, tma=float(c.async_copy == "tma"),
+             persistent=float(c.persistent),
              elem_bytes=eb, is_fp32=float(workload.dtype == "float32"))
     f.update(log2_batch=_log2(batch), log2_m=_log2(m), log2_n=_log2(n), log2_k=_log2(k),
              log2_total_blocks=_log2(tiles), trip_count=ceil_div(k, c.block_k),

@@ -253,6 +253,30 @@ def test_trip_count_clamp_in_the_planner() -> None:
         plan_pipeline(kern, cands, trip_count=1, strict=True)
 
 
+def test_trip_count_clamp_of_a_persistent_kernel_names_the_flattened_loop() -> None:
+    A, B, C = _mm()
+    kern = lower(Schedule.from_config(C, KernelConfig(16, 16, 32, smem_stages=4, persistent=True)), (A, B))
+    cands = find_pipeline_candidates(kern)
+    flat = ("persistent: programs loop over output tiles; the tile loop is flattened with the reduction loop, so the "
+            "shared level's copies run ahead across tile boundaries (the next tile's first chunks load during this "
+            "tile's epilogue)")
+    plan = plan_pipeline(kern, cands, trip_count=2)  # the build passes chunks per tile x tiles per program
+    assert plan.smem_stages == 2
+    assert plan.notes == ("shared level: 4 stages clamped to 2: the flattened tile and reduction loop runs 2 chunk(s) "
+                          "per program", flat)
+    assert plan_pipeline(kern, cands, trip_count=8).notes == (flat,)
+    assert plan_pipeline(kern, cands).notes == (flat,)  # trip count unknown (before a call): no clamp
+    one = plan_pipeline(kern, cands, trip_count=1)
+    assert one.smem_stages == 1 and one.notes[-1] == ("persistent: programs loop over output tiles; one shared stage, "
+                                                      "so nothing is copied ahead and the tile loop is not flattened")
+    with pytest.raises(PipelineError, match=r"flattened tile and reduction loop runs 1 chunk\(s\) per program.*strict"):
+        plan_pipeline(kern, cands, trip_count=1, strict=True)
+    # the shared-memory clamp applies as usual, and decides the note
+    big = lower(Schedule.from_config(C, KernelConfig(256, 256, 128, smem_stages=4, persistent=True)), (A, B))
+    plan = plan_pipeline(big, find_pipeline_candidates(big), smem_limit=232448)
+    assert plan.smem_stages == 1 and "the tile loop is not flattened" in plan.notes[-1]
+
+
 @pytest.mark.interpreter
 def test_trip_count_clamp_at_call_time(kit) -> None:
     A, B, C = _mm("float32")

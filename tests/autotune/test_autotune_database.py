@@ -50,10 +50,22 @@ def test_prefers_current_versions(tmp_path, monkeypatch):
     assert db2.best(W, H100).config.block_m == 32  # old data beats no data
 
 
+def test_persistent_configs_round_trip_and_stay_distinct(tmp_path):
+    pers, plain = KernelConfig(block_m=128, persistent=True), KernelConfig(block_m=128)
+    r = rec(pers, 0.01)
+    assert r.to_dict()["config"]["PERSISTENT"] is True and "PERSISTENT" not in rec(plain, 0.02).to_dict()["config"]
+    assert dbmod.parse_line(r.to_json()).config == pers
+    db = Database(tmp_path / "t.sqlite")
+    db.add([r, rec(plain, 0.02), rec(plain, 0.03)])
+    assert db.best(W, H100).config == pers and db.best(W, H100).count == 1  # not merged with the plain config
+    assert {x.config for x in db.records(W, H100)} == {pers, plain}
+
+
 @pytest.mark.parametrize("mutate, why", [
     (lambda d: "{not json", "bad JSON"),
     (lambda d: json.dumps({**d, "config": {**d["config"], "BLOCK_M": 48}}), "power of two"),
     (lambda d: json.dumps({**d, "config": {**d["config"], "EVIL": 1}}), "unknown"),
+    (lambda d: json.dumps({**d, "config": {**d["config"], "PERSISTENT": 1}}), "expected bool"),
     (lambda d: json.dumps({**d, "time_ms": -1.0}), "time"),
     (lambda d: json.dumps({**d, "time_ms": float("nan")}), "time"),
     (lambda d: json.dumps({**d, "time_ms": None}), "time"),

@@ -1,11 +1,11 @@
-"""Config spaces: static and model pruning, variants, top-k, neighbours."""
+"""Config spaces: static and model pruning, variants, top-k, neighbours, persistent configs' shape rules."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from alcop_triton.autotune.space import VARIANTS, ConfigSpace, Knobs, variant_ok
+from alcop_triton.autotune.space import VARIANTS, ConfigSpace, Knobs, shape_reason, variant_ok
 from alcop_triton.errors import ScheduleError, TuningError
 from alcop_triton.model import analytical
 from alcop_triton.model.hardware import get_spec
@@ -103,3 +103,53 @@ def test_conv_space_uses_pointer_loads():
     conv = Workload("conv2d", (8, 56, 56, 64, 64, 3, 3, 1, 1), "float16", "nhwc")
     space = ConfigSpace.build(conv, SPEC, knobs=None, top_k=20)
     assert len(space) == 20 and {c.async_copy for c in space} == {"pointer"}
+
+
+# ----------------------------------------------------------------------------- persistent configs
+
+def _pers(bm: int = 64, bn: int = 64, bk: int = 32, stages: int = 2) -> KernelConfig:
+    return KernelConfig(bm, bn, bk, group_m=8, num_warps=4, smem_stages=stages, persistent=True)
+
+
+@pytest.mark.parametrize("w, cfg, reason", [
+    # 512x64 in 64x64 tiles: 8 tiles for 132 SMs
+    (W, _pers(), "persistent with no more tiles than SMs"),
+    # exactly one tile per SM: nothing to loop over, pruned; one more tile and it is kept
+    (Workload("matmul", (64 * 132, 64, 256), "float16", "nt"), _pers(), "persistent with no more tiles than SMs"),
+    (Workload("matmul", (64 * 133, 64, 256), "float16", "nt"), _pers(), None),
+    # bmm: the batch multiplies the tiles (12 x 4 x 4 = 192 > 132); without it 16 would be too few
+    (Workload("bmm", (12, 512, 512, 64), "float16", "nt"), _pers(128, 128), None),
+    (Workload("matmul", (512, 512, 64), "float16", "nt"), _pers(128, 128), "persistent with no more tiles than SMs"),
+], ids=["few_tiles", "tiles_eq_sms", "tiles_gt_sms", "bmm_batch_counts", "matmul_same_tiles"])
+def test_persistent_needs_more_tiles_than_sms(w: Workload, cfg: KernelConfig, reason: str | None) -> None:
+    assert shape_reason(w, cfg, SPEC) == reason
+    assert shape_reason(w, cfg.replace(persistent=False), SPEC) is None  # the rule is the persistent one's
+    assert shape_reason(w, cfg, None) is None  # no GPU spec: the SM count is unknown, nothing to prune on
+
+
+def test_persistent_may_have_more_stages_than_k_chunks() -> None:
+    # K = 64 is 2 chunks of 32; 4096 x 4096 in 64x64 tiles is 4096 tiles, 32 per SM: the flattened loop runs 64
+    big = Workload("matmul", (4096, 4096, 64), "float16", "nt")
+    for stages in (3, 4, 8):
+        assert shape_reason(big, _pers(stages=stages), SPEC) is None
+        assert shape_reason(big, _pers(stages=stages).replace(persistent=False), SPEC) == \
+            "more smem stages than reduction steps"
+    # 133 tiles (2 on some SM) of 1 chunk each: 2 chunks per program at most
+    few = Workload("matmul", (64 * 133, 64, 32), "float16", "nt")
+    assert shape_reason(few, _pers(stages=2), SPEC) is None
+    assert shape_reason(few, _pers(stages=3), SPEC) == "more smem stages than reduction steps"
+    # without a spec a persistent config keeps its stages (its programs' share of tiles is unknown)
+    assert shape_reason(few, _pers(stages=8), None) is None
+    assert shape_reason(few, _pers(stages=8).replace(persistent=False), None) == "more smem stages than reduction steps"
+    # the other rules still apply to persistent configs
+    assert shape_reason(big, _pers(bk=128), SPEC) == "tile larger than the problem"
+    assert shape_reason(big, _pers().replace(reg_split=2), SPEC) == "reg_split without register prefetch"
+    assert shape_reason(big, _pers().replace(async_copy="tma"), get_spec("A100")) == "tma needs sm90"
+
+
+def test_spaces_keep_persistent_configs_given_to_them() -> None:
+    big = Workload("matmul", (4096, 4096, 64), "float16", "nt")
+    cs = [_pers(stages=4), _pers(stages=4).replace(persistent=False)]
+    space = ConfigSpace.from_configs(big, cs)
+    assert len(space) == 2 and _pers(stages=4) in space
+    assert not any(c.persistent for c in ConfigSpace.build(W, SPEC, knobs=SMALL))  # not a tuning knob (yet)

@@ -52,6 +52,26 @@ def test_header_names_op_shapes_config_schedule_and_passes() -> None:
     assert "versions:  alcop_triton 0.1.0, triton " in h
 
 
+def test_header_of_a_persistent_kernel() -> None:
+    inputs, out = km.matmul_te("float16", False)
+    k = at.build(Schedule.from_config(out, KernelConfig(16, 16, 32, smem_stages=3, persistent=True)), inputs + [out])
+    note = ("note: persistent: programs loop over output tiles; the tile loop is flattened with the reduction "
+            "loop, so the shared level's copies run ahead across tile boundaries (the next tile's first chunks load "
+            "during this tile's epilogue)")
+    assert note in k.explain()
+    h = _header(k.source)
+    assert "output:    C(M, N) float16 = C[i, j]" in h  # the Store is found inside the tile loop
+    assert "config:    m16n16k32_g8_w4_s3_r1x1_persistent  (BLOCK_M=16, " in h
+    assert "ASYNC_COPY=pointer, PERSISTENT=True)" in h
+    assert "; AsyncCopyStep(pointer); Persistent()\n" in h
+    assert "  " + note in h  # explain() is the header's pipeline section
+    one = at.build(Schedule.from_config(out, KernelConfig(16, 16, 32, smem_stages=1, persistent=True)), inputs + [out])
+    assert ("note: persistent: programs loop over output tiles; one shared stage, so nothing is copied ahead and the "
+            "tile loop is not flattened") in one.explain()
+    plain = at.build(Schedule.from_config(out, KernelConfig(16, 16, 32, smem_stages=3)), inputs + [out])
+    assert "persistent" not in plain.source and "tile_id" not in plain.source
+
+
 def test_header_shows_reordering_notes() -> None:
     A, B, C = _mm()
     s = Schedule(C)
@@ -106,6 +126,9 @@ def test_kernel_files_are_content_addressed_in_the_cache_dir() -> None:
     (dict(axes=("i", "BLOCK_K")), "BLOCK_K"),
     (dict(axes=("k_p0", "j")), "k_p0"),   # sub-tile index names generated from the reduce axis k
     (dict(axes=("i", "k_1")), "k_1"),
+    (dict(axes=("tile_id", "j")), "tile_id"),  # persistent kernels' tile loop
+    (dict(axes=("i", "num_tiles")), "num_tiles"),
+    (dict(out_name="num_pid_mn"), "num_pid_mn"),
 ])
 def test_reserved_name_clash_raises_schedule_error(kw: dict, bad: str) -> None:
     A, B, C = _mm(**kw)

@@ -1,4 +1,5 @@
-"""The schedule language: per-step validation, ALCOP's ordering, config derivation, from_config."""
+"""The schedule language: per-step validation, ALCOP's ordering, config derivation, from_config, and the
+persistent knob of ``KernelConfig`` (its record form, its schedule step)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 import alcop_triton as at
 from alcop_triton import KernelConfig, Schedule, ScheduleError, te
-from alcop_triton.schedule import AsyncCopyStep, CacheRead, Group, Inline, Pipeline, Tile, Unroll, Warps
+from alcop_triton.schedule import AsyncCopyStep, CacheRead, Group, Inline, Persistent, Pipeline, Tile, Unroll, Warps
 
 M, N, K = te.var("M"), te.var("N"), te.var("K")
 
@@ -225,10 +226,11 @@ def test_register_depth_needs_a_register_buffer() -> None:
 
 
 _CFG = st.builds(
-    lambda bm, bn, bk, g, w, s, r, split, mech: KernelConfig(bm, bn, bk, g, w, s, r, min(split, bk // 16), mech),
+    lambda bm, bn, bk, g, w, s, r, split, mech, pers: KernelConfig(bm, bn, bk, g, w, s, r, min(split, bk // 16), mech,
+                                                                   pers),
     st.sampled_from([16, 32, 64, 128]), st.sampled_from([16, 32, 64, 128]), st.sampled_from([16, 32, 64, 128]),
     st.integers(1, 64), st.sampled_from([1, 2, 4, 8, 16]), st.integers(1, 8), st.integers(1, 4),
-    st.sampled_from([1, 2, 4, 8]), st.sampled_from(["pointer", "tma"]))
+    st.sampled_from([1, 2, 4, 8]), st.sampled_from(["pointer", "tma"]), st.booleans())
 
 
 @settings(max_examples=40, deadline=None)
@@ -267,9 +269,67 @@ def test_from_config_needs_a_reduction() -> None:
     ("reg_stages", 5, r"KernelConfig.reg_stages=5"),
     ("reg_split", 3, r"KernelConfig.reg_split=3"),
     ("async_copy", "dma", r"KernelConfig.async_copy='dma'"),
+    ("persistent", 1, r"KernelConfig.persistent=1: must be True or False"),
+    ("persistent", "yes", r"KernelConfig.persistent='yes': must be True or False"),
+    ("persistent", None, r"KernelConfig.persistent=None: must be True or False"),
 ])
 def test_kernel_config_validation(field: str, value: object, pattern: str) -> None:
     with pytest.raises(ScheduleError, match=pattern):
         KernelConfig(16, 16, 32).replace(**{field: value})
     with pytest.raises(ScheduleError, match="sub-tiles of 8 < 16"):
         KernelConfig(16, 16, 32, reg_split=4)
+
+
+# ----------------------------------------------------------------------------- the persistent knob
+
+PERSISTENT = KernelConfig(32, 64, 64, group_m=4, num_warps=8, smem_stages=4, reg_stages=2, reg_split=2,
+                          async_copy="tma", persistent=True)
+
+
+def test_persistent_defaults_off_and_names_itself() -> None:
+    assert KernelConfig().persistent is False
+    assert str(PERSISTENT) == "m32n64k64_g4_w8_s4_r2x2_tma_persistent"
+    assert str(PERSISTENT.replace(async_copy="pointer")).endswith("_s4_r2x2_persistent")
+    assert not str(PERSISTENT.replace(persistent=False)).endswith("_persistent")
+    assert PERSISTENT != PERSISTENT.replace(persistent=False)  # distinct configs (and dict keys)
+    assert len({PERSISTENT, PERSISTENT.replace(persistent=False)}) == 2
+
+
+def test_persistent_round_trips_through_dicts() -> None:
+    d = PERSISTENT.to_dict()
+    assert d["PERSISTENT"] is True and list(d)[-1] == "PERSISTENT"
+    assert KernelConfig.from_dict(d) == PERSISTENT
+    plain = PERSISTENT.replace(persistent=False)
+    assert "PERSISTENT" not in plain.to_dict()  # records written before the knob existed read back equal
+    assert KernelConfig.from_dict(plain.to_dict()) == plain
+    old = {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4, "num_warps": 8, "num_stages": 4,
+           "REG_STAGES": 2, "REG_SPLIT": 2, "ASYNC_COPY": "tma"}
+    assert KernelConfig.from_dict(old) == plain and KernelConfig.from_dict(old).persistent is False
+    assert KernelConfig.from_dict({**old, "PERSISTENT": False}) == plain
+    assert KernelConfig.from_dict({"persistent": True}).persistent is True  # field names are accepted too
+
+
+@pytest.mark.parametrize("value", [1, 0, "true", None, 1.0])
+def test_persistent_from_dict_needs_a_bool(value: object) -> None:
+    with pytest.raises(ScheduleError, match=r"config PERSISTENT=.*: expected bool"):
+        KernelConfig.from_dict({"BLOCK_M": 64, "PERSISTENT": value})
+
+
+def test_persistent_step_and_config_derivation() -> None:
+    A, B, *_, out = _graph(epilogue=True)
+    s = Schedule.from_config(out, PERSISTENT)
+    assert s.steps[-1] == Persistent() and s.config() == PERSISTENT
+    plain = Schedule.from_config(out, PERSISTENT.replace(persistent=False))
+    assert not any(isinstance(x, Persistent) for x in plain.steps) and plain.config() == PERSISTENT.replace(persistent=False)
+    manual = Schedule(out)
+    manual.tile(16, 16, 32)
+    assert manual.config().persistent is False
+    manual.persistent()
+    assert manual.config().persistent is True and manual.steps[-1] == Persistent()
+    early = Schedule(out)
+    early.persistent()  # given before tiling: a launch-phase step; the tile is moved before it, with a note
+    early.tile(16, 16, 32)
+    steps, notes = early.canonical_steps()
+    assert [type(x) for x in steps] == [Tile, Persistent] and len(notes) == 1 and "reordered: Tile(" in notes[0]
+    assert early.config() == KernelConfig(16, 16, 32, group_m=1, smem_stages=1, persistent=True)
+

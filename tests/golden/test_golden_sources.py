@@ -46,6 +46,9 @@ CASES: dict[str, Callable[[], str]] = {
         "float16", KernelConfig(64, 64, 32, group_m=8, smem_stages=3, reg_stages=2, reg_split=2)),
     "matmul_f16_tma": lambda: _matmul("float16", KernelConfig(64, 64, 64, group_m=8, smem_stages=3, async_copy="tma")),
     "bmm_f32_s3": lambda: _matmul("float32", KernelConfig(64, 64, 32, group_m=8, smem_stages=3), batched=True),
+    # persistent: tile loop flattened with the reduction loop (it carries num_stages), descriptors hoisted before it
+    "matmul_f16_persistent_tma": lambda: _matmul(
+        "float16", KernelConfig(64, 64, 64, group_m=8, smem_stages=3, async_copy="tma", persistent=True)),
     "conv2d_nhwc_bias_relu_f16": _conv_nhwc_bias_relu,
 }
 

@@ -1,6 +1,7 @@
 """Program transformation (paper section 3) at the loop-IR level: each pass on its own, the register
-prefetch's prologue / index shift / inner-pipeline fusion / modulo wrap, and the paper's four ablation
-variants (1 stage; 2 stages on one level; multi-stage shared only; full multi-level)."""
+prefetch's prologue / index shift / inner-pipeline fusion / modulo wrap, the paper's four ablation
+variants (1 stage; 2 stages on one level; multi-stage shared only; full multi-level), and persistent
+kernels (the tile loop that carries the shared level's stages, flattened with the reduction loop)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import alcop_triton as at
 from alcop_triton import KernelConfig, Schedule
 from alcop_triton.analysis import PipelinePlan, find_pipeline_candidates, plan_pipeline
 from alcop_triton.kernels import matmul as km
-from alcop_triton.loop_ir import (Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, MakeDescriptor, Node, Rotate,
-                                  Transformer, dump, find)
+from alcop_triton.kernels import conv as kc
+from alcop_triton.loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, MakeDescriptor, Node,
+                                  ProgramIds, Rotate, Store, TileCount, TileIndices, Transformer, dump, find)
 from alcop_triton.lower import lower
 from alcop_triton.rewrite import InjectSharedPipeline, PrefetchRegisters, SelectAsyncCopy, apply_pipeline
 
@@ -268,3 +270,145 @@ def test_ablation_variant_structure(variant: str) -> None:
     src = at.build(Schedule.from_config(out, cfg), inputs + [out]).source
     assert f"for k0 in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages={cfg.smem_stages}):" in src
     assert ("tile_a_p0 = tl.load(" in src) == (variant == "multi_level")
+
+
+# ----------------------------------------------------------------------------- persistent kernels
+
+def _tiles(body: tuple[Node, ...]) -> For:
+    (loop, _), = find(body, lambda n: isinstance(n, For) and n.role == "tiles")
+    return loop  # type: ignore[return-value]
+
+
+def test_lowered_persistent_nest_before_rewrites() -> None:
+    k, _ = _lowered(KernelConfig(16, 16, 32, smem_stages=3, persistent=True))
+    assert len(k.body) == 2 and k.body[0] == TileCount("1")
+    tiles = k.body[1]
+    assert isinstance(tiles, For) and tiles.role == "tiles"
+    assert (tiles.var, tiles.start, tiles.extent, tiles.step) == ("tile_id", "tl.program_id(0)", "num_tiles",
+                                                                  "tl.num_programs(0)")
+    assert (tiles.kind, tiles.num_stages, tiles.flatten) == ("serial", None, False)  # the rewrite decides
+    assert tiles.body[0] == ProgramIds(False, "tile_id")
+    assert [type(n) for n in tiles.body] == [ProgramIds, TileIndices, TileIndices, InitAcc, For, Store]
+    (_, loops), = find(k.body, lambda n: isinstance(n, For) and n.role == "chunk")
+    assert loops == (tiles,)  # the reduction loop runs inside the tile loop
+    # batched: the batch index comes from the tile id too, and the tile count includes the batch
+    kb, _ = _lowered(KernelConfig(16, 16, 32, smem_stages=3, persistent=True), batched=True)
+    assert kb.body[0] == TileCount("BATCH") and _tiles(kb.body).body[0] == ProgramIds(True, "tile_id")
+    assert isinstance(_tiles(kb.body).body[1], BatchIndices)
+    # not persistent: one program per tile, no tile loop
+    kp, _ = _lowered(KernelConfig(16, 16, 32, smem_stages=3))
+    assert kp.body[0] == ProgramIds(False) and not find(kp.body, lambda n: isinstance(n, (TileCount,))) \
+        and not find(kp.body, lambda n: isinstance(n, For) and n.role == "tiles")
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["matmul", "bmm"])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_persistent_tile_loop_carries_the_stages_flattened(stages: int, batched: bool) -> None:
+    cfg = KernelConfig(16, 16, 32, smem_stages=stages, persistent=True)
+    k, plan = _lowered(cfg, batched=batched)
+    k2 = apply_pipeline(k, plan)
+    tiles, chunk = _tiles(k2.body), _chunk(k2.body)
+    assert (tiles.kind, tiles.num_stages, tiles.flatten) == ("range", stages, True)
+    assert (chunk.kind, chunk.num_stages, chunk.flatten) == ("range", None, False)
+    assert k2.num_stages == stages and k2.passes[-1] == f"InjectSharedPipeline(num_stages={stages})"
+    assert f"{stages - 1} chunk(s) ahead across tile boundaries" in tiles.note
+    assert "flattened into the tile loop" in chunk.note
+    text = dump(k2.body)
+    assert f"for tile_id in range(tl.program_id(0), num_tiles, tl.num_programs(0)) num_stages={stages} flatten:" in text
+    assert "\n  for k0 in range(tl.cdiv(K, BLOCK_K)):\n" in text  # nested, with no stages of its own
+    inputs, out = km.matmul_te("float16", batched)
+    src = at.build(Schedule.from_config(out, cfg), inputs + [out]).source
+    assert (f"    for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), num_stages={stages}, "
+            "flatten=True):") in src
+    assert "\n        for k0 in tl.range(0, tl.cdiv(K, BLOCK_K)):\n" in src
+    assert "pid = tl.program_id(0)" not in src  # the tile id, not the program id, picks the tile
+
+
+def test_persistent_single_stage_is_not_flattened() -> None:
+    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=1, persistent=True))
+    k2 = apply_pipeline(k, plan)
+    tiles, chunk = _tiles(k2.body), _chunk(k2.body)
+    assert (tiles.kind, tiles.num_stages, tiles.flatten) == ("range", None, False)
+    assert (chunk.kind, chunk.num_stages) == ("range", 1) and k2.num_stages == 1
+    assert tiles.note == "persistent: each program loops over output tiles"
+    assert "for tile_id in range(tl.program_id(0), num_tiles, tl.num_programs(0)):" in dump(k2.body)
+    # a deeper request clamped to one stage by the trip count is not flattened either
+    k, _ = _lowered(KernelConfig(16, 16, 32, smem_stages=3, persistent=True))
+    clamped = plan_pipeline(k, find_pipeline_candidates(k), trip_count=1)
+    assert clamped.smem_stages == 1
+    tiles = _tiles(apply_pipeline(k, clamped).body)
+    assert (tiles.num_stages, tiles.flatten) == (None, False)
+    inputs, out = km.matmul_te("float16", False)
+    src = at.build(Schedule.from_config(out, KernelConfig(16, 16, 32, smem_stages=1, persistent=True)),
+                   inputs + [out]).source
+    assert "for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):" in src
+    assert "for k0 in tl.range(0, tl.cdiv(K, BLOCK_K), num_stages=1):" in src
+
+
+def test_persistent_unrolled_reduction_is_not_flattened() -> None:
+    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, persistent=True), unroll=True)
+    k2 = apply_pipeline(k, plan)
+    tiles, chunk = _tiles(k2.body), _chunk(k2.body)
+    assert chunk.kind == "static_range" and (tiles.kind, tiles.num_stages, tiles.flatten) == ("range", None, False)
+
+
+def test_persistent_tma_descriptors_hoisted_before_the_tile_loop_when_unbatched() -> None:
+    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma", persistent=True))
+    k2 = SelectAsyncCopy(plan)(k)
+    assert [type(n) for n in k2.body] == [TileCount, MakeDescriptor, MakeDescriptor, For]
+    assert k2.body[1:3] == (MakeDescriptor("a"), MakeDescriptor("b"))
+    tiles = _tiles(k2.body)
+    assert not find(tiles.body, lambda n: isinstance(n, MakeDescriptor))  # built once per program
+    i = next(j for j, n in enumerate(tiles.body) if isinstance(n, InitAcc))
+    assert isinstance(tiles.body[i + 1], For)  # InitAcc is followed directly by the reduction loop
+    # the later passes keep them there, register level included
+    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, reg_stages=2, reg_split=2, async_copy="tma",
+                                    persistent=True))
+    k3 = apply_pipeline(k, plan)
+    assert [(n, loops) for n, loops in find(k3.body, lambda n: isinstance(n, MakeDescriptor))] == [
+        (MakeDescriptor("a"), ()), (MakeDescriptor("b"), ())]
+    # a strided B has no descriptor: only A's is hoisted
+    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma", persistent=True),
+                       unit_stride={"B": None})
+    assert SelectAsyncCopy(plan)(k).body[1:3] == (MakeDescriptor("a"), _tiles(SelectAsyncCopy(plan)(k).body))
+
+
+def test_persistent_tma_descriptors_stay_in_the_tile_loop_when_batched() -> None:
+    # the descriptor's base address moves with the batch index of each tile: built per tile, after InitAcc
+    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma", persistent=True), batched=True)
+    k2 = apply_pipeline(k, plan)
+    assert [type(n) for n in k2.body] == [TileCount, For]
+    tiles = _tiles(k2.body)
+    i = next(j for j, n in enumerate(tiles.body) if isinstance(n, InitAcc))
+    assert tiles.body[i + 1:i + 3] == (MakeDescriptor("a"), MakeDescriptor("b"))
+    assert {loops for _, loops in find(k2.body, lambda n: isinstance(n, MakeDescriptor))} == {(tiles,)}
+    inputs, out = km.matmul_te("float16", True)
+    src = at.build(Schedule.from_config(out, KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma",
+                                                          persistent=True)), inputs + [out]).source
+    assert "        a_desc = tl.make_tensor_descriptor(A + b * stride_A_0, shape=[M, K]" in src
+
+
+def test_persistent_register_prologue_restarts_in_every_tile() -> None:
+    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, reg_stages=2, reg_split=2, persistent=True))
+    k2 = apply_pipeline(k, plan)
+    tiles = _tiles(k2.body)
+    pro = find(k2.body, lambda n: isinstance(n, Copy) and n.at.loop is None)
+    assert len(pro) == 2 and all(loops == (tiles,) for _, loops in pro)  # per tile, before the chunk loop
+    fused = find(k2.body, lambda n: isinstance(n, Copy) and n.scope == "register" and n.at.tile > 0)
+    assert len(fused) == 2 and all([lp.role for lp in loops] == ["tiles", "chunk"] for _, loops in fused)
+    assert (tiles.num_stages, tiles.flatten, _chunk(k2.body).num_stages) == (3, True, None)
+
+
+def test_persistent_kernel_with_a_batch_axis_of_extent_one() -> None:
+    # the conv kernel's group axis is a batch axis; with groups=1 its extent is the constant 1, and the
+    # tile loop still splits tile_id by num_pid_mn (regression: it was used but never defined)
+    p = kc.ConvParams(2, (1, 1), (1, 1), (1, 1), (1, 1), 1, True)
+    inputs, out = kc.conv_te("float32", p)
+    s = Schedule.from_config(out, KernelConfig(16, 16, 16, smem_stages=3, persistent=True),
+                             m_axes=("n", "oh", "ow"), n_axes=("co",))
+    k = lower(s, tuple(inputs))
+    assert k.axes["b"] == ("g",) and k.body[0] == TileCount("1")
+    assert _tiles(k.body).body[0] == ProgramIds(True, "tile_id")
+    src = at.build(s, inputs + [out]).source
+    assert "    num_pid_mn = num_pid_m * num_pid_n\n    num_tiles = num_pid_mn\n" in src
+    assert "pid_b = tile_id // num_pid_mn" in src
