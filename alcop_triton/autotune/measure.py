@@ -193,7 +193,7 @@ def time_gpu(runner: Any, seed: int) -> tuple[float, str]:
             launches[state["i"]]()
 
         try:
-            return float(triton.testing.do_bench_cudagraph(call, rep=50, return_mode="median")), "cuda_graph"
+            return float(triton.testing.do_bench_cudagraph(call, rep=20, return_mode="median")), "cuda_graph"
         except RuntimeError:
             # Some launches cannot be captured (host-side TMA descriptors, allocator hooks): time
             # them eagerly rather than fail a config that runs fine.
