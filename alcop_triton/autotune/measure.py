@@ -162,6 +162,25 @@ def _rotating_copies(runner: Any, seed: int, l2_bytes: int) -> list[tuple[Any, .
     return [first] + [runner.inputs(seed + i) for i in range(1, n)]
 
 
+_TIMING_SETS: dict[Any, list[tuple[Any, ...]]] = {}
+
+
+def _timing_inputs(runner: Any, seed: int, l2_bytes: int) -> list[tuple[Any, ...]]:
+    """The rotating input sets of ``runner``'s workload, made once per process and workload.
+
+    Every config of a workload times on the same sets: their values do not change a kernel's
+    time, and generating them (dozens of MB of random numbers) would otherwise cost more than the
+    timing itself. Only the latest workload's sets are kept, so device memory stays bounded.
+    """
+    key = getattr(runner, "workload", None)
+    if key is None:
+        return _rotating_copies(runner, seed, l2_bytes)
+    if key not in _TIMING_SETS:
+        _TIMING_SETS.clear()
+        _TIMING_SETS[key] = _rotating_copies(runner, seed, l2_bytes)
+    return _TIMING_SETS[key]
+
+
 def _launcher(runner: Any, inputs: tuple[Any, ...]) -> Callable[[], Any]:
     """A zero-argument launch of the kernel on ``inputs``.
 
@@ -185,7 +204,7 @@ def time_gpu(runner: Any, seed: int) -> tuple[float, str]:
     estimate = triton.testing.do_bench(launch, warmup=5, rep=20, return_mode="median")
     if estimate < SMALL_KERNEL_MS:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        launches = [_launcher(runner, x) for x in _rotating_copies(runner, seed, int(props.L2_cache_size))]
+        launches = [_launcher(runner, x) for x in _timing_inputs(runner, seed, int(props.L2_cache_size))]
         state = {"i": 0}
 
         def call() -> None:
@@ -369,6 +388,7 @@ class ProcessMeasurer:
                                       "factory": factory}
         self._proc: Any = None
         self._conn: Any = None
+        self._ready = False
         self._batches = 0
 
     def __enter__(self) -> "ProcessMeasurer":
@@ -377,7 +397,18 @@ class ProcessMeasurer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def start(self) -> "ProcessMeasurer":
+        """Spawn the child now without waiting for it: its imports overlap the caller's own setup
+        (building the space, training the cost model); the first ``measure`` waits for it."""
+        if self._proc is None:
+            self._spawn(int(self._opts["compile_threads"]))
+        return self
+
     def _start(self, compile_threads: int) -> None:
+        self._spawn(compile_threads)
+        self._await_ready()
+
+    def _spawn(self, compile_threads: int) -> None:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         opts = dict(self._opts, compile_threads=compile_threads)
@@ -396,6 +427,10 @@ class ProcessMeasurer:
                 os.environ["TRITON_INTERPRET"] = saved
         child.close()
         self._proc, self._conn = proc, parent
+        self._ready = False
+
+    def _await_ready(self) -> None:
+        proc, parent = self._proc, self._conn
         # Importing torch and triton in a fresh process can take longer than one measurement step on a
         # loaded machine; it is not a kernel hanging, so it gets its own, generous limit.
         if not parent.poll(max(STARTUP_TIMEOUT_S, self.timeout_s)):
@@ -410,6 +445,7 @@ class ProcessMeasurer:
             raise TuningError(f"measurement worker for {self.workload.key()} died while starting "
                               f"(exit code {code}); see its traceback above") from None
         assert msg == ("ready",), msg
+        self._ready = True
 
     def close(self) -> None:
         """Stop the child (politely, then by force)."""
@@ -446,6 +482,8 @@ class ProcessMeasurer:
         while todo:
             if self._proc is None:
                 self._start(threads)
+            elif not self._ready:
+                self._await_ready()
             # A distinct seed per batch: every check draws fresh random inputs.
             self._batches += 1
             self._conn.send(("batch", [c.to_dict() for c in todo], self.seed + 7919 * self._batches))

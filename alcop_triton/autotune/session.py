@@ -7,6 +7,7 @@ a failed run leaves the database as it was plus the completed records.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -89,20 +90,21 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
         resume: start from this GPU's earlier measurements of the workload (same alcop/triton
             versions): they are not measured again and ``n_trials`` new configs are tried.
     """
-    space = ConfigSpace.build(workload, target.spec, variant=variant, top_k=top_k)
-    t = make_tuner(tuner, space, seed=seed)
-    vers = versions()
-    if resume:
-        t.warm_start(_history(db, workload, target, vers))
+    with contextlib.ExitStack() as stack:
+        if measurer is None:
+            # Spawned first: the child imports torch and triton while the space and models are built.
+            measurer = stack.enter_context(ProcessMeasurer(workload, target.device, seed=seed,
+                                                           compile_threads=batch_size, timeout_s=timeout_s).start())
+        space = ConfigSpace.build(workload, target.spec, variant=variant, top_k=top_k)
+        t = make_tuner(tuner, space, seed=seed)
+        vers = versions()
+        if resume:
+            t.warm_start(_history(db, workload, target, vers))
 
-    def store(trial: Trial) -> None:
-        db.add(TuningRecord.from_result(workload, trial.result, target.key, device=target.device_name,
-                                        mma=target.mma, vers=vers))
-        if on_trial is not None:
-            on_trial(trial)
+        def store(trial: Trial) -> None:
+            db.add(TuningRecord.from_result(workload, trial.result, target.key, device=target.device_name,
+                                            mma=target.mma, vers=vers))
+            if on_trial is not None:
+                on_trial(trial)
 
-    if measurer is not None:
         return t.tune(measurer, n_trials, batch_size=batch_size, on_trial=store)
-    with ProcessMeasurer(workload, target.device, seed=seed, compile_threads=batch_size,
-                         timeout_s=timeout_s) as m:
-        return t.tune(m, n_trials, batch_size=batch_size, on_trial=store)
