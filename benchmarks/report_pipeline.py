@@ -140,7 +140,7 @@ def markdown(results: list[tuple[str, dict[str, Any]]]) -> str:
                 f"| shared multi-stage over one stage | {s['smem_multistage_over_none']:.3f}x |",
                 f"| best config with register prefetch vs best without (register level alone) | "
                 f"{s['register_prefetch_vs_without']:.3f}x |",
-                f"| full multi-level vs torch (cuBLAS) | {s['full_vs_torch']:.3f}x |", "",
+                f"| full multi-level vs torch (cuBLAS or cuDNN) | {s['full_vs_torch']:.3f}x |", "",
                 f"Register prefetch is part of the overall best config on {s['register_prefetch_best_in']} of "
                 f"{s['shapes']} shapes, persistent programs on {s.get('persistent_best_in', 0)}; the deepest winning "
                 f"shared depth is {s['deepest_shared_stage_count']}. {s.get('records', '?')} configs measured, "
