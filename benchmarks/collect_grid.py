@@ -80,7 +80,9 @@ def useful(w: Any, c: Any, spec: Any) -> bool:
     a shallower config that the grid already holds."""
     from alcop_triton.autotune.space import shape_reason
     per_stage = (c.block_m * c.block_k + c.block_k * c.block_n) * w.elem_bytes
-    return shape_reason(w, c, spec) is None and per_stage * c.smem_stages <= spec.smem_per_block
+    # A flattened persistent loop also holds the epilogue's output tile (analysis/plan.py).
+    scratch = c.block_m * c.block_n * w.elem_bytes if c.persistent and c.smem_stages > 1 else 0
+    return shape_reason(w, c, spec) is None and per_stage * c.smem_stages + scratch <= spec.smem_per_block
 
 
 def _compile_worker(job: tuple[str, list[dict[str, Any]]]) -> list[str]:

@@ -87,8 +87,13 @@ def plan_pipeline(k: Kernel, cands: tuple[Candidate, ...], *, async_copy: str = 
         if per > smem_limit:
             raise OutOfResources("shared memory", per, smem_limit,
                                  "One stage of the A and B chunks does not fit; reduce BLOCK_M/BLOCK_N/BLOCK_K.")
-        s_stages = clamp("shared level", s_stages, max(1, smem_limit // per),
-                         f"{s_stages} x {per} B per stage exceeds the GPU's {smem_limit} B of shared memory per block")
+        room, why = smem_limit, f"the GPU's {smem_limit} B of shared memory per block"
+        if persistent and s_stages > 1:
+            # Flattened, the pipeline's buffers stay live through the epilogue, whose output tile
+            # needs its own scratch (the copies of the next tile are already in flight).
+            scratch = k.constexprs["BLOCK_M"] * k.constexprs["BLOCK_N"] * ELEM_BYTES.get(k.out.dtype, 4)
+            room, why = smem_limit - scratch, f"{why} less the epilogue's {scratch} B (flattened persistent loop)"
+        s_stages = clamp("shared level", s_stages, max(1, room // per), f"{s_stages} x {per} B per stage exceeds {why}")
     if persistent:
         notes.append("persistent: programs loop over output tiles; " + (
             "the tile loop is flattened with the reduction loop, so the shared level's copies run ahead across "

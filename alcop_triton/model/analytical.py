@@ -143,7 +143,7 @@ def resources(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Resour
     Shared memory is Triton's allocation: one (A tile + B tile) buffer per stage, and at least one
     even with ``num_stages=1`` because ``tl.dot`` operands are staged through shared memory; the
     epilogue's layout-conversion scratch reuses the freed pipeline buffers, so it only counts when
-    larger; TMA adds one 8-byte mbarrier per stage. Registers are an estimate: fp32 accumulators,
+    larger (except in a flattened persistent loop, where it adds); TMA adds one 8-byte mbarrier per stage. Registers are an estimate: fp32 accumulators,
     MMA operand fragments (mma.sync), the register pipeline's prefetched sub-tiles, 64-bit addresses
     for pointer loads,
     and a fixed base. More than ``spec.max_regs_per_thread`` would spill and is treated as invalid.
@@ -154,7 +154,10 @@ def resources(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Resour
     stage = (c.block_m * c.block_k + c.block_k * c.block_n) * eb
     pipeline = stage * max(1, c.smem_stages) + (8 * c.smem_stages if c.async_copy == "tma" else 0)
     scratch = c.block_m * c.block_n * eb
-    smem = max(pipeline, scratch)
+    # A flattened persistent loop keeps the pipeline buffers live through the epilogue (the next
+    # tile's copies are in flight), so the scratch comes on top (measured: 64x64x128 at 7 stages
+    # needs 229376 + 8192 bytes).
+    smem = pipeline + scratch if c.persistent and c.smem_stages > 1 else max(pipeline, scratch)
 
     acc = c.block_m * c.block_n / threads
     gm, gn = _warp_grid(c, path)

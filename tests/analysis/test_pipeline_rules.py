@@ -277,6 +277,20 @@ def test_trip_count_clamp_of_a_persistent_kernel_names_the_flattened_loop() -> N
     assert plan.smem_stages == 1 and "the tile loop is not flattened" in plan.notes[-1]
 
 
+def test_flattened_persistent_loop_leaves_room_for_the_epilogue_tile() -> None:
+    # Measured on the H100: 64x64x128 at 7 stages needs 7 x 32768 + 8192 B when flattened (the
+    # pipeline buffers stay live through the epilogue), 237568 > 232448: it must clamp, not crash.
+    A, B, C = _mm()
+    cfg = KernelConfig(64, 64, 128, smem_stages=7, persistent=True)
+    kern = lower(Schedule.from_config(C, cfg), (A, B))
+    plan = plan_pipeline(kern, find_pipeline_candidates(kern), smem_limit=232448)
+    assert plan.smem_stages == 6
+    assert plan.notes[0] == ("shared level: 7 stages clamped to 6: 7 x 32768 B per stage exceeds the GPU's 232448 B "
+                             "of shared memory per block less the epilogue's 8192 B (flattened persistent loop)")
+    flat = lower(Schedule.from_config(C, cfg.replace(persistent=False)), (A, B))
+    assert plan_pipeline(flat, find_pipeline_candidates(flat), smem_limit=232448).smem_stages == 7
+
+
 @pytest.mark.interpreter
 def test_trip_count_clamp_at_call_time(kit) -> None:
     A, B, C = _mm("float32")
