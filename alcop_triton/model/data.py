@@ -6,6 +6,7 @@ the error are used here, the provenance fields (gpu, versions, date) stay in the
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,13 +43,13 @@ class Measurement:
 
 
 def load_jsonl(paths: Iterable[str | Path]) -> list[Measurement]:
-    """Read measurement files; a malformed line raises ValueError naming the file and line.
+    """Read measurement files (gzip-compressed when named .gz); a malformed line raises ValueError naming the file and line.
 
     Lines without a config (library baselines such as ``"impl": "torch"``) are skipped.
     """
     out: list[Measurement] = []
     for path in paths:
-        with open(path) as f:
+        with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue
