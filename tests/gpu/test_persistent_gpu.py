@@ -105,3 +105,21 @@ def test_grid_is_capped_by_resident_programs(monkeypatch: pytest.MonkeyPatch, ki
     assert len(grid) == 1 and sms <= resident and grid[0] == min(1024, resident)
     _check(kern, 17, 33, 65, None, seed=81, kit=kit)  # a single tile: a single program
     assert grids[-1] == (1,)
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("stages", [1, 3])
+def test_persistent_conv2d_on_gpu(groups: int, stages: int, kit) -> None:
+    # ResNet-like layer, channels_last: channels and window compiled in, the group as a batch axis
+    import torch.nn.functional as F
+
+    from alcop_triton.kernels import conv as kc
+    g = torch.Generator(device="cuda").manual_seed(90 + groups + stages)
+    x = torch.randn((8, 64, 28, 27), device="cuda", generator=g).half().to(memory_format=torch.channels_last)
+    w = (torch.randn((128, 64 // groups, 3, 3), device="cuda", generator=g) / 24).half()
+    w = w.to(memory_format=torch.channels_last)
+    bias = torch.randn((128,), device="cuda", generator=g).half()
+    cfg = KernelConfig(64, 64, 32, group_m=8, num_warps=4, smem_stages=stages, persistent=True)
+    y = kc.conv(x, w, bias, (1, 1), (1, 1), (1, 1), (1, 1), groups, activation="relu", config=cfg)
+    ref = F.relu(F.conv2d(x.double(), w.double(), bias.double(), 1, 1, 1, groups))
+    kit.assert_close(y, ref, "float16", f"persistent conv groups={groups} stages={stages}")
