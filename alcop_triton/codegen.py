@@ -19,8 +19,9 @@ from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, K
 TL_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64",
             "int32": "tl.int32", "int64": "tl.int64", "bool": "tl.int1"}
 RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid_in_group", "group_id", "first_pid_m",
-            "group_size_m", "tile_id", "num_tiles", "num_pid_mn", "acc", "k0", "ks", "tl", "triton", "out", "mask_m", "mask_n", "mask_out", "offs_m", "offs_n",
-            "a_desc", "b_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K", "REG_SPLIT", "GROUP_M"}
+            "group_size_m", "tile_id", "num_tiles", "num_pid_mn", "acc", "k0", "ks", "tl", "triton", "out", "mask_m",
+            "mask_n", "mask_out", "offs_m", "offs_n", "a_desc", "b_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K",
+            "REG_SPLIT", "GROUP_M"}
 
 
 class CodeWriter:
