@@ -139,7 +139,8 @@ def markdown(results: list[tuple[str, dict[str, Any]]]) -> str:
                 f"| full multi-level over shared-memory multi-stage only | {s['full_over_smem_multistage']:.3f}x |",
                 f"| shared multi-stage over one stage | {s['smem_multistage_over_none']:.3f}x |",
                 f"| best config with register prefetch vs best without (register level alone) | "
-                f"{s['register_prefetch_vs_without']:.3f}x |",
+                + (f"{s['register_prefetch_vs_without']:.3f}x |" if math.isfinite(s['register_prefetch_vs_without'])
+                   else "not in this grid |"),
                 f"| full multi-level vs torch (cuBLAS or cuDNN) | {s['full_vs_torch']:.3f}x |", "",
                 f"Register prefetch is part of the overall best config on {s['register_prefetch_best_in']} of "
                 f"{s['shapes']} shapes, persistent programs on {s.get('persistent_best_in', 0)}; the deepest winning "
