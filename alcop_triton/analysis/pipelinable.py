@@ -150,7 +150,10 @@ def find_pipeline_candidates(k: Kernel) -> tuple[Candidate, ...]:
             reasons.append(f"rule 2 (sequential loop): no sequential loop encloses the copy (loops: {kinds}); "
                            "an unrolled or parallel loop has no next iteration to overlap. Remove the unroll step")
         else:
-            reasons.append(f"rule 2 (sequential loop): loads in loop {loop.var} and is used in the same iteration")
+            tiles = next((lp for lp in loops if lp.role == "tiles"), None)
+            reasons.append(f"rule 2 (sequential loop): loads in loop {loop.var} and is used in the same iteration"
+                           + (f"; {loop.var} runs inside the persistent tile loop {tiles.var}, flattened with it "
+                              "when the shared level has 2 or more stages" if tiles is not None else ""))
         tma_ok, tma_reason = tma_feasible(k, o)
         cand = Candidate(node.buffer, o.tensor.name, node.scope, node.role, node.stages, loop.var if loop else None,
                          feeds, ok, tuple(reasons), tma_ok, tma_reason)
