@@ -19,6 +19,10 @@ from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
 
+INTERPRETER_PROGRAMS = 2
+"""Programs of a persistent kernel in the interpreter, which runs them one after another: two still
+make each program loop over several tiles, as on a GPU."""
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -242,8 +246,7 @@ class CompiledKernel:
         """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's
         registers and shared memory (compiling it here, once, instead of at its first launch)."""
         if dev.type != "cuda":
-            # The interpreter runs programs one after another; two still make each loop over several tiles.
-            return 2
+            return INTERPRETER_PROGRAMS
         key = (v.path, dev.index)
         if key not in self._slots:
             compiled = v.fn.warmup(*args, **c, num_warps=v.num_warps, num_stages=v.num_stages, grid=(1,))
@@ -290,9 +293,9 @@ def _allow_tf32() -> bool:
 
 
 def _sm_count(dev: Any) -> int:
-    """Streaming multiprocessors of a CUDA device; 2 stands for the interpreter's programs."""
+    """Streaming multiprocessors of a CUDA device; the interpreter's persistent programs elsewhere."""
     if dev.type != "cuda":
-        return 2
+        return INTERPRETER_PROGRAMS
     import torch
     return int(torch.cuda.get_device_properties(dev).multi_processor_count)
 

@@ -8,9 +8,11 @@ or typed by a user cannot reach code generation unchecked.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import math
+import os
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import IO, Any, Literal, Mapping
 
 from .errors import ScheduleError
 
@@ -215,3 +217,10 @@ def ceil_div(a: int, b: int) -> int:
 
 def geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def open_jsonl(path: str | os.PathLike[str]) -> IO[str]:
+    """A measurement file for reading as text; large grids are stored gzip-compressed (``.jsonl.gz``)."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")

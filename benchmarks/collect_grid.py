@@ -83,11 +83,11 @@ def useful(w: Any, c: Any, spec: Any) -> bool:
     """The tuner space's shape rules (no tile beyond the problem, no stages beyond the trip count),
     and no config whose stages ``plan_pipeline`` would clamp to fit shared memory: it would run as
     a shallower config that the grid already holds."""
+    from alcop_triton.analysis.plan import stage_room
     from alcop_triton.autotune.space import shape_reason
     per_stage = (c.block_m * c.block_k + c.block_k * c.block_n) * w.elem_bytes
-    # A flattened persistent loop also holds the epilogue's output tile (analysis/plan.py).
-    scratch = c.block_m * c.block_n * w.elem_bytes if c.persistent and c.smem_stages > 1 else 0
-    return shape_reason(w, c, spec) is None and per_stage * c.smem_stages + scratch <= spec.smem_per_block
+    room = stage_room(spec.smem_per_block, c.block_m, c.block_n, w.elem_bytes, c.persistent and c.smem_stages > 1)
+    return shape_reason(w, c, spec) is None and per_stage * c.smem_stages <= room
 
 
 def _compile_worker(job: tuple[str, list[dict[str, Any]]]) -> list[str]:

@@ -12,7 +12,6 @@ belong to it (its best tile config over the stated grid); speedups are geomeans 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 from collections import defaultdict
@@ -21,7 +20,7 @@ import sys
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from alcop_triton.records import geomean  # noqa: E402
+from alcop_triton.records import geomean, open_jsonl  # noqa: E402
 
 VARIANTS = ("none", "double_buffer", "smem_multistage", "full")
 
@@ -53,8 +52,8 @@ RESTRICTIONS: dict[str, Callable[[dict[str, Any]], bool]] = {
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    with open_jsonl(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def variant_rows(recs: list[dict[str, Any]], keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:

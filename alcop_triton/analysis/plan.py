@@ -38,6 +38,13 @@ def smem_per_stage(k: Kernel) -> int:
     return (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * ELEM_BYTES[k.dot_dtype]
 
 
+def stage_room(smem_limit: int, block_m: int, block_n: int, out_bytes: int, flattened: bool) -> int:
+    """Shared memory the pipeline stages may use. Flattened into a persistent tile loop, the stages
+    stay live through the epilogue (the next tile's copies are in flight), so the epilogue's output
+    tile needs its own scratch on top (measured: 64x64x128 at 7 stages needs 7 x 32768 + 8192 B)."""
+    return smem_limit - (block_m * block_n * out_bytes if flattened else 0)
+
+
 def _resolve(cands: list[Candidate], scope: str, strict: bool, notes: list[str]) -> int:
     ok = [c for c in cands if c.scope == scope and c.pipelinable]
     for c in cands:
@@ -87,12 +94,12 @@ def plan_pipeline(k: Kernel, cands: tuple[Candidate, ...], *, async_copy: str = 
         if per > smem_limit:
             raise OutOfResources("shared memory", per, smem_limit,
                                  "One stage of the A and B chunks does not fit; reduce BLOCK_M/BLOCK_N/BLOCK_K.")
-        room, why = smem_limit, f"the GPU's {smem_limit} B of shared memory per block"
-        if persistent and s_stages > 1:
-            # Flattened, the pipeline's buffers stay live through the epilogue, whose output tile
-            # needs its own scratch (the copies of the next tile are already in flight).
-            scratch = k.constexprs["BLOCK_M"] * k.constexprs["BLOCK_N"] * ELEM_BYTES.get(k.out.dtype, 4)
-            room, why = smem_limit - scratch, f"{why} less the epilogue's {scratch} B (flattened persistent loop)"
+        flattened = persistent and s_stages > 1
+        room = stage_room(smem_limit, k.constexprs["BLOCK_M"], k.constexprs["BLOCK_N"],
+                          ELEM_BYTES.get(k.out.dtype, 4), flattened)
+        why = f"the GPU's {smem_limit} B of shared memory per block"
+        if flattened:
+            why += f" less the epilogue's {smem_limit - room} B (flattened persistent loop)"
         s_stages = clamp("shared level", s_stages, max(1, room // per), f"{s_stages} x {per} B per stage exceeds {why}")
     if persistent:
         notes.append("persistent: programs loop over output tiles; " + (

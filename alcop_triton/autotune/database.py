@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import gzip
 import importlib.metadata
 import json
 import math
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from ..errors import DatabaseError, ScheduleError
-from ..records import KernelConfig, Workload
+from ..records import KernelConfig, Workload, open_jsonl
 from .measure import ERROR_KINDS, MeasureResult
 
 SCHEMA = 1
@@ -219,8 +218,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
     """Valid tuning records of a JSONL file (gzip-compressed when it ends in .gz), in order; bad
     lines are skipped with a RecordSkipped warning, library baseline lines silently."""
     out: list[TuningRecord] = []
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+    with open_jsonl(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -90,7 +90,7 @@ def _cc_tuple(cc: Any) -> tuple[int, int]:
 
 def shape_reason(workload: Workload, c: KernelConfig, spec: Any | None) -> str | None:
     """Why a config is pointless or impossible for this shape/GPU before any model runs, or None."""
-    _, m, n, k = workload.gemm_dims()
+    batch, m, n, k = workload.gemm_dims()
     if c.block_m > max(16, _next_pow2(m)) or c.block_n > max(16, _next_pow2(n)) \
             or c.block_k > max(16, _next_pow2(k)):
         return "tile larger than the problem"
@@ -100,7 +100,7 @@ def shape_reason(workload: Workload, c: KernelConfig, spec: Any | None) -> str |
         # level loses to shared-only pipelining anyway (benchmarks/results/pipeline_variants.md).
         return "register prefetch in a persistent tile loop"
     if c.persistent and spec is not None:
-        tiles = workload.gemm_dims()[0] * math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
+        tiles = batch * math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
         if tiles <= spec.num_sms:
             return "persistent with no more tiles than SMs"
         trips *= math.ceil(tiles / spec.num_sms)  # the flattened loop runs every chunk of a program's tiles

@@ -6,13 +6,12 @@ the error are used here, the provenance fields (gpu, versions, date) stay in the
 
 from __future__ import annotations
 
-import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..records import KernelConfig, Workload
+from ..records import KernelConfig, Workload, open_jsonl
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ def load_jsonl(paths: Iterable[str | Path]) -> list[Measurement]:
     """
     out: list[Measurement] = []
     for path in paths:
-        with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
+        with open_jsonl(path) as f:
             for i, line in enumerate(f, 1):
                 if not line.strip():
                     continue
