@@ -38,6 +38,27 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class Launch:
+    """One bound kernel call: ``launch()`` only enqueues it (what timing loops and CUDA graphs see);
+    ``launch.compile()`` compiles it without running it, so benchmark workers can fill Triton's cache
+    without putting work on a GPU that is timing something else."""
+    jit: Any
+    run: Any
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    tma: bool  # device-side descriptors need Triton's scratch allocator in the launching thread
+
+    def __call__(self) -> None:
+        if self.tma:
+            ensure_allocator()
+        self.run(*self.args, **self.kwargs)
+
+    def compile(self) -> None:
+        self.jit.warmup(*self.args, **self.kwargs, grid=self.grid)
+
+
+@dataclass(frozen=True)
 class _Key:
     unit_stride: tuple[tuple[str, int | None], ...]
     trip_count: int | None
@@ -234,13 +255,9 @@ class CompiledKernel:
             grid = (tiles, tot["b"])
             if grid[1] > 65535:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
-        fn = launcher(v.fn, dev.type)[grid]
-        if dev.type == "cuda" and any(m == "tma" for _, m in v.plan.async_copy):
-            def launch_tma() -> None:
-                ensure_allocator()
-                fn(*args, **c, num_warps=nw, num_stages=ns)
-            return launch_tma, out
-        return (lambda: fn(*args, **c, num_warps=nw, num_stages=ns)), out
+        tma = dev.type == "cuda" and any(m == "tma" for _, m in v.plan.async_copy)
+        return Launch(v.fn, launcher(v.fn, dev.type)[grid], grid, tuple(args), c | {"num_warps": nw, "num_stages": ns},
+                      tma), out
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
         """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's

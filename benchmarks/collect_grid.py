@@ -4,8 +4,8 @@
         --grid full --out benchmarks/data/h100_wgmma.jsonl --budget-s 420
 
 One generated kernel serves every shape of an op (sizes are runtime arguments), so configs are
-compiled once, in parallel worker processes that fill Triton's on-disk cache, and then timed on
-every shape. Each (shape, config) is checked against torch on the same random inputs (output
+compiled once, in parallel worker processes that fill Triton's on-disk cache while the main
+process times the configs already compiled, on every shape. Each (shape, config) is checked against torch on the same random inputs (output
 poisoned with NaN first), then timed: 3 warm-up launches, then ``--reps`` launches each after an L2
 flush, median of CUDA-event times. torch (cuBLAS/cuDNN) is timed the same way per shape.
 Records follow docs/ARCHITECTURE.md; failures are recorded with their kind, never dropped.
@@ -23,8 +23,11 @@ import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
+
+COMPILE_JOB = 4  # configs per compile job: small, so the timing loop rarely waits on a long one
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,6 +54,13 @@ GRIDS = {
     "ablation": dict(block_m=(64, 128), block_n=(64, 128, 256), block_k=(32, 64, 128), num_warps=(4, 8),
                      smem_stages=(1, 2, 3, 4, 5, 6, 8), reg=((1, 1), (2, 1)), async_copy=("pointer", "tma"),
                      persistent=(False, True), tma_with_reg=False),
+    # The ablation grid with the ALCOP artifact's K tiles (tile_K = 16 * chunk, chunk in {2, 4} for
+    # dense and {1, 2, 4, 8} for bmm; thesis digest, "Knobs"), stated before its run: issue 3's
+    # acceptance read on the paper's own search space rather than on the tuner's wider one.
+    "alcop_space": dict(block_m=(64, 128), block_n=(64, 128, 256), block_k=(16, 32, 64, 128), num_warps=(4, 8),
+                        smem_stages=(1, 2, 3, 4, 5, 6, 8), reg=((1, 1), (2, 1)), async_copy=("pointer", "tma"),
+                        persistent=(False, True), tma_with_reg=False,
+                        block_k_for={"matmul": (32, 64), "bmm": (16, 32, 64, 128)}),
 }
 
 
@@ -79,21 +89,22 @@ def workloads(suite: dict[str, Any], ops: list[str], conv_layers: int) -> list[A
     return out
 
 
-def useful(w: Any, c: Any, spec: Any) -> bool:
-    """The tuner space's shape rules (no tile beyond the problem, no stages beyond the trip count),
-    and no config whose stages ``plan_pipeline`` would clamp to fit shared memory: it would run as
-    a shallower config that the grid already holds."""
+def useful(w: Any, c: Any, spec: Any, grid: str) -> bool:
+    """The grid's per-op K tiles, the tuner space's shape rules (no tile beyond the problem, no
+    stages beyond the trip count), and no config whose stages ``plan_pipeline`` would clamp to fit
+    shared memory: it would run as a shallower config that the grid already holds."""
     from alcop_triton.analysis.plan import stage_room
     from alcop_triton.autotune.space import shape_reason
+    if c.block_k not in GRIDS[grid].get("block_k_for", {}).get(w.op, (c.block_k,)):
+        return False
     per_stage = (c.block_m * c.block_k + c.block_k * c.block_n) * w.elem_bytes
     room = stage_room(spec.smem_per_block, c.block_m, c.block_n, w.elem_bytes, c.persistent and c.smem_stages > 1)
     return shape_reason(w, c, spec) is None and per_stage * c.smem_stages <= room
 
 
 def _compile_worker(job: tuple[str, list[dict[str, Any]]]) -> list[str]:
-    """Compile configs for one workload family by running each once on a small problem."""
-    import torch
-
+    """Compile configs for one workload family, bound to a small problem but not launched: the GPU
+    is timing other configs meanwhile."""
     from alcop_triton.kernels.runner import make_runner
     from alcop_triton.records import KernelConfig, Workload
     wd, cfgs = job
@@ -103,31 +114,49 @@ def _compile_worker(job: tuple[str, list[dict[str, Any]]]) -> list[str]:
         c = KernelConfig.from_dict(cd)
         try:
             r = make_runner(w, c, "cuda")
-            r.run(r.inputs(0))
-            torch.cuda.synchronize()
+            launch, _ = r.bind(r.inputs(0))
+            if launch is not None:
+                launch.compile()
         except Exception as e:  # recorded by the main process when it meets the config again
             errs.append(f"{c}: {type(e).__name__}: {str(e)[:200]}")
     return errs
 
 
-def precompile(family: list[tuple[Any, list[Any]]], workers: int) -> None:
-    """Fill Triton's cache from ``workers`` processes (compilation is CPU-bound and per config)."""
+def family_key(w: Any) -> tuple[Any, ...]:
+    """Workloads that share compiled kernels: one per op and layout; a convolution compiles its
+    channels and window in, so one per layer."""
+    return (w.op, w.layout) + ((w.shape,) if w.op.startswith("conv") else ())
+
+
+def start_compiles(order: list[tuple[Any, Any]], workers: int) -> tuple[Any, dict[tuple[Any, Any], Any]]:
+    """Compile every (family, config) of ``order`` in ``workers`` processes (compilation is
+    CPU-bound and per config), in small jobs submitted in timing order, so the timing loop starts
+    at once and waits only for a config that is not compiled yet. Returns the pool and one future
+    per (family key, config)."""
+    import multiprocessing as mp
+
     from alcop_triton.records import Workload
-    jobs = []
-    for w, cfgs in family:
+    todo: dict[tuple[Any, ...], list[Any]] = {}
+    seen: set[tuple[Any, Any]] = set()
+    jobs: list[tuple[tuple[Any, ...], list[Any]]] = []
+    for w, c in order:
+        key = family_key(w)
+        if (key, c) in seen:
+            continue
+        seen.add((key, c))
         small = {"matmul": Workload("matmul", (512, 512, 1024), w.dtype, w.layout),
                  "bmm": Workload("bmm", (2, 256, 256, 1024), w.dtype, w.layout)}.get(w.op, w)
-        ds = [c.to_dict() for c in cfgs]
-        for i in range(workers):
-            part = ds[i::workers]
-            if part:
-                jobs.append((json.dumps(small.to_dict()), part))
-    t0 = time.time()
-    import multiprocessing as mp
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
-        n_err = sum(len(e) for e in ex.map(_compile_worker, jobs))
-    print(f"[collect] precompiled {sum(len(j[1]) for j in jobs)} (workload, config) pairs in {time.time() - t0:.0f}s, "
-          f"{n_err} failed", flush=True)
+        batch = todo.setdefault(key + (small,), [])
+        batch.append(c)
+        if len(batch) == COMPILE_JOB:
+            jobs.append((key + (small,), todo.pop(key + (small,))))
+    jobs += list(todo.items())
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+    futures: dict[tuple[Any, Any], Any] = {}
+    for fk, cfgs in jobs:
+        fut = pool.submit(_compile_worker, (json.dumps(fk[-1].to_dict()), [c.to_dict() for c in cfgs]))
+        futures.update({(fk[:-1], c): fut for c in cfgs})
+    return pool, futures
 
 
 class Timer:
@@ -182,20 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     wls = workloads(suite, a.ops.split(","), a.conv_layers)
     wls = wls[: a.limit_shapes] if a.limit_shapes else wls
     cfgs = grid_configs(a.grid)
-    fam: dict[tuple[Any, ...], tuple[Any, set[Any]]] = {}
-    for w in wls:
-        # a convolution compiles its channels and window in: one kernel family per layer
-        key = (w.op, w.layout) + ((w.shape,) if w.op.startswith("conv") else ())
-        fam.setdefault(key, (w, set()))[1].update(c for c in cfgs if useful(w, c, spec))
-    precompile([(w, sorted(cs)) for w, cs in fam.values()], a.workers)
+    # Shapes interleaved with configs in an order where a cut-off by the budget still leaves every
+    # workload with a comparable (same-config) sample: config-major, workload-minor.
+    per_w = {w: [c for c in cfgs if useful(w, c, spec, a.grid)] for w in wls}
+    order = [(w, per_w[w][i]) for i, w in
+             sorted({(i, w) for w in wls for i, _ in enumerate(per_w[w])}, key=lambda t: (t[0], wls.index(t[1])))]
+    pool, compiled = start_compiles(order, a.workers)
+    print(f"[collect] {len(order)} (workload, config) pairs; compiling {len(set(compiled))} in {a.workers} "
+          "processes while timing", flush=True)
 
     timer = Timer(a.reps)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     n_rec = 0
-    # Shapes interleaved with configs in an order where a cut-off by the budget still leaves every
-    # workload with a comparable (same-config) sample: config-major, workload-minor.
-    per_w = {w: [c for c in cfgs if useful(w, c, spec)] for w in wls}
     with out.open("a") as f:
         def write(rec: dict[str, Any]) -> None:
             nonlocal n_rec
@@ -210,12 +238,14 @@ def main(argv: list[str] | None = None) -> int:
             fn = (lambda x=x: torch.nn.functional.conv2d(x[0], x[1], None, w.conv_params()["stride"], w.conv_params()["pad"])) \
                 if w.op.startswith("conv") else (lambda x=x: torch.matmul(x[0], x[1]))
             write({"workload": w.to_dict(), "config": None, "impl": "torch", "time_ms": timer(fn), "error": None})
-        order = sorted({(i, w) for w in wls for i, _ in enumerate(per_w[w])}, key=lambda t: (t[0], wls.index(t[1])))
-        for i, w in order:
+        for w, c in order:
             if time.time() - t_start > a.budget_s:
                 print(f"[collect] budget of {a.budget_s:.0f}s reached; stopping", flush=True)
                 break
-            c = per_w[w][i]
+            try:
+                compiled[(family_key(w), c)].result()
+            except BrokenProcessPool:  # a compile crashed its worker: this process compiles the rest itself
+                pass
             rec: dict[str, Any] = {"workload": w.to_dict(), "config": c.to_dict(), "impl": "alcop", "time_ms": None,
                                    "error": None}
             try:
@@ -241,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             if n_rec % 500 == 0:
                 f.flush()
                 print(f"[collect] {n_rec} records, {time.time() - t_start:.0f}s", flush=True)
+    pool.shutdown(cancel_futures=True)
     print(f"[collect] wrote {n_rec} records to {out} in {time.time() - t_start:.0f}s", flush=True)
     return 0
 

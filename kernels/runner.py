@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import alcop_triton as at
+from alcop_triton.build import Launch
 
 from . import conv as conv_mod
 from . import matmul as mm
@@ -31,7 +32,7 @@ class Runner:
     device: str
     rtol: float
     _make: Callable[[int], tuple[Any, ...]]
-    _run: Callable[[tuple[Any, ...]], tuple[Callable[[], None] | None, Any]]
+    _run: Callable[[tuple[Any, ...]], tuple[Launch | None, Any]]
     _ref: Callable[[tuple[Any, ...]], Any]
 
     def __post_init__(self) -> None:
@@ -41,7 +42,7 @@ class Runner:
         """Fresh random inputs (scaled so fp16 sums stay far from overflow)."""
         return self._make(seed)
 
-    def bind(self, inputs: tuple[Any, ...]) -> tuple[Callable[[], None] | None, Any]:
+    def bind(self, inputs: tuple[Any, ...]) -> tuple[Launch | None, Any]:
         """(launch, out): checks and specialisation happen here once; ``launch()`` only enqueues."""
         hit = self._bound.get(id(inputs))
         if hit is None or hit[0] is not inputs:

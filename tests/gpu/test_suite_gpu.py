@@ -95,3 +95,19 @@ def test_unrolled_reduction_on_gpu(kit) -> None:
     s = Schedule.from_config(out, KernelConfig(64, 64, 32, smem_stages=3))
     s.unroll("k")
     _check(at.build(s, inputs + [out], static=("K",)), 256, 128, 320, None, seed=3, kit=kit)
+
+
+@pytest.mark.parametrize("variant", ["s4", "tma"])
+def test_bound_launch_compiles_without_running(variant: str, kit) -> None:
+    # benchmark workers fill Triton's cache with Launch.compile() while the GPU times other configs
+    kern = _build(VARIANTS[variant], False)
+    a = torch.randn(300, 200, device="cuda").half()
+    b = torch.randn(200, 100, device="cuda").half()
+    out = kit.poisoned((300, 100), "float16", device="cuda")
+    launch, bound = kern.bind(a, b, out)
+    launch.compile()
+    torch.cuda.synchronize()
+    assert torch.isnan(bound.float()).all(), "compile() must not run the kernel"
+    launch()
+    torch.cuda.synchronize()
+    kit.assert_close(bound, a.double() @ b.double(), "float16", f"{variant} after compile()")
