@@ -20,6 +20,7 @@ import sys
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from alcop_triton.records import geomean, open_jsonl  # noqa: E402
 
 VARIANTS = ("none", "double_buffer", "smem_multistage", "full")
@@ -41,13 +42,17 @@ def variants_of(c: dict[str, Any]) -> list[str]:
 # Grid restrictions for the sensitivity table: the speedups depend on which tiles the grid offers,
 # because the one-stage and double-buffered kernels gain more from some knobs (bigger BLOCK_K) than
 # the deeply pipelined ones do.
-RESTRICTIONS: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "whole grid": lambda c: True,
-    "no persistent programs": lambda c: not c.get("PERSISTENT", False),
-    "cp.async only (no TMA)": lambda c: c["ASYNC_COPY"] == "pointer",
-    "BLOCK_K <= 64": lambda c: c["BLOCK_K"] <= 64,
+# Each takes (workload, config) as stored in the records.
+Keep = Callable[[dict[str, Any], dict[str, Any]], bool]
+RESTRICTIONS: dict[str, Keep] = {
+    "whole grid": lambda w, c: True,
+    "no persistent programs": lambda w, c: not c.get("PERSISTENT", False),
+    "cp.async only (no TMA)": lambda w, c: c["ASYNC_COPY"] == "pointer",
+    "BLOCK_K <= 64": lambda w, c: c["BLOCK_K"] <= 64,
+    "the paper's K tiles (BLOCK_K <= 64 on dense, any on bmm)":
+        lambda w, c: c["BLOCK_K"] <= 64 or w["op"] == "bmm",
     "the 'full' grid's knobs (BLOCK_K <= 64, cp.async, not persistent)":
-        lambda c: c["BLOCK_K"] <= 64 and c["ASYNC_COPY"] == "pointer" and not c.get("PERSISTENT", False),
+        lambda w, c: c["BLOCK_K"] <= 64 and c["ASYNC_COPY"] == "pointer" and not c.get("PERSISTENT", False),
 }
 
 
@@ -56,7 +61,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def variant_rows(recs: list[dict[str, Any]], keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+def variant_rows(recs: list[dict[str, Any]], keep: Keep) -> list[dict[str, Any]]:
     """Per shape: each variant's best time over the configs ``keep`` admits, the best full config,
     torch's time and the best time with register prefetch."""
     best: dict[str, dict[str, tuple[float, dict[str, Any]]]] = defaultdict(dict)
@@ -68,7 +73,7 @@ def variant_rows(recs: list[dict[str, Any]], keep: Callable[[dict[str, Any]], bo
         if r["impl"] == "torch":
             torch_ms[key] = r["time_ms"]
             continue
-        if r["time_ms"] is None or not keep(r["config"]):
+        if r["time_ms"] is None or not keep(w, r["config"]):
             continue
         for v in variants_of(r["config"]):
             if v not in best[key] or r["time_ms"] < best[key][v][0]:
@@ -84,14 +89,30 @@ def speedup(rows: list[dict[str, Any]], slow: str, fast: str) -> float:
     return geomean([r[f"{slow}_ms"] / r[f"{fast}_ms"] for r in rows])
 
 
-def analyse(path: Path) -> dict[str, Any]:
-    recs = read_records(path)
+def grid_missing(path: Path, recs: list[dict[str, Any]]) -> dict[str, int] | None:
+    """The run's grid (when the file is named like ``ablation_h100.sh`` names it,
+    ``<gpu>_<mma>_<grid>``) under today's grid rules: how many (workload, config) pairs it holds and
+    how many the file lacks, so a run cut short by its time budget shows."""
+    import collect_grid
+    from alcop_triton.model.hardware import get_spec
+    from alcop_triton.records import KernelConfig, Workload
+    grid = next((g for g in collect_grid.GRIDS if path.name.split(".")[0].endswith("_" + g)), None)
+    if grid is None:
+        return None
+    spec = get_spec(recs[0]["gpu"])
+    have = {(Workload.from_dict(r["workload"]), KernelConfig.from_dict(r["config"])) for r in recs if r["impl"] == "alcop"}
+    wls = {Workload.from_dict(r["workload"]) for r in recs if r["impl"] == "torch"}
+    want = {(w, c) for w in wls for c in collect_grid.grid_configs(grid) if collect_grid.useful(w, c, spec, grid)}
+    return {"pairs": len(want), "missing": len(want - have)}
+
+
+def analyse(recs: list[dict[str, Any]], path: Path) -> dict[str, Any]:
     meta = {k: recs[0].get(k) for k in ("gpu", "device", "cc", "mma", "triton", "torch", "alcop", "date")}
     failures = sum(1 for r in recs if r["impl"] == "alcop" and r["time_ms"] is None)
     rows = variant_rows(recs, RESTRICTIONS["whole grid"])
     measured = sum(1 for r in recs if r["impl"] == "alcop")
     summary = {
-        "shapes": len(rows), "records": measured, "failed_records": failures,
+        "shapes": len(rows), "records": measured, "grid": grid_missing(path, recs), "failed_records": failures,
         "full_over_none": speedup(rows, "none", "full"), "full_over_double_buffer": speedup(rows, "double_buffer", "full"),
         "full_over_smem_multistage": speedup(rows, "smem_multistage", "full"),
         "smem_multistage_over_none": speedup(rows, "none", "smem_multistage"),
@@ -112,7 +133,25 @@ def analyse(path: Path) -> dict[str, Any]:
     return {"meta": meta, "summary": summary, "sensitivity": sensitivity, "rows": rows}
 
 
-def markdown(results: list[tuple[str, dict[str, Any]]]) -> str:
+def run_to_run(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two runs on one MMA path, over the (workload, config) pairs both measured: the spread of the
+    time ratio b / a, and the workloads whose torch time moved by more than 2x (a perturbed baseline)."""
+    def times(recs: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+        return {(json.dumps(r["workload"], sort_keys=True), json.dumps(r["config"], sort_keys=True)): r["time_ms"]
+                for r in recs if r["time_ms"]}
+    ta, tb = times(a), times(b)
+    common = sorted(k for k in ta.keys() & tb.keys() if k[1] != "null")
+    ratios = sorted(tb[k] / ta[k] for k in common)
+    n = len(ratios)
+    torch_moved = [f"{json.loads(k[0])['op']} {'x'.join(map(str, json.loads(k[0])['shape']))} "
+                   f"({ta[k]:.4f} -> {tb[k]:.4f} ms)"
+                   for k in ta.keys() & tb.keys() if k[1] == "null" and not 0.5 < tb[k] / ta[k] < 2]
+    return {"pairs": n, "median": ratios[n // 2] if n else None, "p10": ratios[n // 10] if n else None,
+            "p90": ratios[9 * n // 10] if n else None, "over_2x": sum(not 0.5 < x < 2 for x in ratios) / n if n else None,
+            "torch_moved": sorted(torch_moved)}
+
+
+def markdown(results: list[tuple[str, dict[str, Any]]], records: dict[str, list[dict[str, Any]]]) -> str:
     out = ["# Pipelining variants (ALCOP ablation) on measured grids", "",
            "Produced by `benchmarks/report_pipeline.py` from the JSONL grids named below (each record: one "
            "config on one shape, checked against torch, median of L2-flushed CUDA-event timings).", "",
@@ -127,6 +166,32 @@ def markdown(results: list[tuple[str, dict[str, Any]]]) -> str:
            "program. The explicit register level written in the kernel body loads sub-tiles from global "
            "memory as loop-carried values, which takes them out of Triton's cp.async pipeline; the data "
            "below measure what that costs, and the tuner's space can switch it off (reg_stages=1).", ""]
+    out += ["## Summary", "",
+            "Issue 3 asks for full pipelining >= 1.5x over one stage and >= 1.3x over double buffering "
+            "(geomean over the ALCOP dense + bmm shapes, in one run, each variant at its best config over "
+            "a stated grid). Grids are defined in `benchmarks/collect_grid.py`.", "",
+            "| run | MMA path | measured / grid | full over one stage | full over double buffering | "
+            "full vs torch |", "|---|---|---|---|---|---|"]
+    for name, res in results:
+        m, s, g = res["meta"], res["summary"], res["summary"].get("grid")
+        done = "not named" if not g else f"{g['pairs'] - g['missing']} / {g['pairs']}"
+        out.append(f"| {name} | {m['mma']} | {done} | {s['full_over_none']:.3f}x | "
+                   f"{s['full_over_double_buffer']:.3f}x | {s['full_vs_torch']:.3f}x |")
+    out.append("")
+    pairs = [(x, y) for i, (x, rx) in enumerate(results) for y, ry in results[i + 1:]
+             if rx["meta"]["mma"] == ry["meta"]["mma"] and rx["meta"]["date"] == ry["meta"]["date"]]
+    if pairs:
+        out += ["Run to run, same MMA path and day (time ratio second / first over the pairs both runs "
+                "measured). A variant's best is a minimum over many configs, so single-config outliers "
+                "move the speedups far less than they move individual times.", "",
+                "| runs | pairs | median | 10th-90th percentile | differ by more than 2x | torch moved by more than 2x |",
+                "|---|---|---|---|---|---|"]
+        for x, y in pairs:
+            d = run_to_run(records[x], records[y])
+            if d["pairs"]:
+                out.append(f"| {x} vs {y} | {d['pairs']} | {d['median']:.3f} | {d['p10']:.3f}-{d['p90']:.3f} | "
+                           f"{d['over_2x']:.1%} | {', '.join(d['torch_moved']) or 'none'} |")
+        out.append("")
     for name, res in results:
         m, s = res["meta"], res["summary"]
         out += [f"## {name}", "",
@@ -137,14 +202,16 @@ def markdown(results: list[tuple[str, dict[str, Any]]]) -> str:
                 f"| full multi-level over double buffering | **{s['full_over_double_buffer']:.3f}x** |",
                 f"| full multi-level over shared-memory multi-stage only | {s['full_over_smem_multistage']:.3f}x |",
                 f"| shared multi-stage over one stage | {s['smem_multistage_over_none']:.3f}x |",
-                f"| best config with register prefetch vs best without (register level alone) | "
+                "| best config with register prefetch vs best without (register level alone) | "
                 + (f"{s['register_prefetch_vs_without']:.3f}x |" if math.isfinite(s['register_prefetch_vs_without'])
                    else "not in this grid |"),
                 f"| full multi-level vs torch (cuBLAS or cuDNN) | {s['full_vs_torch']:.3f}x |", "",
                 f"Register prefetch is part of the overall best config on {s['register_prefetch_best_in']} of "
                 f"{s['shapes']} shapes, persistent programs on {s.get('persistent_best_in', 0)}; the deepest winning "
-                f"shared depth is {s['deepest_shared_stage_count']}. {s.get('records', '?')} configs measured, "
-                f"{s['failed_records']} failed.", "",
+                f"shared depth is {s['deepest_shared_stage_count']}. {s.get('records', '?')} configs measured"
+                + (f"; the grid holds {s['grid']['pairs']}, " + (f"{s['grid']['missing']} of them missing (the run's time "
+                   "budget cut it short: the grid's last tiles)" if s["grid"]["missing"] else "none missing")
+                   if s.get("grid") else "") + f"; {s['failed_records']} failed.", "",
                 "Sensitivity to the grid (each variant's best over the configs a restriction keeps):", "",
                 "| grid | full over one stage | full over double buffering | full vs torch |", "|---|---|---|---|",
                 *(f"| {g['grid']} | {g['full_over_none']:.3f}x | {g['full_over_double_buffer']:.3f}x | "
@@ -167,11 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("files", nargs="+")
     ap.add_argument("--out", required=True, help="path prefix for .md and .json")
     a = ap.parse_args(argv)
-    results = [(Path(f).name.split(".")[0], analyse(Path(f))) for f in a.files]
+    records = {Path(f).name.split(".")[0]: read_records(Path(f)) for f in a.files}
+    results = [(name, analyse(recs, Path(f))) for (name, recs), f in zip(records.items(), a.files)]
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({n: r for n, r in results}, indent=1))
-    out.with_suffix(".md").write_text(markdown(results))
+    out.with_suffix(".md").write_text(markdown(results, records))
     for n, r in results:
         print(n, json.dumps(r["summary"]))
     return 0
