@@ -27,7 +27,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-COMPILE_JOB = 4  # configs per compile job: small, so the timing loop rarely waits on a long one
+COMPILE_JOB = 8  # (workload, config) pairs per compile job: small, so the timing loop rarely waits long
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -102,60 +102,45 @@ def useful(w: Any, c: Any, spec: Any, grid: str) -> bool:
     return shape_reason(w, c, spec) is None and per_stage * c.smem_stages <= room
 
 
-def _compile_worker(job: tuple[str, list[dict[str, Any]]]) -> list[str]:
-    """Compile configs for one workload family, bound to a small problem but not launched: the GPU
-    is timing other configs meanwhile."""
+_SHAPES: dict[str, tuple[Any, ...]] = {}  # per compile worker: workload -> its inputs on the meta device
+
+
+def _compile_worker(pairs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Compile (workload, config) pairs, bound to uninitialised CUDA tensors of the workload's own
+    shapes and strides (so Triton specialises exactly as for the timed call: a batch of 16 is not
+    a batch of 2) but never launched: the GPU is timing other configs meanwhile."""
+    import torch
+
     from alcop_triton.kernels.runner import make_runner
     from alcop_triton.records import KernelConfig, Workload
-    wd, cfgs = job
-    w = Workload.from_dict(json.loads(wd))
     errs = []
-    for cd in cfgs:
-        c = KernelConfig.from_dict(cd)
+    for wd, cd in pairs:
+        w, c = Workload.from_dict(json.loads(wd)), KernelConfig.from_dict(cd)
         try:
-            r = make_runner(w, c, "cuda")
-            launch, _ = r.bind(r.inputs(0))
+            r = make_runner(w, c, "meta")
+            if wd not in _SHAPES:
+                _SHAPES[wd] = r.inputs(0)
+            x = tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda") for t in _SHAPES[wd])
+            launch, _ = r.bind(x)
             if launch is not None:
                 launch.compile()
-        except Exception as e:  # recorded by the main process when it meets the config again
-            errs.append(f"{c}: {type(e).__name__}: {str(e)[:200]}")
+        except Exception as e:  # recorded by the main process when it meets the pair again
+            errs.append(f"{w} {c}: {type(e).__name__}: {str(e)[:200]}")
     return errs
 
 
-def family_key(w: Any) -> tuple[Any, ...]:
-    """Workloads that share compiled kernels: one per op and layout; a convolution compiles its
-    channels and window in, so one per layer."""
-    return (w.op, w.layout) + ((w.shape,) if w.op.startswith("conv") else ())
-
-
 def start_compiles(order: list[tuple[Any, Any]], workers: int) -> tuple[Any, dict[tuple[Any, Any], Any]]:
-    """Compile every (family, config) of ``order`` in ``workers`` processes (compilation is
-    CPU-bound and per config), in small jobs submitted in timing order, so the timing loop starts
-    at once and waits only for a config that is not compiled yet. Returns the pool and one future
-    per (family key, config)."""
+    """Compile every (workload, config) of ``order`` in ``workers`` processes (compilation is
+    CPU-bound; pairs that share a kernel hit Triton's on-disk cache), in small jobs submitted in
+    timing order, so the timing loop starts at once and waits only for a pair not compiled yet.
+    Returns the pool and one future per pair."""
     import multiprocessing as mp
-
-    from alcop_triton.records import Workload
-    todo: dict[tuple[Any, ...], list[Any]] = {}
-    seen: set[tuple[Any, Any]] = set()
-    jobs: list[tuple[tuple[Any, ...], list[Any]]] = []
-    for w, c in order:
-        key = family_key(w)
-        if (key, c) in seen:
-            continue
-        seen.add((key, c))
-        small = {"matmul": Workload("matmul", (512, 512, 1024), w.dtype, w.layout),
-                 "bmm": Workload("bmm", (2, 256, 256, 1024), w.dtype, w.layout)}.get(w.op, w)
-        batch = todo.setdefault(key + (small,), [])
-        batch.append(c)
-        if len(batch) == COMPILE_JOB:
-            jobs.append((key + (small,), todo.pop(key + (small,))))
-    jobs += list(todo.items())
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
     futures: dict[tuple[Any, Any], Any] = {}
-    for fk, cfgs in jobs:
-        fut = pool.submit(_compile_worker, (json.dumps(fk[-1].to_dict()), [c.to_dict() for c in cfgs]))
-        futures.update({(fk[:-1], c): fut for c in cfgs})
+    for i in range(0, len(order), COMPILE_JOB):
+        job = order[i:i + COMPILE_JOB]
+        fut = pool.submit(_compile_worker, [(json.dumps(w.to_dict()), c.to_dict()) for w, c in job])
+        futures.update({pair: fut for pair in job})
     return pool, futures
 
 
@@ -236,14 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         # Started after torch is timed: the workers' CUDA start-up (contexts, allocations) perturbed
         # baselines timed next to it (one cuBLAS time came out 11x too slow).
         pool, compiled = start_compiles(order, a.workers)
-        print(f"[collect] {len(order)} (workload, config) pairs; compiling {len(compiled)} in {a.workers} "
+        print(f"[collect] {len(order)} (workload, config) pairs, compiled in {a.workers} "
               "processes while timing", flush=True)
         for w, c in order:
             if time.time() - t_start > a.budget_s:
                 print(f"[collect] budget of {a.budget_s:.0f}s reached; stopping", flush=True)
                 break
             try:
-                compiled[(family_key(w), c)].result()
+                compiled[(w, c)].result()
             except BrokenProcessPool:  # a compile crashed its worker: this process compiles the rest itself
                 pass
             rec: dict[str, Any] = {"workload": w.to_dict(), "config": c.to_dict(), "impl": "alcop", "time_ms": None,
@@ -272,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
                 f.flush()
                 print(f"[collect] {n_rec} records, {time.time() - t_start:.0f}s", flush=True)
     pool.shutdown(cancel_futures=True)
+    done = [f for f in set(compiled.values()) if f.done() and not f.cancelled() and f.exception() is None]
+    print(f"[collect] compile workers: {sum(len(f.result()) for f in done)} failures (recorded above when timed)",
+          flush=True)
     print(f"[collect] wrote {n_rec} records to {out} in {time.time() - t_start:.0f}s", flush=True)
     return 0
 
