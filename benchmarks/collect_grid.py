@@ -3,11 +3,11 @@
     python benchmarks/collect_grid.py --suite tests/data/alcop_suite.json --ops dense,bmm \
         --grid full --out benchmarks/data/h100_wgmma.jsonl --budget-s 420
 
-One generated kernel serves every shape of an op (sizes are runtime arguments), so configs are
-compiled once, in parallel worker processes that fill Triton's on-disk cache while the main
-process times the configs already compiled, on every shape. Each (shape, config) is checked against torch on the same random inputs (output
-poisoned with NaN first), then timed: 3 warm-up launches, then ``--reps`` launches each after an L2
-flush, median of CUDA-event times. torch (cuBLAS/cuDNN) is timed the same way per shape.
+Each (shape, config) is first compiled in a pool of worker processes (bound to the shape's own
+tensors, never launched; pairs sharing a kernel hit Triton's on-disk cache), then, config-major, in
+this process: checked against torch on the same random inputs (output poisoned with NaN first) and
+timed: 3 warm-up launches, then ``--reps`` launches each after an L2 flush, median of CUDA-event
+times. torch (cuBLAS/cuDNN) is timed the same way per shape, three times, keeping the best.
 Records follow docs/ARCHITECTURE.md; failures are recorded with their kind, never dropped.
 """
 
@@ -23,11 +23,10 @@ import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-COMPILE_JOB = 8  # (workload, config) pairs per compile job: small, so the timing loop rarely waits long
+COMPILE_JOB = 8  # (workload, config) pairs per compile job
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -108,7 +107,7 @@ _SHAPES: dict[str, tuple[Any, ...]] = {}  # per compile worker: workload -> its 
 def _compile_worker(pairs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """Compile (workload, config) pairs, bound to uninitialised CUDA tensors of the workload's own
     shapes and strides (so Triton specialises exactly as for the timed call: a batch of 16 is not
-    a batch of 2) but never launched: the GPU is timing other configs meanwhile."""
+    a batch of 2, and the timing process never compiles) but never launched."""
     import torch
 
     from alcop_triton.kernels.runner import make_runner
@@ -129,19 +128,20 @@ def _compile_worker(pairs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return errs
 
 
-def start_compiles(order: list[tuple[Any, Any]], workers: int) -> tuple[Any, dict[tuple[Any, Any], Any]]:
+def precompile(order: list[tuple[Any, Any]], workers: int) -> None:
     """Compile every (workload, config) of ``order`` in ``workers`` processes (compilation is
-    CPU-bound; pairs that share a kernel hit Triton's on-disk cache), in small jobs submitted in
-    timing order, so the timing loop starts at once and waits only for a pair not compiled yet.
-    Returns the pool and one future per pair."""
+    CPU-bound; pairs that share a kernel hit Triton's on-disk cache), before any timing, so no other
+    process puts CUDA work (allocations, module loads) on the GPU while it times: H100 runs that
+    overlapped the two had up to 3% of their times over 2x slow against a cross-run median, runs
+    that compiled first at most 1.6%."""
     import multiprocessing as mp
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
-    futures: dict[tuple[Any, Any], Any] = {}
-    for i in range(0, len(order), COMPILE_JOB):
-        job = order[i:i + COMPILE_JOB]
-        fut = pool.submit(_compile_worker, [(json.dumps(w.to_dict()), c.to_dict()) for w, c in job])
-        futures.update({pair: fut for pair in job})
-    return pool, futures
+    t0 = time.time()
+    jobs = [[(json.dumps(w.to_dict()), c.to_dict()) for w, c in order[i:i + COMPILE_JOB]]
+            for i in range(0, len(order), COMPILE_JOB)]
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+        n_err = sum(len(e) for e in ex.map(_compile_worker, jobs))
+    print(f"[collect] compiled {len(order)} (workload, config) pairs in {time.time() - t0:.0f}s, {n_err} failed "
+          "(recorded when timed)", flush=True)
 
 
 class Timer:
@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     # every workload (per-process caches of bounded size never thrash).
     order = [(w, c) for c in cfgs for w in wls if useful(w, c, spec, a.grid)]
 
+    precompile(order, a.workers)
     timer = Timer(a.reps)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -217,20 +218,14 @@ def main(argv: list[str] | None = None) -> int:
             refs[w] = (x, r.reference(x) if w.op.startswith("conv") else (x[0] @ x[1]))
             fn = (lambda x=x: torch.nn.functional.conv2d(x[0], x[1], None, w.conv_params()["stride"], w.conv_params()["pad"])) \
                 if w.op.startswith("conv") else (lambda x=x: torch.matmul(x[0], x[1]))
-            write({"workload": w.to_dict(), "config": None, "impl": "torch", "time_ms": timer(fn), "error": None})
-        # Started after torch is timed: the workers' CUDA start-up (contexts, allocations) perturbed
-        # baselines timed next to it (one cuBLAS time came out 11x too slow).
-        pool, compiled = start_compiles(order, a.workers)
-        print(f"[collect] {len(order)} (workload, config) pairs, compiled in {a.workers} "
-              "processes while timing", flush=True)
+            # the best of three timings: a single one came out 2-12x slow about once per run on the
+            # H100, and every ratio against torch in the reports leans on this number
+            write({"workload": w.to_dict(), "config": None, "impl": "torch", "time_ms": min(timer(fn) for _ in range(3)),
+                   "error": None})
         for w, c in order:
             if time.time() - t_start > a.budget_s:
                 print(f"[collect] budget of {a.budget_s:.0f}s reached; stopping", flush=True)
                 break
-            try:
-                compiled[(w, c)].result()
-            except BrokenProcessPool:  # a compile crashed its worker: this process compiles the rest itself
-                pass
             rec: dict[str, Any] = {"workload": w.to_dict(), "config": c.to_dict(), "impl": "alcop", "time_ms": None,
                                    "error": None}
             try:
@@ -256,10 +251,6 @@ def main(argv: list[str] | None = None) -> int:
             if n_rec % 500 == 0:
                 f.flush()
                 print(f"[collect] {n_rec} records, {time.time() - t_start:.0f}s", flush=True)
-    pool.shutdown(cancel_futures=True)
-    done = [f for f in set(compiled.values()) if f.done() and not f.cancelled() and f.exception() is None]
-    print(f"[collect] compile workers: {sum(len(f.result()) for f in done)} failures (recorded above when timed)",
-          flush=True)
     print(f"[collect] wrote {n_rec} records to {out} in {time.time() - t_start:.0f}s", flush=True)
     return 0
 

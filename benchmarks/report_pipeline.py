@@ -179,9 +179,9 @@ def markdown(results: list[tuple[str, dict[str, Any]]], records: dict[str, list[
                    f"{s['full_over_double_buffer']:.3f}x | {s['full_vs_torch']:.3f}x |")
     out.append("")
     pairs = [(x, y) for i, (x, rx) in enumerate(results) for y, ry in results[i + 1:]
-             if rx["meta"]["mma"] == ry["meta"]["mma"] and rx["meta"]["date"] == ry["meta"]["date"]]
+             if rx["meta"]["mma"] == ry["meta"]["mma"] and rx["meta"]["device"] == ry["meta"]["device"]]
     if pairs:
-        out += ["Run to run, same MMA path and day (time ratio second / first over the pairs both runs "
+        out += ["Run to run, same GPU model and MMA path (time ratio second / first over the pairs both runs "
                 "measured). A variant's best is a minimum over many configs, so single-config outliers "
                 "move the speedups far less than they move individual times.", "",
                 "| runs | pairs | median | 10th-90th percentile | differ by more than 2x | torch moved by more than 2x |",
