@@ -40,8 +40,8 @@ class Variant:
 @dataclass(frozen=True)
 class Launch:
     """One bound kernel call: ``launch()`` only enqueues it (what timing loops and CUDA graphs see);
-    ``launch.compile()`` compiles it without running it, so benchmark workers can fill Triton's cache
-    without putting work on a GPU that is timing something else."""
+    ``launch.compile()`` (CUDA only) compiles it for exactly these arguments without running it, so
+    benchmark workers can fill Triton's cache for another process's calls."""
     jit: Any
     run: Any
     grid: tuple[int, ...]

@@ -99,7 +99,7 @@ def test_unrolled_reduction_on_gpu(kit) -> None:
 
 @pytest.mark.parametrize("variant", ["s4", "tma"])
 def test_bound_launch_compiles_without_running(variant: str, kit) -> None:
-    # benchmark workers fill Triton's cache with Launch.compile() while the GPU times other configs
+    # benchmark workers fill Triton's cache with Launch.compile() for the calls another process times
     kern = _build(VARIANTS[variant], False)
     a = torch.randn(300, 200, device="cuda").half()
     b = torch.randn(200, 100, device="cuda").half()
