@@ -101,6 +101,26 @@ def _no_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
 
 
+@pytest.fixture
+def grids(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The launch grids of the generated kernels called in the test, in call order."""
+    import importlib
+    build_mod = importlib.import_module("alcop_triton.build")  # the module (alcop_triton.build is the function)
+    seen: list[tuple[int, ...]] = []
+    real = build_mod.launcher
+
+    class Recorder:
+        def __init__(self, fn: Any) -> None:
+            self.fn = fn
+
+        def __getitem__(self, grid: tuple[int, ...]) -> Any:
+            seen.append(tuple(grid))
+            return self.fn[grid]
+
+    monkeypatch.setattr(build_mod, "launcher", lambda fn, device_type: Recorder(real(fn, device_type)))
+    return seen
+
+
 class Kit:
     """Helpers shared by tests/core, tests/analysis, tests/rewrite, tests/golden and tests/gpu."""
 

@@ -54,24 +54,6 @@ def _run(kit, kern: at.CompiledKernel, m: int, n: int, k: int, dtype: str, seed:
     kit.assert_close(out, a.double() @ b.double(), dtype, f"{lead + (m, n, k)} {kern.config} {dtype} seed={seed}")
 
 
-@pytest.fixture
-def grids(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
-    """The launch grids of the kernels called in the test, in call order."""
-    seen: list[tuple[int, ...]] = []
-    real = build_mod.launcher
-
-    class Recorder:
-        def __init__(self, fn: Any) -> None:
-            self.fn = fn
-
-        def __getitem__(self, grid: tuple[int, ...]) -> Any:
-            seen.append(tuple(grid))
-            return self.fn[grid]
-
-    monkeypatch.setattr(build_mod, "launcher", lambda fn, device_type: Recorder(real(fn, device_type)))
-    return seen
-
-
 # ----------------------------------------------------------------------------- matmul and bmm
 
 @interpreter

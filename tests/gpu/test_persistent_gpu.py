@@ -9,10 +9,8 @@ TRITON_INTERPRET=1).
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -22,8 +20,6 @@ from alcop_triton import KernelConfig, Schedule
 from alcop_triton.kernels import matmul as km
 
 pytestmark = pytest.mark.gpu
-
-build_mod = importlib.import_module("alcop_triton.build")  # the module (alcop_triton.build is the function)
 
 SUITE = json.loads((Path(__file__).resolve().parents[1] / "data" / "alcop_suite.json").read_text())
 DENSE: list[tuple[int, int, int]] = [tuple(s) for s in SUITE["dense"]["shapes_MNK"]]
@@ -82,20 +78,8 @@ def test_persistent_suite_shapes(variant: str, kit) -> None:
         assert "a_desc.load(" in src and "tl.trans(b_desc.load(" in src
 
 
-def test_grid_is_capped_by_resident_programs(monkeypatch: pytest.MonkeyPatch, kit) -> None:
+def test_grid_is_capped_by_resident_programs(grids: list[tuple[int, ...]], kit) -> None:
     # more tiles than the GPU holds at once: the grid is the resident count and programs loop
-    grids: list[tuple[int, ...]] = []
-    real = build_mod.launcher
-
-    class Recorder:
-        def __init__(self, fn: Any) -> None:
-            self.fn = fn
-
-        def __getitem__(self, grid: tuple[int, ...]) -> Any:
-            grids.append(tuple(grid))
-            return self.fn[grid]
-
-    monkeypatch.setattr(build_mod, "launcher", lambda fn, device_type: Recorder(real(fn, device_type)))
     cfg = PERSISTENT["pointer_s4"]
     kern = _kernel(cfg, False)
     _check(kern, 4096, 4096, 256, None, seed=80, kit=kit)  # 1024 tiles of 128 x 128
