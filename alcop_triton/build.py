@@ -111,7 +111,7 @@ class CompiledKernel:
 
     def _default_key(self) -> _Key:
         us = tuple((t.name, t.ndim - 1 if t.ndim else None) for t in list(self.inputs) + [self.out])
-        return _Key(us, None, True, _allow_tf32())
+        return _Key(us, None, True, config.allow_tf32())
 
     def _variant(self, key: _Key, device_type: str) -> Variant:
         cached = self._variants.get((key, device_type))
@@ -241,7 +241,7 @@ class CompiledKernel:
         # Only a trip count below the requested depth changes the plan (it clamps): one variant serves
         # every longer reduction, so new shapes do not re-run lowering and codegen.
         trips = min(trips, max(self.config.smem_stages, self.config.reg_stages))
-        key = _Key(unit, trips, _tma_aligned(all_x), _allow_tf32(), tuple((n, env[n]) for n in self.static))
+        key = _Key(unit, trips, _tma_aligned(all_x), config.allow_tf32(), tuple((n, env[n]) for n in self.static))
         v = self._variant(key, dev.type)
         self.last = v
         args: list[Any] = list(all_x) + [env[n] for n, _ in v.sizes]
@@ -302,11 +302,6 @@ def _step_text(s: Any) -> str:
     name = type(s).__name__
     fields = ", ".join(f"{v}" for v in s.__dict__.values() if v is not None)
     return f"{name}({fields})"
-
-
-def _allow_tf32() -> bool:
-    import torch
-    return bool(torch.backends.cuda.matmul.allow_tf32)
 
 
 def _sm_count(dev: Any) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Iterator
 
 
 def _flag(name: str) -> bool:
@@ -58,3 +60,40 @@ def autotune() -> bool:
 def interpret() -> bool:
     """``TRITON_INTERPRET=1``: Triton runs kernels in its CPU interpreter."""
     return _flag("TRITON_INTERPRET")
+
+
+def allow_tf32() -> bool:
+    """Whether float32 products may round their inputs to TF32: torch's cuBLAS switch, read the way every
+    supported torch spells it (``fp32_precision`` since torch 2.9, where reading the legacy ``allow_tf32``
+    raises once the new API has been used; ``allow_tf32`` before)."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    precision = getattr(matmul, "fp32_precision", None)
+    if precision is None:
+        return bool(matmul.allow_tf32)
+    if precision == "none":  # inherits the backend-wide setting
+        precision = getattr(torch.backends, "fp32_precision", "none")
+    return precision == "tf32"
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool) -> Iterator[None]:
+    """Within the block, float32 products use TF32 (``enabled``) or IEEE fp32; the previous setting after."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    if getattr(matmul, "fp32_precision", None) is None:
+        old_flag = matmul.allow_tf32
+        matmul.allow_tf32 = enabled
+        try:
+            yield
+        finally:
+            matmul.allow_tf32 = old_flag
+        return
+    old = matmul.fp32_precision
+    matmul.fp32_precision = "tf32" if enabled else "ieee"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = old

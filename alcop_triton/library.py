@@ -224,7 +224,7 @@ def launch(kern: CompiledKernel, args: Sequence[torch.Tensor]) -> None:
     if dev.type != "cuda":
         kern(*args)
         return
-    sig = (kern, torch.backends.cuda.matmul.allow_tf32,
+    sig = (kern, _env.allow_tf32(),
            tuple((t.dtype, tuple(t.shape), t.stride(), t.data_ptr() % 16 == 0) for t in args))
     with torch.cuda.device(dev):
         if torch.cuda.is_current_stream_capturing():

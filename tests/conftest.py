@@ -96,9 +96,11 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _no_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_tf32() -> Iterator[None]:
     # fp32 tolerances (1e-5) and golden sources assume IEEE fp32 dots; build reads this flag.
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    from alcop_triton.config import tf32  # after TRITON_INTERPRET is set above: the package imports triton
+    with tf32(False):
+        yield
 
 
 @pytest.fixture

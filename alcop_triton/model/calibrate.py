@@ -24,6 +24,7 @@ import subprocess
 import sys
 from typing import Any, Callable
 
+from ..config import tf32
 from .hardware import GPUSpec, _key, _PRESETS, save_calibrated, spec_from_properties
 
 
@@ -137,10 +138,10 @@ def measure_torch_matmul(dtype_name: str, n: int) -> float:
     import torch
 
     dtype = getattr(torch, dtype_name)
-    torch.backends.cuda.matmul.allow_tf32 = True
     a = torch.randn(n, n, device="cuda", dtype=dtype)
     b = torch.randn(n, n, device="cuda", dtype=dtype)
-    ms = _time_ms(lambda: torch.matmul(a, b), 10)
+    with tf32(True):
+        ms = _time_ms(lambda: torch.matmul(a, b), 10)
     return 2 * n ** 3 / (ms * 1e-3)
 
 
