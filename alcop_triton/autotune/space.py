@@ -99,6 +99,11 @@ def shape_reason(workload: Workload, c: KernelConfig, spec: Any | None) -> str |
         # The register prologue would sit inside the flattened tile loop; on the GPU the register
         # level loses to shared-only pipelining anyway (benchmarks/results/pipeline_variants.md).
         return "register prefetch in a persistent tile loop"
+    if c.persistent and workload.op.startswith("conv"):
+        # Measured on the H100: persistent convolutions lose on every layer of the conv grid
+        # (benchmarks/results/conv_variants.md), by 20-70x where the model ranked them first (a
+        # conv3d 3x3x3 layer: 62 ms against 0.9 ms with one program per tile).
+        return "persistent convolution"
     if c.persistent and spec is not None:
         tiles = batch * math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
         if tiles <= spec.num_sms:
