@@ -17,8 +17,8 @@ case "$what" in
 esac
 
 say() { echo "scripts/run.sh: $*" >&2; }
-if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null; then
-  say "$PY is missing or older than Python 3.10; install Python >= 3.10 or set PYTHON=/path/to/python3"
+if ! "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
+  say "$PY is missing or older than Python 3.11; install Python >= 3.11 or set PYTHON=/path/to/python3"
   exit 1
 fi
 if ! "$PY" -m pip --version >/dev/null 2>&1; then
