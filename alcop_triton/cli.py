@@ -45,7 +45,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 
 def suite_workloads(path: str | os.PathLike[str], dtype: str, ops: Sequence[str] | None = None) -> list[Workload]:
-    """Workloads of an ALCOP suite file (``/work/shared/suite/alcop_suite.json`` format).
+    """Workloads of an ALCOP suite file (the format of ``tests/data/alcop_suite.json``).
 
     Sections: ``dense`` (matmul, B stored N x K: layout 'nt'), ``bmm`` (B stored N x K), ``conv2d``
     and ``conv3d`` (channels-last inputs: 'nhwc').
@@ -358,7 +358,7 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
                         "x stride x pad")
     p.add_argument("--dtype", default="float16", choices=DTYPES)
     p.add_argument("--layout", help="operand layout: 'nn'/'nt'/'tn'/'tt' for GEMMs, 'nhwc'/'nchw' for conv")
-    p.add_argument("--suite", help="suite JSON file (e.g. /work/shared/suite/alcop_suite.json)")
+    p.add_argument("--suite", help="suite JSON file (e.g. tests/data/alcop_suite.json)")
     p.add_argument("--suite-ops", help="comma-separated suite sections: dense,bmm,conv2d,conv3d")
     p.add_argument("--model", help="torch model factory 'module:callable' returning (model, example_inputs)")
     p.add_argument("--capture-device", default="meta", choices=("meta", "cpu"),

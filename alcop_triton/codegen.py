@@ -411,7 +411,9 @@ def _store(n: Store, c: Ctx) -> None:
     val = c.value(n.expr, ("m", "n"), "", {k.reduction.name: "acc"})
     c.w.line(f"# epilogue, fused into the store: {out.name} = {n.expr!r}".replace(f"{k.reduction.name}[", "acc["))
     c.w.line(f"out = {val}")
-    ptr, mask = c.address(te.Load(out, out.op.axes), ("m", "n"), "")  # type: ignore[union-attr]
+    if not isinstance(out.op, te.ComputeOp):
+        raise CodegenError(f"output {out.name!r} is a placeholder: it has no index to store at")
+    ptr, mask = c.address(te.Load(out, out.op.axes), ("m", "n"), "")
     c.w.line(f"tl.store({ptr}, out.to({out.name}.dtype.element_ty), mask={mask})")
 
 

@@ -79,21 +79,23 @@ def allow_tf32() -> bool:
 
 @contextlib.contextmanager
 def tf32(enabled: bool) -> Iterator[None]:
-    """Within the block, float32 products use TF32 (``enabled``) or IEEE fp32; the previous setting after."""
+    """Within the block, float32 matmuls and convolutions (alcop's kernels, cuBLAS and cuDNN) use TF32
+    (``enabled``) or IEEE fp32; the previous settings after."""
     import torch
 
     matmul = torch.backends.cuda.matmul
-    if getattr(matmul, "fp32_precision", None) is None:
-        old_flag = matmul.allow_tf32
-        matmul.allow_tf32 = enabled
-        try:
-            yield
-        finally:
-            matmul.allow_tf32 = old_flag
-        return
-    old = matmul.fp32_precision
-    matmul.fp32_precision = "tf32" if enabled else "ieee"
+    if getattr(matmul, "fp32_precision", None) is None:  # torch < 2.9: the legacy flags
+        switches: list[tuple[object, str]] = [(matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")]
+        value: bool | str = enabled
+    else:
+        # cudnn.conv is set on torch's module-replacing class, which its type stubs do not declare.
+        switches = [(matmul, "fp32_precision"), (getattr(torch.backends.cudnn, "conv"), "fp32_precision")]
+        value = "tf32" if enabled else "ieee"
+    old = [getattr(obj, name) for obj, name in switches]
+    for obj, name in switches:
+        setattr(obj, name, value)
     try:
         yield
     finally:
-        matmul.fp32_precision = old
+        for (obj, name), v in zip(switches, old):
+            setattr(obj, name, v)

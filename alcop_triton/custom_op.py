@@ -77,7 +77,7 @@ def _params(fn: Callable[..., Any]) -> list[_Param]:
                             "use plain positional parameters (tensors, then ints/floats/bools)")
         h = hints.get(p.name, te.Tensor)
         if h in SCALAR_KINDS or h in ("int", "float", "bool"):
-            kind = SCALAR_KINDS.get(h, h)  # type: ignore[call-overload]
+            kind = SCALAR_KINDS.get(h, h)
         elif h is te.Tensor or (isinstance(h, str) and h.split(".")[-1] == "Tensor"):
             kind = "Tensor"
             if p.default is not p.empty:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from . import te
 
@@ -49,6 +49,9 @@ class Operand:
 class Node:
     def children(self) -> tuple[Node, ...]:
         return ()
+
+
+N = TypeVar("N", bound=Node)  # generic_visit returns a node of its argument's class
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,7 @@ class Transformer:
     def visit(self, node: Node) -> Node | tuple[Node, ...] | None:
         return getattr(self, f"visit_{type(node).__name__}", self.generic_visit)(node)
 
-    def generic_visit(self, node: Node) -> Node:
+    def generic_visit(self, node: N) -> N:
         if isinstance(node, For):
             body = self.visit_body(node.body)
             return node if body == node.body else dataclasses.replace(node, body=body)

@@ -63,7 +63,8 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
     """
     static = dict(static or {})
     out, red = s.out, s.reduction
-    if red is None:
+    # A reduction is a compute whose body is a te.Reduce (Schedule's definition): the isinstance checks narrow.
+    if red is None or not isinstance(red.op, te.ComputeOp) or not isinstance(red.op.body, te.Reduce):
         raise UnsupportedError(f"{out.name!r} has no te.sum: alcop kernels are reductions with a load-and-use loop")
     if not isinstance(out.op, te.ComputeOp):
         raise ScheduleError(f"{out.name!r} is a placeholder, not a computed tensor")
@@ -87,8 +88,8 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
         raise UnsupportedError(f"reduction {red.name!r} and output {out.name!r} have different shapes")
 
     # Reduction body on the output's axes, prologue computes inlined (fused at the use).
-    rbody: te.Reduce = red.op.body  # type: ignore[union-attr, assignment]
-    product = te.substitute(rbody.body, dict(zip(red.op.axes, out_axes)))  # type: ignore[union-attr]
+    rbody = red.op.body
+    product = te.substitute(rbody.body, dict(zip(red.op.axes, out_axes)))
     f1, f2 = _factors(product)
     prologue_of = {}
     factors = []
@@ -99,7 +100,7 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
         prologue_of[id(inl)] = raw[0].name if raw else None
 
     # Axis roles.
-    tile: Tile = s.last(Tile) or Tile(64, 64, 32, 32)  # type: ignore[assignment]
+    tile: Tile = s.last(Tile) or Tile(64, 64, 32, 32)
     names = [a.name for a in out_axes]
     n_axes = tile.n_axes if tile.n_axes is not None else tuple(names[-1:]) if len(names) >= 2 else ()
     m_axes = tile.m_axes if tile.m_axes is not None else tuple(n for n in names[-2:-1] if n not in n_axes) \

@@ -248,7 +248,8 @@ class Schedule:
         """Unroll the reduction loop (which then cannot be pipelined: nothing to overlap)."""
         name = axis.name if isinstance(axis, te.IterVar) else axis
         red = self.reduction
-        if red is None or name not in [a.name for a in red.op.body.axes]:  # type: ignore[union-attr]
+        body = red.op.body if red is not None and isinstance(red.op, te.ComputeOp) else None
+        if not isinstance(body, te.Reduce) or name not in [a.name for a in body.axes]:
             raise ScheduleError(f"unroll({name!r}): only a reduction axis of this kernel can be unrolled")
         self.steps.append(Unroll(name))
 
@@ -311,17 +312,17 @@ class Schedule:
 def _reduction_inputs(s: Schedule) -> list[te.Tensor]:
     """The placeholders read inside the reduction body, prologue computes looked through."""
     red = s.reduction
-    if red is None:
+    # A reduction is a compute (Schedule's definition): the isinstance check narrows its op.
+    if red is None or not isinstance(red.op, te.ComputeOp):
         raise ScheduleError(f"{s.out.name!r} has no reduction; nothing to tile or pipeline")
     out: list[te.Tensor] = []
 
     def visit(e: te.Expr) -> None:
         for ld in te.loads(e):
             t = ld.tensor
-            if t.is_placeholder:
-                if t not in out:
-                    out.append(t)
-            else:
-                visit(t.op.body)  # type: ignore[union-attr]
-    visit(red.op.body)  # type: ignore[union-attr]
+            if isinstance(t.op, te.ComputeOp):
+                visit(t.op.body)
+            elif t not in out:
+                out.append(t)
+    visit(red.op.body)
     return out

@@ -31,16 +31,16 @@ COMPILE_JOB = 8  # (workload, config) pairs per compile job
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GRIDS: dict[str, dict[str, Any]] = {
-    # The exhaustive grid the models and tuners are evaluated against (issues 5 and 6).
+    # The exhaustive grid the models and tuners are evaluated against.
     "full": dict(block_m=(64, 128), block_n=(64, 128, 256), block_k=(32, 64), num_warps=(4, 8),
                  smem_stages=(1, 2, 3, 4, 5, 6, 8), reg=((1, 1), (2, 1), (2, 2)), async_copy=("pointer",)),
-    # The ablation study on the Ampere-style path (issue 3): same knobs, fewer tiles.
+    # The ablation study on the Ampere-style path: same knobs, fewer tiles.
     "variants": dict(block_m=(64, 128), block_n=(64, 128), block_k=(32, 64), num_warps=(4, 8),
                      smem_stages=(1, 2, 3, 4, 6, 8), reg=((1, 1), (2, 1), (2, 2)), async_copy=("pointer",)),
     # TMA vs cp.async on the best tiles.
     "tma": dict(block_m=(128,), block_n=(128, 256), block_k=(64,), num_warps=(8,),
                 smem_stages=(2, 3, 4), reg=((1, 1), (2, 1)), async_copy=("pointer", "tma")),
-    # Issue 3's ablation on Hopper: the tile knobs the tuner's space offers (BLOCK_K up to 128,
+    # The ablation on Hopper: the tile knobs the tuner's space offers (BLOCK_K up to 128,
     # 256-wide tiles, TMA or cp.async), every variant over the same grid. Register prefetch is
     # measured on cp.async only: it stages the same sub-tiles whichever engine filled shared memory.
     # Persistent programs are measured without register prefetch (its prologue would sit inside the
@@ -54,8 +54,8 @@ GRIDS: dict[str, dict[str, Any]] = {
                      smem_stages=(1, 2, 3, 4, 5, 6, 8), reg=((1, 1), (2, 1)), async_copy=("pointer", "tma"),
                      persistent=(False, True), tma_with_reg=False),
     # The ablation grid with the ALCOP artifact's K tiles (tile_K = 16 * chunk, chunk in {2, 4} for
-    # dense and {1, 2, 4, 8} for bmm; thesis digest, "Knobs"), stated before its run: issue 3's
-    # acceptance read on the paper's own search space rather than on the tuner's wider one.
+    # dense and {1, 2, 4, 8} for bmm), stated before its run: the ablation's acceptance read on the
+    # paper's own search space rather than on the tuner's wider one.
     "alcop_space": dict(block_m=(64, 128), block_n=(64, 128, 256), block_k=(16, 32, 64, 128), num_warps=(4, 8),
                         smem_stages=(1, 2, 3, 4, 5, 6, 8), reg=((1, 1), (2, 1)), async_copy=("pointer", "tma"),
                         persistent=(False, True), tma_with_reg=False,

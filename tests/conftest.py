@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -131,6 +132,11 @@ class Kit:
     @staticmethod
     def tdtype(name: str) -> torch.dtype:
         return getattr(torch, name)
+
+    @staticmethod
+    def seed(*parts: object) -> int:
+        """A seed per case, the same in every run (``hash`` of a str is salted per process)."""
+        return zlib.crc32("/".join(map(str, parts)).encode())
 
     @staticmethod
     def rand(shape: tuple[int, ...], dtype: str, gen: torch.Generator, device: str = "cpu") -> torch.Tensor:

@@ -70,8 +70,8 @@ def make_torch_runner(workload: Workload, config: KernelConfig, device: str) -> 
 
 
 def _best(results: Sequence[MeasureResult]) -> MeasureResult | None:
-    ok = [r for r in results if r.ok]
-    return min(ok, key=lambda r: r.time_ms) if ok else None  # type: ignore[arg-type,return-value]
+    timed = [(r.time_ms, r) for r in results if r.ok and r.time_ms is not None]
+    return min(timed, key=lambda tr: tr[0])[1] if timed else None
 
 
 def run(workloads: Sequence[Workload], target: Target, db: Database, *, tutorial: bool = True,

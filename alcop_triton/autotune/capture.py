@@ -126,7 +126,7 @@ def capture(model: Any, inputs: Any, *, device: str = "meta", dtype: str | None 
     seen: dict[Workload, None] = {}
 
     class Recorder(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             w = workload_of(func, args, kwargs)
             if w is not None:

@@ -275,12 +275,12 @@ def rank_configs(records: Iterable[TuningRecord]) -> list[RankedConfig]:
     times: dict[KernelConfig, list[float]] = {}
     failed: set[KernelConfig] = set()
     for r in records:
-        if r.ok:
-            times.setdefault(r.config, []).append(r.time_ms)  # type: ignore[arg-type]
-        else:
+        if not r.ok:
             # A wrong answer or crash on this GPU disqualifies the config even if another run
             # timed it: a fast wrong kernel must never be dispatched.
             failed.add(r.config)
+        elif r.time_ms is not None:
+            times.setdefault(r.config, []).append(r.time_ms)
     ranked = [RankedConfig(c, statistics.median(ts), len(ts)) for c, ts in times.items() if c not in failed]
     ranked.sort(key=lambda rc: (rc.time_ms, rc.config))
     return ranked

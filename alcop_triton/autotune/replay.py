@@ -63,6 +63,7 @@ class ReplayMeasurer:
     def __init__(self, workload: Workload, records: Sequence[TuningRecord]) -> None:
         self.workload = workload
         ok = {rc.config: rc.time_ms for rc in rank_configs(records)}
+        self._best_ms = min(ok.values(), default=None)
         self._results: dict[KernelConfig, MeasureResult] = {}
         for r in records:
             if r.config in ok:
@@ -76,8 +77,7 @@ class ReplayMeasurer:
         return list(self._results)
 
     def best_time_ms(self) -> float | None:
-        times = [r.time_ms for r in self._results.values() if r.ok]
-        return min(times) if times else None  # type: ignore[type-var]
+        return self._best_ms
 
     def measure(self, configs: Sequence[KernelConfig], on_result: OnResult | None = None) -> list[MeasureResult]:
         out = []

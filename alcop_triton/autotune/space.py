@@ -130,6 +130,7 @@ class ConfigSpace:
     configs: tuple[KernelConfig, ...]
     spec: Any = None
     pruned: dict[str, int] = field(default_factory=dict, compare=False)
+    _index: dict[KernelConfig, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.configs:
@@ -143,10 +144,10 @@ class ConfigSpace:
         return iter(self.configs)
 
     def __contains__(self, c: object) -> bool:
-        return c in self._index  # type: ignore[attr-defined]
+        return c in self._index
 
     def index(self, c: KernelConfig) -> int:
-        return self._index[c]  # type: ignore[attr-defined]
+        return self._index[c]
 
     def knob_values(self) -> dict[str, tuple[Any, ...]]:
         """Values each knob takes in this space (sorted), what neighbours move along."""
@@ -206,17 +207,18 @@ class ConfigSpace:
         if prune:
             from ..model import analytical
 
-            valid, smallest = [], None
+            valid: list[KernelConfig] = []
+            smallest: tuple[float, KernelConfig] = (math.inf, candidates[0])
             for c in candidates:
                 res = analytical.resources(workload, c, spec)
                 if res.valid:
                     valid.append(c)
                 else:
                     pruned[f"model: {_reason_class(res.reason)}"] += 1
-                if smallest is None or res.smem_bytes < smallest[0]:
+                if res.smem_bytes < smallest[0]:
                     smallest = (res.smem_bytes, c)
             # Like Triton's early_config_prune contract: never return nothing.
-            configs = valid or [smallest[1]]  # type: ignore[index]
+            configs = valid or [smallest[1]]
         space = cls(workload, tuple(configs), spec, dict(pruned))
         if top_k is not None:
             space = space.top_k(top_k)

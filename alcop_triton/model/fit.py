@@ -44,13 +44,14 @@ def fit_loss(ms: Sequence[Measurement], spec: GPUSpec) -> float:
     groups: dict[object, list[float]] = {}
     penalty = 0.0
     for m in ms:
-        if not m.ok:
+        measured = m.time_s if m.ok else None
+        if measured is None:
             continue
         t = estimate(m.workload, m.config, spec).time_s
         if not math.isfinite(t):
             penalty += 1.0
             continue
-        groups.setdefault(m.workload, []).append(math.log(t / m.time_s))  # type: ignore[operator]
+        groups.setdefault(m.workload, []).append(math.log(t / measured))
     n = sum(len(g) for g in groups.values())
     if n == 0:
         return math.inf

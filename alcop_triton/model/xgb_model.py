@@ -177,7 +177,7 @@ class XGBCostModel:
     def update(self, records: Iterable[Measurement]) -> "XGBCostModel":
         """Add measurements (failed runs rank last) and continue boosting on all data held."""
         for r in records:
-            self._measured.setdefault(r.workload, {})[r.config] = r.time_s if r.ok else math.inf  # type: ignore[assignment]
+            self._measured.setdefault(r.workload, {})[r.config] = r.time_s if r.ok and r.time_s is not None else math.inf
             if (r.workload, r.config) not in self._measured_x:
                 # A record of the other MMA path (e.g. DISABLE_MMA_V3=1) is featurized as it ran.
                 spec = self.spec if r.mma in (None, self.spec.mma) else self.spec.with_mma(r.mma)

@@ -23,7 +23,7 @@ class InjectSharedPipeline(Transformer):
         self.plan = plan
 
     def visit_For(self, node: For) -> Node:
-        node = self.generic_visit(node)  # type: ignore[assignment]
+        node = self.generic_visit(node)
         s = self.plan.smem_stages
         if node.role == "tiles":
             chunk = next((c for c in node.body if isinstance(c, For) and c.role == "chunk"), None)

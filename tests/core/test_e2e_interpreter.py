@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import alcop_triton as at
-from alcop_triton import KernelConfig, Schedule, te
+from alcop_triton import KernelConfig, Schedule, config, te
 from alcop_triton.kernels import conv as kc
 from alcop_triton.kernels import matmul as km
 
@@ -33,10 +33,6 @@ VARIANTS: dict[str, KernelConfig] = {
 }
 # odd shapes: all-ones, nothing a multiple of a tile, K not a multiple of the chunk (40 = 32 + 8)
 SHAPES = [(1, 1, 1), (17, 33, 65), (33, 17, 40)]
-
-
-def _seed(*parts: object) -> int:
-    return hash(tuple(map(str, parts))) % (2 ** 31)  # fresh per case and per session (str hashing is salted)
 
 
 def _operands(kit, m: int, n: int, k: int, dtype: str, layout: str, g: torch.Generator):
@@ -74,24 +70,24 @@ def _run_mm(kit, kern, m, n, k, dtype, layout, seed, batch: int | None = None) -
 def test_matmul_variant_dtype(variant: str, dtype: str, kit) -> None:
     kern = kit.matmul(dtype, VARIANTS[variant])
     for m, n, k in SHAPES:
-        _run_mm(kit, kern, m, n, k, dtype, "nn", _seed(variant, dtype, m, n, k))
+        _run_mm(kit, kern, m, n, k, dtype, "nn", kit.seed(variant, dtype, m, n, k))
     for layout in ("tn", "nt", "sliced"):
-        _run_mm(kit, kern, 19, 21, 45, dtype, layout, _seed(variant, dtype, layout))
+        _run_mm(kit, kern, 19, 21, 45, dtype, layout, kit.seed(variant, dtype, layout))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_matmul_larger_odd_shape(variant: str, dtype: str, kit) -> None:
     kern = kit.matmul(dtype, VARIANTS[variant])
-    _run_mm(kit, kern, 100, 80, 72, dtype, "nn", _seed(variant, dtype, "big"))
+    _run_mm(kit, kern, 100, 80, 72, dtype, "nn", kit.seed(variant, dtype, "big"))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_tma_path_is_exercised_on_aligned_shapes(dtype: str, kit) -> None:
     kern = kit.matmul(dtype, VARIANTS["tma"])
-    _run_mm(kit, kern, 32, 48, 72, dtype, "nn", _seed("tma-aligned", dtype))  # 16-byte aligned rows
+    _run_mm(kit, kern, 32, 48, 72, dtype, "nn", kit.seed("tma-aligned", dtype))  # 16-byte aligned rows
     assert "a_desc.load(" in kern.source and "b_desc.load(" in kern.source
-    _run_mm(kit, kern, 32, 48, 72, dtype, "nt", _seed("tma-nt", dtype))     # B stored N x K
+    _run_mm(kit, kern, 32, 48, 72, dtype, "nt", kit.seed("tma-nt", dtype))     # B stored N x K
     # the descriptor is built over B's storage order (unit-stride dim last) and transposed in registers
     assert "a_desc.load(" in kern.source and "tl.trans(b_desc.load(" in kern.source
 
@@ -99,7 +95,21 @@ def test_tma_path_is_exercised_on_aligned_shapes(dtype: str, kit) -> None:
 def test_one_kernel_serves_every_shape(kit) -> None:
     kern = kit.matmul("float32", VARIANTS["full_s3_r2x2"])
     for i, (m, n, k) in enumerate([(5, 7, 3), (40, 16, 64), (16, 40, 33)]):
-        _run_mm(kit, kern, m, n, k, "float32", "nn", _seed("shapes", i))
+        _run_mm(kit, kern, m, n, k, "float32", "nn", kit.seed("shapes", i))
+
+
+def test_tf32_switch_selects_its_own_variant(kit) -> None:
+    """Flipping the TF32 switch between calls compiles a variant for the new setting, never reuses the other one."""
+    kern = kit.matmul("float32", VARIANTS["s2"])
+    seen = {}
+    for flag in (False, True, False):
+        with config.tf32(flag):
+            _run_mm(kit, kern, 17, 19, 40, "float32", "nn", kit.seed("tf32", flag))
+        seen.setdefault(flag, kern.last)
+        assert kern.last is seen[flag]  # the same setting again: the variant compiled for it
+    assert seen[False] is not seen[True]
+    assert 'input_precision="ieee"' in seen[False].source and "tf32" not in seen[False].source
+    assert 'input_precision="tf32"' in seen[True].source
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -124,7 +134,7 @@ def test_empty_output_returns_without_launching(kit) -> None:
 
 def test_output_is_allocated_when_not_given(kit) -> None:
     kern = kit.matmul("bfloat16", VARIANTS["full_s3_r2x2"])
-    g = torch.Generator().manual_seed(_seed("alloc"))
+    g = torch.Generator().manual_seed(kit.seed("alloc"))
     a, b = kit.rand((18, 40), "bfloat16", g), kit.rand((40, 20), "bfloat16", g)
     out = kern(a, b)
     assert out.dtype == torch.bfloat16 and out.shape == (18, 20) and out.is_contiguous()
@@ -134,7 +144,7 @@ def test_output_is_allocated_when_not_given(kit) -> None:
 @pytest.mark.parametrize("which", ["transposed", "sliced"])
 def test_non_contiguous_output(which: str, kit) -> None:
     kern = kit.matmul("float32", VARIANTS["full_s3_r2x2"])
-    g = torch.Generator().manual_seed(_seed("outnc", which))
+    g = torch.Generator().manual_seed(kit.seed("outnc", which))
     a, b = kit.rand((19, 23), "float32", g), kit.rand((23, 21), "float32", g)
     out = kit.poisoned((21, 19), "float32").t() if which == "transposed" else \
         kit.poisoned((19, 30), "float32")[:, 4:25]
@@ -155,7 +165,7 @@ def test_unrolled_reduction_is_correct(kit) -> None:
     s = Schedule.from_config(out, VARIANTS["full_s3_r2x2"])
     s.unroll("k")
     kern = at.build(s, inputs + [out], static=("K",))  # static_range needs a compile-time trip count
-    _run_mm(kit, kern, 17, 19, 70, "float32", "nn", _seed("unroll"))
+    _run_mm(kit, kern, 17, 19, 70, "float32", "nn", kit.seed("unroll"))
 
 
 # ----------------------------------------------------------------------------- bmm
@@ -164,8 +174,8 @@ def test_unrolled_reduction_is_correct(kit) -> None:
 @pytest.mark.parametrize("variant", ["s2", "full_s3_r2x2", "tma"])
 def test_bmm(variant: str, dtype: str, kit) -> None:
     kern = kit.matmul(dtype, VARIANTS[variant], batched=True)
-    _run_mm(kit, kern, 17, 20, 40, dtype, "nn", _seed("bmm", variant, dtype), batch=3)
-    _run_mm(kit, kern, 16, 32, 64, dtype, "nt", _seed("bmm-nt", variant, dtype), batch=2)
+    _run_mm(kit, kern, 17, 20, 40, dtype, "nn", kit.seed("bmm", variant, dtype), batch=3)
+    _run_mm(kit, kern, 16, 32, 64, dtype, "nt", kit.seed("bmm-nt", variant, dtype), batch=2)
 
 
 # ----------------------------------------------------------------------------- epilogues and prologues
@@ -179,7 +189,7 @@ def test_bmm(variant: str, dtype: str, kit) -> None:
 ], ids=["bias_relu", "gelu_residual_alpha_beta", "tanh", "bias_silu", "sigmoid_alpha"])
 def test_matmul_epilogues(ep: km.Epilogue, kit) -> None:
     kern = kit.matmul("float32", VARIANTS["full_s3_r2x2"], ep=ep)
-    g = torch.Generator().manual_seed(_seed("ep", ep))
+    g = torch.Generator().manual_seed(kit.seed("ep", ep))
     a, b = kit.rand((17, 40), "float32", g), kit.rand((40, 19), "float32", g)
     bias, res = kit.rand((19,), "float32", g), kit.rand((17, 19), "float32", g)
     ref = ep.alpha * (a.double() @ b.double())
@@ -205,7 +215,7 @@ def test_prologue_is_fused_at_the_use(dtype: str, kit) -> None:
     k = te.reduce_axis(K, "k")
     C = te.compute((M, N), lambda i, j: te.sum(Ap[i, k] * B[k, j], axis=k), "C")
     kern = at.build(Schedule.from_config(C, VARIANTS["full_s3_r2x2"]), [A, B, C])
-    g = torch.Generator().manual_seed(_seed("prologue", dtype))
+    g = torch.Generator().manual_seed(kit.seed("prologue", dtype))
     a, b = kit.rand((20, 50), dtype, g), kit.rand((50, 24), dtype, g)
     out = kit.poisoned((20, 24), dtype)
     kern(a, b, out)
@@ -222,7 +232,7 @@ def test_nt_contraction_in_the_dsl_with_fp32_output(variant: str, kit) -> None:
     k = te.reduce_axis(K, "k")
     C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), "C", dtype="float32")
     kern = at.build(Schedule.from_config(C, VARIANTS[variant]), [A, B, C])
-    g = torch.Generator().manual_seed(_seed("nt-dsl", variant))
+    g = torch.Generator().manual_seed(kit.seed("nt-dsl", variant))
     a, b = kit.rand((32, 64), "float16", g), kit.rand((48, 64), "float16", g)
     out = kit.poisoned((32, 48), "float32")
     kern(a, b, out)
@@ -238,7 +248,7 @@ def test_mixed_operand_dtypes_dot_in_fp32(kit) -> None:
     C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
     assert C.dtype == "float32"
     kern = at.build(Schedule.from_config(C, VARIANTS["s2"]), [A, B, C])
-    g = torch.Generator().manual_seed(_seed("mixed"))
+    g = torch.Generator().manual_seed(kit.seed("mixed"))
     a, b = kit.rand((17, 33), "float16", g), kit.rand((33, 18), "float32", g)
     out = kit.poisoned((17, 18), "float32")
     kern(a, b, out)
@@ -259,7 +269,7 @@ CONV_CASES = {
 @pytest.mark.parametrize("case", list(CONV_CASES))
 def test_conv2d(case: str, dtype: str, kit) -> None:
     xs, ws, stride, pad, dil, groups, cl, has_bias, act = CONV_CASES[case]
-    g = torch.Generator().manual_seed(_seed("conv", case, dtype))
+    g = torch.Generator().manual_seed(kit.seed("conv", case, dtype))
     x, w = kit.rand(xs, dtype, g), kit.rand(ws, dtype, g)
     if cl:
         x = x.to(memory_format=torch.channels_last)
@@ -276,7 +286,7 @@ def test_conv2d(case: str, dtype: str, kit) -> None:
 
 @pytest.mark.parametrize("nd", [1, 3])
 def test_conv1d_conv3d_multilevel(nd: int, kit) -> None:
-    g = torch.Generator().manual_seed(_seed("convnd", nd))
+    g = torch.Generator().manual_seed(kit.seed("convnd", nd))
     xs, ws = ((2, 8, 13), (6, 8, 3)) if nd == 1 else ((1, 4, 5, 6, 5), (6, 4, 2, 3, 2))
     x, w = kit.rand(xs, "float32", g), kit.rand(ws, "float32", g)
     one = (1,) * nd

@@ -39,10 +39,6 @@ ODD = [(1, 1, 1), (17, 33, 65), (33, 47, 45)]
 ALIGNED = (32, 48, 64)
 
 
-def _seed(*parts: object) -> int:
-    return hash(tuple(map(str, parts))) % (2 ** 31)  # fresh per case and per session (str hashing is salted)
-
-
 def _run(kit, kern: at.CompiledKernel, m: int, n: int, k: int, dtype: str, seed: int, batch: int | None = None,
          b_transposed: bool = False) -> None:
     g = torch.Generator().manual_seed(seed)
@@ -63,8 +59,8 @@ def test_persistent_matmul(variant: str, dtype: str, kit) -> None:
     cfg = PERSISTENT[variant]
     kern = kit.matmul(dtype, cfg)
     for m, n, k in ODD:
-        _run(kit, kern, m, n, k, dtype, _seed(variant, dtype, m, n, k))
-    _run(kit, kern, *ALIGNED, dtype, _seed(variant, dtype, "aligned"))
+        _run(kit, kern, m, n, k, dtype, kit.seed(variant, dtype, m, n, k))
+    _run(kit, kern, *ALIGNED, dtype, kit.seed(variant, dtype, "aligned"))
     src = kern.source  # the variant of the last call: aligned rows, 2 chunks x 3 tiles per program
     assert "for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)" in src
     assert ("num_stages=3, flatten=True):" in src) == (cfg.smem_stages == 3)
@@ -79,8 +75,8 @@ def test_persistent_matmul(variant: str, dtype: str, kit) -> None:
 def test_persistent_bmm(variant: str, dtype: str, kit) -> None:
     cfg = PERSISTENT[variant]
     kern = kit.matmul(dtype, cfg, batched=True)
-    _run(kit, kern, 17, 20, 40, dtype, _seed("bmm", variant, dtype), batch=3)   # 3 x 2 x 2 = 12 tiles
-    _run(kit, kern, 16, 32, 64, dtype, _seed("bmm-nt", variant, dtype), batch=2, b_transposed=True)
+    _run(kit, kern, 17, 20, 40, dtype, kit.seed("bmm", variant, dtype), batch=3)   # 3 x 2 x 2 = 12 tiles
+    _run(kit, kern, 16, 32, 64, dtype, kit.seed("bmm-nt", variant, dtype), batch=2, b_transposed=True)
     src = kern.source
     assert "pid_b = tile_id // num_pid_mn" in src and "num_tiles = num_pid_mn * BATCH" in src
     if cfg.async_copy == "tma":  # the descriptor's base moves with the batch index: built per tile
@@ -92,9 +88,9 @@ def test_persistent_bmm(variant: str, dtype: str, kit) -> None:
 def test_grid_is_min_of_tiles_and_two_interpreter_programs(grids: list[tuple[int, ...]], kit) -> None:
     cfg = PERSISTENT["pointer_s3"]
     for m, n, k in ODD:
-        _run(kit, kit.matmul("float32", cfg), m, n, k, "float32", _seed("grid", m, n, k))
-    _run(kit, kit.matmul("float32", cfg, batched=True), 17, 20, 40, "float32", _seed("grid-bmm"), batch=3)
-    _run(kit, kit.matmul("float32", cfg.replace(persistent=False)), 33, 47, 45, "float32", _seed("grid-np"))
+        _run(kit, kit.matmul("float32", cfg), m, n, k, "float32", kit.seed("grid", m, n, k))
+    _run(kit, kit.matmul("float32", cfg, batched=True), 17, 20, 40, "float32", kit.seed("grid-bmm"), batch=3)
+    _run(kit, kit.matmul("float32", cfg.replace(persistent=False)), 33, 47, 45, "float32", kit.seed("grid-np"))
     assert grids == [(1,), (2,), (2,), (2,), (9, 1)]  # persistent: 1-d over all tiles; otherwise one per tile
 
 
@@ -104,14 +100,14 @@ def test_register_prefetch_stays_correct(batched: bool, kit) -> None:
     kern = kit.matmul("float32", REG, batched=batched)
     batch = 2 if batched else None
     for m, n, k in [(17, 33, 65), (33, 47, 45)]:
-        _run(kit, kern, m, n, k, "float32", _seed("reg", batched, m, n, k), batch=batch)
+        _run(kit, kern, m, n, k, "float32", kit.seed("reg", batched, m, n, k), batch=batch)
     src = kern.source
     assert "flatten=True" in src and "(inner-pipeline fusion)" in src
     # the register prologue restarts with each tile: it sits inside the tile loop, before the chunk loop
     tiles, prologue, chunks = (src.index(s) for s in ("for tile_id in", "prefetch prologue", "for k0 in"))
     assert tiles < prologue < chunks
     tma = kit.matmul("float16", REG.replace(async_copy="tma"), batched=batched)
-    _run(kit, tma, 32, 48, 64, "float16", _seed("reg-tma", batched), batch=batch)
+    _run(kit, tma, 32, 48, 64, "float16", kit.seed("reg-tma", batched), batch=batch)
     assert "tile_a_p0 = a_desc.load([pid_m * BLOCK_M, 0])" in tma.source
 
 
@@ -120,8 +116,8 @@ def test_register_prefetch_deeper_than_a_tile(kit) -> None:
     # one sub-tile per tile, prefetched 2 ahead: the planner does not clamp (the flattened loop is long),
     # so the prefetch reads past K in every tile; masks make those loads zeros
     kern = kit.matmul("float32", KernelConfig(16, 16, 16, group_m=1, smem_stages=2, reg_stages=3, persistent=True))
-    _run(kit, kern, 47, 33, 16, "float32", _seed("reg-deep"))
-    _run(kit, kern, 47, 33, 9, "float32", _seed("reg-deep-9"))
+    _run(kit, kern, 47, 33, 16, "float32", kit.seed("reg-deep"))
+    _run(kit, kern, 47, 33, 9, "float32", kit.seed("reg-deep-9"))
 
 
 # ----------------------------------------------------------------------------- fused epilogues
@@ -135,7 +131,7 @@ def test_register_prefetch_deeper_than_a_tile(kit) -> None:
 ], ids=["f32_bias_relu_s3", "f16_gelu_residual_tma", "f32_bmm_bias_silu_s1", "f16_bmm_bias_tanh_residual_r2x2"])
 def test_persistent_fused_epilogue(dtype: str, batched: bool, ep: km.Epilogue, cfg: KernelConfig, kit) -> None:
     kern = km.compiled(dtype, batched, ep, cfg)
-    g = torch.Generator().manual_seed(_seed("ep", dtype, batched, ep))
+    g = torch.Generator().manual_seed(kit.seed("ep", dtype, batched, ep))
     lead = (3,) if batched else ()
     m, n, k = (33, 47, 45) if not batched else (17, 20, 40)
     if cfg.async_copy == "tma":
@@ -163,7 +159,7 @@ def test_persistent_fused_epilogue(dtype: str, batched: bool, ep: km.Epilogue, c
 def test_persistent_conv2d(groups: int, kit) -> None:
     # the conv kernel has a batch axis (the group) even with groups=1, where its extent is the constant 1:
     # the tile loop must still split tile_id into (group, tile) (regression: num_pid_mn was undefined)
-    g = torch.Generator().manual_seed(_seed("conv", groups))
+    g = torch.Generator().manual_seed(kit.seed("conv", groups))
     x = kit.rand((2, 8, 7, 9), "float32", g).to(memory_format=torch.channels_last)
     w, bias = kit.rand((16, 8 // groups, 3, 3), "float32", g), kit.rand((16,), "float32", g)
     cfg = KernelConfig(16, 16, 16, group_m=2, smem_stages=3, persistent=True)
@@ -176,15 +172,15 @@ def test_persistent_conv2d(groups: int, kit) -> None:
 def test_trip_count_clamp_counts_every_chunk_of_a_program(kit) -> None:
     kern = kit.matmul("float32", KernelConfig(16, 16, 16, group_m=1, smem_stages=4, persistent=True))
     # 1 tile x 2 chunks: the flattened loop runs 2 chunks per program
-    _run(kit, kern, 16, 16, 20, "float32", _seed("clamp", 1))
+    _run(kit, kern, 16, 16, 20, "float32", kit.seed("clamp", 1))
     assert "shared level: 4 stages clamped to 2: the flattened tile and reduction loop runs 2 chunk(s) per program" \
         in kern.explain()
     assert "num_stages=2, flatten=True" in kern.source
     # 3 tiles over 2 programs x 2 chunks: 4 chunks per program, no clamp
-    _run(kit, kern, 48, 16, 20, "float32", _seed("clamp", 3))
+    _run(kit, kern, 48, 16, 20, "float32", kit.seed("clamp", 3))
     assert "clamped" not in kern.explain() and "num_stages=4, flatten=True" in kern.source
     # 1 tile x 1 chunk: one stage, nothing to copy ahead, the tile loop is not flattened
-    _run(kit, kern, 9, 16, 10, "float32", _seed("clamp", 0))
+    _run(kit, kern, 9, 16, 10, "float32", kit.seed("clamp", 0))
     assert "4 stages clamped to 1" in kern.explain() and "the tile loop is not flattened" in kern.explain()
     assert "flatten=True" not in kern.source and "for tile_id in tl.range(tl.program_id(0), num_tiles, " \
         "tl.num_programs(0)):" in kern.source
@@ -197,7 +193,7 @@ def test_persistent_edges(kit) -> None:
     kern(torch.randn(33, 0), torch.randn(0, 20), out)
     assert torch.equal(out, torch.zeros(33, 20))  # an empty reduction: every tile still stores its zeros
     assert kern(torch.randn(0, 5), torch.randn(5, 3)).shape == (0, 3)  # nothing to launch
-    g = torch.Generator().manual_seed(_seed("alloc"))
+    g = torch.Generator().manual_seed(kit.seed("alloc"))
     a, b = kit.rand((40, 24), "float32", g), kit.rand((24, 36), "float32", g)
     kit.assert_close(kern(a, b), a.double() @ b.double(), "float32", "allocated output")
     full = kit.poisoned((19, 30), "float32")  # a sliced output: its neighbours stay untouched
@@ -212,7 +208,7 @@ def test_persistent_unrolled_reduction(kit) -> None:
     s = Schedule.from_config(out, PERSISTENT["pointer_s3"])
     s.unroll("k")
     kern = at.build(s, inputs + [out], static=("K",))
-    _run(kit, kern, 33, 20, 70, "float32", _seed("unroll"))
+    _run(kit, kern, 33, 20, 70, "float32", kit.seed("unroll"))
     assert "for k0 in tl.static_range(" in kern.source and "flatten=True" not in kern.source
 
 

@@ -5,7 +5,7 @@ into CUDA graphs after a warm-up (and refuse to compile inside a capture)."""
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 import torch
@@ -17,17 +17,9 @@ from alcop_triton import ops, patch
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or under TRITON_INTERPRET=1
 
 # Relative (norm-wise) tolerances for whole blocks, forward and parameter gradients: fp32 with
-# TF32 off (torch's and ours), bf16 where each product rounds its output.
+# TF32 off (torch's matmuls and cuDNN convolutions and ours: tests/conftest.py runs every test under
+# config.tf32(False)), bf16 where each product rounds its output.
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
-
-
-@pytest.fixture(autouse=True)
-def ieee_fp32() -> Iterator[None]:
-    """fp32 comparisons against IEEE fp32 on both sides (cuDNN convolutions default to TF32)."""
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 @pytest.fixture(autouse=True)

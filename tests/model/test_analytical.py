@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -33,11 +34,14 @@ def test_resources_hand_computed(h100):
     # 128 fp32 accumulators + 24 address regs (24576 B of tiles / 16 B / 256 threads * 2) + 24 base.
     assert r.regs_per_thread == 176
     assert r.threads == 256 and r.blocks_per_sm == 1 and r.valid and r.mma_path == "wgmma"
-    small = resources(MM, KernelConfig(block_m=64, block_n=64, block_k=32, num_warps=4, smem_stages=3), h100)
+    small_cfg = KernelConfig(block_m=64, block_n=64, block_k=32, num_warps=4, smem_stages=3)
+    small = resources(MM, small_cfg, h100)
     assert small.smem_bytes == (64 * 32 + 32 * 64) * 2 * 3 == 24576
     # 64 regs x 32 lanes = 2048 per warp -> 32 warps per SM -> 8 blocks; smem would allow 9.
     assert small.regs_per_thread == 64 and small.blocks_per_sm == 8 and small.limited_by == "regs"
-    assert 233472 // (24576 + 1024) == 9
+    # With registers to spare, shared memory limits: 233472 // (24576 + 1024 reserved per block) = 9.
+    roomy = resources(MM, small_cfg, dataclasses.replace(h100, regs_per_sm=1 << 20))
+    assert roomy.blocks_per_sm == 9 and roomy.limited_by == "smem"
 
 
 def test_resources_stage_one_and_epilogue_scratch(h100):
