@@ -65,6 +65,7 @@ class _Key:
     tma_ok: bool
     allow_tf32: bool
     static: tuple[tuple[str, int], ...] = ()
+    multiple_of: tuple[tuple[str, int], ...] = ()
 
 
 def _torch_dtype_name(t: Any) -> str:
@@ -119,7 +120,8 @@ class CompiledKernel:
             return cached
         spec = self._spec(device_type)
         # lower: tensor expression + schedule -> loop nest (operands, epilogue, chunk/sub-tile loops)
-        k = lower(self.schedule, self.inputs, dict(key.unit_stride), key.allow_tf32, dict(key.static))
+        k = lower(self.schedule, self.inputs, dict(key.unit_stride), key.allow_tf32, dict(key.static),
+                  dict(key.multiple_of))
         k = k.replace(name=self.name or k.name, interpreter=device_type == "cpu")
         # analysis: which staged buffers can be pipelined (ALCOP's rules 1 and 2), with reasons
         cands = find_pipeline_candidates(k)
@@ -241,13 +243,15 @@ class CompiledKernel:
         # Only a trip count below the requested depth changes the plan (it clamps): one variant serves
         # every longer reduction, so new shapes do not re-run lowering and codegen.
         trips = min(trips, max(self.config.smem_stages, self.config.reg_stages))
-        key = _Key(unit, trips, _tma_aligned(all_x), config.allow_tf32(), tuple((n, env[n]) for n in self.static))
-        v = self._variant(key, dev.type)
-        self.last = v
-        args: list[Any] = list(all_x) + [env[n] for n, _ in v.sizes]
+        scalars: list[tuple[str, int]] = [(n, env[n]) for n, _ in self._kernel().sizes]
         for t, x in zip(all_t, all_x):
             u = dict(unit)[t.name]
-            args += [x.stride(d) for d in range(t.ndim) if d != u]
+            scalars += [(f"stride_{t.name}_{d}", x.stride(d)) for d in range(t.ndim) if d != u]
+        key = _Key(unit, trips, _tma_aligned(all_x), config.allow_tf32(), tuple((n, env[n]) for n in self.static),
+                   _multiple_of(scalars, 16 // min(x.element_size() for x in all_x)))
+        v = self._variant(key, dev.type)
+        self.last = v
+        args: list[Any] = list(all_x) + [value for _, value in scalars]
         nw, ns = v.num_warps, v.num_stages
         if self.config.persistent:
             grid: tuple[int, ...] = (min(tiles * tot["b"], self._resident(v, dev, args, c)),)
@@ -316,6 +320,15 @@ def _unit_dim(x: Any) -> int | None:
     """The dim to specialise to stride 1: the innermost with stride 1 and more than one element."""
     dims = [d for d in range(x.dim()) if x.stride(d) == 1 and x.shape[d] > 1]
     return dims[-1] if dims else None
+
+
+def _multiple_of(scalars: list[tuple[str, int]], vec: int) -> tuple[tuple[str, int], ...]:
+    """Sizes and strides that are multiples of ``vec`` (16 bytes of the narrowest dtype) but not of 16.
+
+    Triton specialises integer arguments divisible by 16 on its own; the rest are stated in the kernel.
+    One bucket per value (aligned or not), so a new shape adds at most one variant per pattern.
+    """
+    return tuple((n, vec) for n, x in scalars if vec > 1 and x % 16 and x % vec == 0)
 
 
 def _tma_aligned(xs: list[Any]) -> bool:

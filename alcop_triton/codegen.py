@@ -450,6 +450,16 @@ def generate(k: Kernel, header: str) -> str:
     w.line(f"def {k.name}({', '.join(signature(k))}, {consts}):")
     c = Ctx(k, w)
     with w.indent():
+        if k.multiple_of:
+            w.line("# alignment known at launch (Triton itself only specialises multiples of 16), stated as x // d * d")
+            w.line("# (tl.multiple_of does not reach scalar arguments): masked loads and strided rows then use")
+            w.line("# 16-byte vectors and cp.async instead of 2-byte loads")
+            params = set(signature(k))
+            for name, d in k.multiple_of.items():
+                if name not in params or not isinstance(d, int) or d < 2 or d & (d - 1):
+                    raise CodegenError(f"multiple_of hint {name}={d!r}: must name a runtime size or stride parameter "
+                                       f"of {k.name} and be a power of two >= 2")
+                w.line(f"{name} = {name} // {d} * {d}")
         for n in k.body:
             emit(n, c)
     src = w.text()

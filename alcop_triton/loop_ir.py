@@ -185,6 +185,10 @@ class Kernel:
     passes: tuple[str, ...] = ()
     interpreter: bool = False                 # generated for Triton's CPU interpreter
     static: dict[str, int] = field(default_factory=dict)  # size vars compiled in as constants
+    # Runtime sizes/strides known (at bind time) to be multiples of 16 bytes' worth of elements but not of
+    # 16: Triton only specialises on 16, so unless the kernel states it (``x // d * d``) a K of 1000 or a row stride of 1000
+    # halves makes every masked load scalar (2-byte loads, no cp.async, register spills).
+    multiple_of: dict[str, int] = field(default_factory=dict)
 
     def replace(self, **kw: Any) -> Kernel:
         return dataclasses.replace(self, **kw)

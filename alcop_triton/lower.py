@@ -55,11 +55,14 @@ def _placeholder_load(factor: te.Expr) -> te.Load:
 
 
 def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int | None] | None = None,
-          allow_tf32: bool = True, static: dict[str, int] | None = None) -> Kernel:
+          allow_tf32: bool = True, static: dict[str, int] | None = None,
+          multiple_of: dict[str, int] | None = None) -> Kernel:
     """Build the loop nest for ``s``; ``inputs`` fixes the kernel's argument order.
 
     ``static`` size variables are compile-time constants of this kernel (e.g. a convolution's
     channels and window): index math by constants lets Triton prove contiguity and vectorise.
+    ``multiple_of`` names runtime sizes and strides (``stride_<tensor>_<dim>``) known to be multiples
+    of a value; the kernel states it (``x // d * d``) so masked loads still vectorise.
     """
     static = dict(static or {})
     out, red = s.out, s.reduction
@@ -232,6 +235,7 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
         name=f"alcop_{out.name.lower()}", body=body, operands=tuple(operands), out=out, inputs=tuple(inputs),
         reduction=red, axes={"b": b_axes, "m": m_axes, "n": n_axes, "k": k_axes}, extents=extents,
         sizes=tuple(sizes.items()), axis_size=axis_size, totals=totals, unit_stride=us, static=static,
+        multiple_of=dict(multiple_of or {}),
         constexprs={"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "SUB_K": cfg.sub_k,
                     "REG_SPLIT": cfg.reg_split, "GROUP_M": cfg.group_m},
         num_warps=cfg.num_warps, num_stages=1, dot_dtype=dot_dtype, allow_tf32=allow_tf32)
