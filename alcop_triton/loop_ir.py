@@ -158,6 +158,22 @@ class For(Node):
 
 
 @dataclass(frozen=True)
+class KSplit(Node):
+    """Split-K: this program's slice of the reduction chunks (``k_base``, ``k_chunks``), from program_id(2)."""
+    total: str        # extent of the fused reduction dim
+
+
+@dataclass(frozen=True)
+class SplitReduce(Node):
+    """Split-K: the partial tile goes to a float32 workspace; the last program of the tile to arrive adds
+    the partials in split order (deterministic) and runs ``body`` (the epilogue store) on the sum."""
+    body: tuple[Node, ...]
+
+    def children(self) -> tuple[Node, ...]:
+        return self.body
+
+
+@dataclass(frozen=True)
 class Store(Node):
     """Epilogue (elementwise ops on acc, extra loads such as a bias) fused into the output store."""
     expr: te.Expr
@@ -241,6 +257,8 @@ def find(body: tuple[Node, ...], pred: Callable[[Node], bool]) -> list[tuple[Nod
                 hits.append((n, loops))
             if isinstance(n, For):
                 rec(n.body, loops + (n,))
+            elif n.children():
+                rec(n.children(), loops)
     rec(body, ())
     return hits
 
@@ -265,6 +283,9 @@ def dump(body: tuple[Node, ...], indent: int = 0) -> str:
             lines.append(f"{pad}{', '.join(n.targets)} = {', '.join(n.sources)}")
         elif isinstance(n, KIndices):
             lines.append(f"{pad}offs_k{n.suffix} = {_kref(n.at)}")
+        elif isinstance(n, SplitReduce):
+            lines.append(f"{pad}SplitReduce (last program of the tile):")
+            lines.append(dump(n.body, indent + 1))
         else:
             lines.append(f"{pad}{type(n).__name__}")
     return "\n".join(x for x in lines if x)
