@@ -9,7 +9,8 @@ Pruning, cheapest first:
    masked work and duplicate a smaller config), stages beyond the reduction trip count pipeline
    nothing (a persistent kernel's flattened loop runs every chunk of a program's tiles),
    ``reg_split > 1`` without register prefetch only splits the dot, TMA needs sm90, persistence
-   needs more tiles than SMs;
+   needs more tiles than SMs, split-K is for problems with fewer tiles than SMs and slices of at
+   least two chunks;
 2. the variant filter (the paper's ablation: none / double_buffer / smem_multistage / full);
 3. the model's resource accounting: ``model.analytical.resources(...).valid`` (shared memory,
    registers, threads), so out-of-resource configs are never compiled;
@@ -34,7 +35,7 @@ VARIANTS: tuple[str, ...] = ("none", "double_buffer", "smem_multistage", "full")
 multi-stage multi-level (shared + register)."""
 
 KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
-                               "reg_stages", "reg_split", "async_copy", "persistent")
+                               "reg_stages", "reg_split", "async_copy", "persistent", "split_k")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Knobs:
     reg_split: tuple[int, ...] = (1, 2, 4)
     async_copy: tuple[str, ...] = ("pointer", "tma")
     persistent: tuple[bool, ...] = (False, True)
+    split_k: tuple[int, ...] = (1, 2, 4, 8)
 
     def values(self) -> list[tuple[Any, ...]]:
         return [getattr(self, k) for k in KNOB_NAMES]
@@ -94,7 +96,16 @@ def shape_reason(workload: Workload, c: KernelConfig, spec: Any | None) -> str |
     if c.block_m > max(16, _next_pow2(m)) or c.block_n > max(16, _next_pow2(n)) \
             or c.block_k > max(16, _next_pow2(k)):
         return "tile larger than the problem"
-    trips = math.ceil(k / c.block_k)
+    trips = math.ceil(math.ceil(k / c.block_k) / c.split_k)  # chunks of one program (one split-K slice)
+    if c.split_k > 1:
+        tiles = batch * math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
+        if spec is not None and tiles >= spec.num_sms:
+            return "split-K with enough tiles to fill the GPU"
+        if spec is not None and tiles * (c.split_k // 2) >= spec.num_sms:
+            # half the split would already fill the GPU: the extra slices only add partial-sum traffic
+            return "split-K beyond filling the GPU"
+        if trips < 2:
+            return "split-K slices shorter than two chunks"
     if c.persistent and c.reg_stages > 1:
         # The register prologue would sit inside the flattened tile loop; on the GPU the register
         # level loses to shared-only pipelining anyway (benchmarks/results/pipeline_variants.md).
