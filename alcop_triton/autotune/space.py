@@ -58,6 +58,13 @@ class Knobs:
         return [getattr(self, k) for k in KNOB_NAMES]
 
 
+DISPATCH_KNOBS = Knobs(block_m=(16, 32, 64, 128), block_n=(32, 64, 128, 256), block_k=(32, 64, 128), group_m=(8,),
+                       num_warps=(4, 8), smem_stages=(3, 4, 5), reg_stages=(1,), reg_split=(1,))
+"""The model's own shortlist when a call finds no measurement of its shape: the knobs that decide most
+of the time on the GPUs measured so far (the register level never won there), small enough that
+ranking it stays well under a second on a first call."""
+
+
 def default_knobs(op: str) -> Knobs:
     """Knobs per op. Convolutions run as implicit GEMM with the same tile knobs; their im2col
     gathers cannot use TMA descriptors, so only pointer loads are offered."""
@@ -193,19 +200,19 @@ class ConfigSpace:
         knobs = knobs or default_knobs(workload.op)
         pruned: Counter[str] = Counter()
         candidates: list[KernelConfig] = []
-        for values in itertools.product(*knobs.values()):
-            try:
-                c = KernelConfig(**dict(zip(KNOB_NAMES, values)))
-            except ScheduleError:
-                pruned["invalid knob combination"] += 1
+        batch, m, n, _ = workload.gemm_dims()
+        splits = [s for s in knobs.split_k if s > 1]
+        for values in itertools.product(*knobs.values()[:-1]):
+            kw = dict(zip(KNOB_NAMES, values))
+            tiles = batch * math.ceil(m / kw["block_m"]) * math.ceil(n / kw["block_n"])
+            if 1 in knobs.split_k:
+                candidates += _one(workload, kw | {"split_k": 1}, spec, variant, pruned)
+            if spec is not None and tiles >= spec.num_sms:
+                # split-K only for few tiles: counted in bulk, since most of a large grid's combinations land here
+                pruned["split-K with enough tiles to fill the GPU"] += len(splits)
                 continue
-            why = shape_reason(workload, c, spec)
-            if why is None and not variant_ok(c, variant):
-                why = f"outside variant {variant!r}"
-            if why is not None:
-                pruned[why] += 1
-                continue
-            candidates.append(c)
+            for sk in splits:
+                candidates += _one(workload, kw | {"split_k": sk}, spec, variant, pruned)
         if not candidates:
             raise TuningError(f"no config of {knobs} fits {workload.key()} (variant {variant!r}); widen the knobs")
         configs = candidates
@@ -281,6 +288,27 @@ class ConfigSpace:
             if n in self:
                 return n
         return c
+
+
+def _one(workload: Workload, kw: dict[str, Any], spec: Any, variant: str, pruned: Counter[str]) -> list[KernelConfig]:
+    """``[config]`` if the knob values make a valid config that passes the shape rules and the variant, else []
+    (with the reason counted in ``pruned``)."""
+    if (kw["persistent"] and kw["split_k"] > 1) or kw["block_k"] // kw["reg_split"] < 16:
+        # KernelConfig would refuse these; skipping them here keeps large grids fast to enumerate
+        pruned["invalid knob combination"] += 1
+        return []
+    try:
+        c = KernelConfig(**kw)
+    except ScheduleError:
+        pruned["invalid knob combination"] += 1
+        return []
+    why = shape_reason(workload, c, spec)
+    if why is None and not variant_ok(c, variant):
+        why = f"outside variant {variant!r}"
+    if why is not None:
+        pruned[why] += 1
+        return []
+    return [c]
 
 
 def _reason_class(reason: str) -> str:
