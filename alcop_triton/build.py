@@ -65,6 +65,7 @@ class _Key:
     tma_ok: bool
     allow_tf32: bool
     static: tuple[tuple[str, int], ...] = ()
+    multiple_of: tuple[tuple[str, int], ...] = ()
 
 
 def _torch_dtype_name(t: Any) -> str:
@@ -119,7 +120,8 @@ class CompiledKernel:
             return cached
         spec = self._spec(device_type)
         # lower: tensor expression + schedule -> loop nest (operands, epilogue, chunk/sub-tile loops)
-        k = lower(self.schedule, self.inputs, dict(key.unit_stride), key.allow_tf32, dict(key.static))
+        k = lower(self.schedule, self.inputs, dict(key.unit_stride), key.allow_tf32, dict(key.static),
+                  dict(key.multiple_of))
         k = k.replace(name=self.name or k.name, interpreter=device_type == "cpu")
         # analysis: which staged buffers can be pipelined (ALCOP's rules 1 and 2), with reasons
         cands = find_pipeline_candidates(k)
@@ -235,24 +237,28 @@ class CompiledKernel:
         c = self._constexprs()
         tot = self._totals(env)
         tiles = -(-tot["m"] // c["BLOCK_M"]) * -(-tot["n"] // c["BLOCK_N"])
-        trips = -(-k_total // bk)
+        split = self.config.split_k
+        trips = -(-(-(-k_total // bk)) // split)  # chunks of one program's slice of the reduction
         if self.config.persistent:  # the flattened loop runs every chunk of each of a program's tiles
             trips *= -(-tiles * tot["b"] // min(tiles * tot["b"], _sm_count(dev)))
         # Only a trip count below the requested depth changes the plan (it clamps): one variant serves
         # every longer reduction, so new shapes do not re-run lowering and codegen.
         trips = min(trips, max(self.config.smem_stages, self.config.reg_stages))
-        key = _Key(unit, trips, _tma_aligned(all_x), config.allow_tf32(), tuple((n, env[n]) for n in self.static))
-        v = self._variant(key, dev.type)
-        self.last = v
-        args: list[Any] = list(all_x) + [env[n] for n, _ in v.sizes]
+        scalars: list[tuple[str, int]] = [(n, env[n]) for n, _ in self._kernel().sizes]
         for t, x in zip(all_t, all_x):
             u = dict(unit)[t.name]
-            args += [x.stride(d) for d in range(t.ndim) if d != u]
+            scalars += [(f"stride_{t.name}_{d}", x.stride(d)) for d in range(t.ndim) if d != u]
+        key = _Key(unit, trips, _tma_aligned(all_x), config.allow_tf32(), tuple((n, env[n]) for n in self.static),
+                   _multiple_of(scalars, 16 // min(x.element_size() for x in all_x)))
+        v = self._variant(key, dev.type)
+        self.last = v
+        args: list[Any] = list(all_x) + (_split_buffers(split, tiles * tot["b"], c, dev) if split > 1 else [])
+        args += [value for _, value in scalars]
         nw, ns = v.num_warps, v.num_stages
         if self.config.persistent:
             grid: tuple[int, ...] = (min(tiles * tot["b"], self._resident(v, dev, args, c)),)
         else:
-            grid = (tiles, tot["b"])
+            grid = (tiles, tot["b"]) + ((split,) if split > 1 else ())
             if grid[1] > 65535:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
         tma = dev.type == "cuda" and any(m == "tma" for _, m in v.plan.async_copy)
@@ -316,6 +322,36 @@ def _unit_dim(x: Any) -> int | None:
     """The dim to specialise to stride 1: the innermost with stride 1 and more than one element."""
     dims = [d for d in range(x.dim()) if x.stride(d) == 1 and x.shape[d] > 1]
     return dims[-1] if dims else None
+
+
+_SPLIT_LOCKS: dict[tuple[str, int | None, int], Any] = {}
+
+
+def _split_buffers(split: int, tiles: int, c: dict[str, int], dev: Any) -> list[Any]:
+    """Split-K's float32 workspace (one partial tile per slice and tile, fresh per call from torch's caching
+    allocator) and its per-tile arrival counters (zeros, kept per device and stream: the kernel's last
+    program of each tile resets its counter, so launches on one stream, graph replays included, reuse them)."""
+    import torch
+    elems = split * tiles * c["BLOCK_M"] * c["BLOCK_N"]
+    if elems >= 2 ** 31:
+        raise ValueError(f"split_k={split}: a workspace of {elems} float32 elements exceeds 32-bit indexing; "
+                         "use a smaller split (split-K is meant for few output tiles)")
+    stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0
+    key = (dev.type, dev.index, stream)
+    locks = _SPLIT_LOCKS.get(key)
+    if locks is None or locks.numel() < tiles:
+        locks = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=dev)
+        _SPLIT_LOCKS[key] = locks
+    return [torch.empty(elems, dtype=torch.float32, device=dev), locks]
+
+
+def _multiple_of(scalars: list[tuple[str, int]], vec: int) -> tuple[tuple[str, int], ...]:
+    """Sizes and strides that are multiples of ``vec`` (16 bytes of the narrowest dtype) but not of 16.
+
+    Triton specialises integer arguments divisible by 16 on its own; the rest are stated in the kernel.
+    One bucket per value (aligned or not), so a new shape adds at most one variant per pattern.
+    """
+    return tuple((n, vec) for n, x in scalars if vec > 1 and x % 16 and x % vec == 0)
 
 
 def _tma_aligned(xs: list[Any]) -> bool:

@@ -13,15 +13,18 @@ from typing import Callable, Iterator
 
 from . import te
 from .errors import CodegenError, ScheduleError, UnsupportedError
-from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, MakeDescriptor, Node,
-                      ProgramIds, Rotate, Store, TileCount, TileIndices)
+from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, KSplit, MakeDescriptor, Node,
+                      ProgramIds, Rotate, SplitReduce, Store, TileCount, TileIndices)
 
 TL_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64",
             "int32": "tl.int32", "int64": "tl.int64", "bool": "tl.int1"}
 RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid_in_group", "group_id", "first_pid_m",
             "group_size_m", "tile_id", "num_tiles", "num_pid_mn", "acc", "k0", "ks", "tl", "triton", "out", "mask_m",
             "mask_n", "mask_out", "offs_m", "offs_n", "a_desc", "b_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K",
-            "REG_SPLIT", "GROUP_M"}
+            "REG_SPLIT", "GROUP_M", "SPLIT_K", "pid_s", "k_base", "k_chunks", "k_chunks_all", "k_chunks_per_split",
+            "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s"}
+SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
+"""Extra pointer parameters of a split-K kernel, after the output: float32 partial tiles, arrival counters."""
 
 
 class CodeWriter:
@@ -287,8 +290,8 @@ def _acc(n: InitAcc, c: Ctx) -> None:
     c.w.line(f"{n.name} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
 
 
-def _kstart(at: KRef) -> str:
-    parts = []
+def _kstart(at: KRef, c: Ctx) -> str:
+    parts = ["k_base"] if "SPLIT_K" in c.k.constexprs else []
     if at.loop:
         parts.append(f"({at.loop} + {at.tile}) * BLOCK_K" if at.tile else f"{at.loop} * BLOCK_K")
     elif at.tile:
@@ -303,7 +306,7 @@ def _kstart(at: KRef) -> str:
 @emitter(KIndices)
 def _kidx(n: KIndices, c: Ctx) -> None:
     k = c.k
-    c.w.line(f"offs_k{n.suffix} = {_kstart(n.at)} + tl.arange(0, {n.extent})")
+    c.w.line(f"offs_k{n.suffix} = {_kstart(n.at, c)} + tl.arange(0, {n.extent})")
     c.w.line(f"mask_k{n.suffix} = offs_k{n.suffix} < {k.totals['k']}")
     _decompose(c, f"offs_k{n.suffix}", tuple((a, k.axis_size[a]) for a in k.axes["k"]), n.suffix)
 
@@ -349,7 +352,7 @@ def _copy(n: Copy, c: Ctx) -> None:
     c.w.line(f"# {n.buffer} -> {n.target}: {size} tile of {o.tensor.name} into {where}{note}")
     if n.mechanism == "tma":
         dims = _descriptor_dims(c, n.role)
-        start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "k": _kstart(n.at)}
+        start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "k": _kstart(n.at, c)}
         load = f"{n.role}_desc.load([{', '.join(start[k] for _, k in dims)}])"
         order = tuple(k for _, k in dims)
         c.w.line(f"{n.target} = {load if order == tile else f'tl.trans({load})'}")
@@ -404,6 +407,43 @@ def _for(n: For, c: Ctx) -> None:
             emit(s, c)
 
 
+@emitter(KSplit)
+def _ksplit(n: KSplit, c: Ctx) -> None:
+    w = c.w
+    w.line("# split-K: program_id(2) reduces one contiguous slice of the reduction chunks (the last slice may be")
+    w.line("# short or empty); the tile's partial sums meet after the loop")
+    w.line("pid_s = tl.program_id(2)")
+    w.line(f"k_chunks_all = tl.cdiv({n.total}, BLOCK_K)")
+    w.line("k_chunks_per_split = tl.cdiv(k_chunks_all, SPLIT_K)")
+    w.line("k_base = pid_s * k_chunks_per_split * BLOCK_K")
+    w.line("k_chunks = tl.minimum(k_chunks_per_split, k_chunks_all - pid_s * k_chunks_per_split)")
+
+
+@emitter(SplitReduce)
+def _split_reduce(n: SplitReduce, c: Ctx) -> None:
+    w = c.w
+    w.line("# split-K: the partial tile goes to the float32 workspace (slice-major); the last program of this tile")
+    w.line("# to arrive adds the SPLIT_K partials in slice order, so the sum does not depend on arrival order")
+    w.line("tile_lin = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)")
+    w.line("ws_tile = split_ws + tile_lin * (BLOCK_M * BLOCK_N) + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + "
+           "tl.arange(0, BLOCK_N)[None, :]")
+    w.line("ws_stride = tl.num_programs(0) * tl.num_programs(1) * (BLOCK_M * BLOCK_N)")
+    w.line("tl.store(ws_tile + pid_s * ws_stride, acc)")
+    w.line("# every thread's partial is written before the arrival is counted (release); the last arrival")
+    w.line("# acquires them, reading through L2 (.cg) where the other programs' partials are")
+    w.line("tl.debug_barrier()")
+    w.line('arrived = tl.atomic_add(split_locks + tile_lin, 1, sem="acq_rel")')
+    w.line("if arrived == SPLIT_K - 1:")
+    with w.indent():
+        w.line('acc = tl.load(ws_tile, cache_modifier=".cg")')
+        w.line("for split_s in tl.static_range(1, SPLIT_K):")
+        with w.indent():
+            w.line('acc += tl.load(ws_tile + split_s * ws_stride, cache_modifier=".cg")')
+        w.line("tl.store(split_locks + tile_lin, 0)  # counters start at zero again for the next launch")
+        for s in n.body:
+            emit(s, c)
+
+
 @emitter(Store)
 def _store(n: Store, c: Ctx) -> None:
     k = c.k
@@ -420,7 +460,8 @@ def _store(n: Store, c: Ctx) -> None:
 # ------------------------------------------------------------------------------------ kernel
 def signature(k: Kernel) -> list[str]:
     """Kernel parameters: tensors, sizes, strides (unit strides are specialised away), constexprs."""
-    params = [t.name for t in k.inputs] + [k.out.name] + [n for n, _ in k.sizes]
+    params = [t.name for t in k.inputs] + [k.out.name] + list(SPLIT_ARGS if "SPLIT_K" in k.constexprs else ())
+    params += [n for n, _ in k.sizes]
     for t in list(k.inputs) + [k.out]:
         params += [f"stride_{t.name}_{d}" for d in range(t.ndim) if d != k.unit_stride.get(t.name)]
     return params
@@ -452,6 +493,16 @@ def generate(k: Kernel, header: str) -> str:
     w.line(f"def {k.name}({', '.join(signature(k))}, {consts}):")
     c = Ctx(k, w)
     with w.indent():
+        if k.multiple_of:
+            w.line("# alignment known at launch (Triton itself only specialises multiples of 16), stated as x // d * d")
+            w.line("# (tl.multiple_of does not reach scalar arguments): masked loads and strided rows then use")
+            w.line("# 16-byte vectors and cp.async instead of 2-byte loads")
+            params = set(signature(k))
+            for name, d in k.multiple_of.items():
+                if name not in params or not isinstance(d, int) or d < 2 or d & (d - 1):
+                    raise CodegenError(f"multiple_of hint {name}={d!r}: must name a runtime size or stride parameter "
+                                       f"of {k.name} and be a power of two >= 2")
+                w.line(f"{name} = {name} // {d} * {d}")
         for n in k.body:
             emit(n, c)
     src = w.text()

@@ -326,6 +326,7 @@ def run_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
         fallback(op, reason)
         out.copy_(torch_gemm(a, b, bias, residual, activation, alpha, beta))
         return out
+    a, b = kmatmul.aligned_operands(a, b)  # rows that 16-byte loads cannot read are copied (K zero-padded)
     k = a.shape[-1]
     cfg = choose_config(a.device, lambda: kmatmul.workload_of(a, b) if k > 0 else None)
     ep = kmatmul.Epilogue(bias is not None, activation, residual is not None, float(alpha), float(beta))

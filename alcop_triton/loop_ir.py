@@ -161,6 +161,22 @@ class For(Node):
 
 
 @dataclass(frozen=True)
+class KSplit(Node):
+    """Split-K: this program's slice of the reduction chunks (``k_base``, ``k_chunks``), from program_id(2)."""
+    total: str        # extent of the fused reduction dim
+
+
+@dataclass(frozen=True)
+class SplitReduce(Node):
+    """Split-K: the partial tile goes to a float32 workspace; the last program of the tile to arrive adds
+    the partials in split order (deterministic) and runs ``body`` (the epilogue store) on the sum."""
+    body: tuple[Node, ...]
+
+    def children(self) -> tuple[Node, ...]:
+        return self.body
+
+
+@dataclass(frozen=True)
 class Store(Node):
     """Epilogue (elementwise ops on acc, extra loads such as a bias) fused into the output store."""
     expr: te.Expr
@@ -188,6 +204,10 @@ class Kernel:
     passes: tuple[str, ...] = ()
     interpreter: bool = False                 # generated for Triton's CPU interpreter
     static: dict[str, int] = field(default_factory=dict)  # size vars compiled in as constants
+    # Runtime sizes/strides known (at bind time) to be multiples of 16 bytes' worth of elements but not of
+    # 16: Triton only specialises on 16, so unless the kernel states it (``x // d * d``) a K of 1000 or a row stride of 1000
+    # halves makes every masked load scalar (2-byte loads, no cp.async, register spills).
+    multiple_of: dict[str, int] = field(default_factory=dict)
 
     def replace(self, **kw: Any) -> Kernel:
         return dataclasses.replace(self, **kw)
@@ -240,6 +260,8 @@ def find(body: tuple[Node, ...], pred: Callable[[Node], bool]) -> list[tuple[Nod
                 hits.append((n, loops))
             if isinstance(n, For):
                 rec(n.body, loops + (n,))
+            elif n.children():
+                rec(n.children(), loops)
     rec(body, ())
     return hits
 
@@ -264,6 +286,9 @@ def dump(body: tuple[Node, ...], indent: int = 0) -> str:
             lines.append(f"{pad}{', '.join(n.targets)} = {', '.join(n.sources)}")
         elif isinstance(n, KIndices):
             lines.append(f"{pad}offs_k{n.suffix} = {_kref(n.at)}")
+        elif isinstance(n, SplitReduce):
+            lines.append(f"{pad}SplitReduce (last program of the tile):")
+            lines.append(dump(n.body, indent + 1))
         else:
             lines.append(f"{pad}{type(n).__name__}")
     return "\n".join(x for x in lines if x)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from . import te
 from .errors import ScheduleError, UnsupportedError
-from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, Node, Operand, ProgramIds,
-                      Store, TileCount, TileIndices)
+from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, KSplit, Node, Operand,
+                      ProgramIds, SplitReduce, Store, TileCount, TileIndices)
 from .schedule import Buffer, CacheRead, Pipeline, Schedule, Tile, Unroll
 
 
@@ -55,11 +55,14 @@ def _placeholder_load(factor: te.Expr) -> te.Load:
 
 
 def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int | None] | None = None,
-          allow_tf32: bool = True, static: dict[str, int] | None = None) -> Kernel:
+          allow_tf32: bool = True, static: dict[str, int] | None = None,
+          multiple_of: dict[str, int] | None = None) -> Kernel:
     """Build the loop nest for ``s``; ``inputs`` fixes the kernel's argument order.
 
     ``static`` size variables are compile-time constants of this kernel (e.g. a convolution's
     channels and window): index math by constants lets Triton prove contiguity and vectorise.
+    ``multiple_of`` names runtime sizes and strides (``stride_<tensor>_<dim>``) known to be multiples
+    of a value; the kernel states it (``x // d * d``) so masked loads still vectorise.
     """
     static = dict(static or {})
     out, red = s.out, s.reduction
@@ -206,14 +209,21 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
                             "compile-time trip count. Give the reduce_axis a constant extent (or build with "
                             "static=(...) for its size variables), or drop the unroll step")
     # static_range needs a constexpr trip count: tl.cdiv returns a tensor, integer arithmetic on constexprs does not
+    if unrolled and cfg.split_k > 1:
+        raise ScheduleError(f"unroll with split_k({cfg.split_k}): a program's slice of the reduction is a runtime "
+                            "count, which tl.static_range cannot unroll; drop one of the two steps")
     trips = f"({totals['k']} + BLOCK_K - 1) // BLOCK_K" if unrolled else f"tl.cdiv({totals['k']}, BLOCK_K)"
-    kloop = kloop.__class__(**{**kloop.__dict__, "extent": trips})
+    # Split-K: the chunk loop runs this program's slice (k_chunks chunks from k_base), and the store waits
+    # for the tile's other slices.
+    split = cfg.split_k > 1
+    kloop = kloop.__class__(**{**kloop.__dict__, "extent": "k_chunks" if split else trips})
+    store: Node = SplitReduce((Store(epilogue),)) if split else Store(epilogue)
 
     tile_body: tuple[Node, ...] = ((BatchIndices(tuple((a, axis_size[a]) for a in b_axes), totals["b"]),)
                                    if b_axes else ()) + (
         TileIndices("m", tuple((a, axis_size[a]) for a in m_axes), totals["m"]),
         TileIndices("n", tuple((a, axis_size[a]) for a in n_axes), totals["n"]),
-        InitAcc(), kloop, Store(epilogue))
+        InitAcc(), *((KSplit(totals["k"]),) if split else ()), kloop, store)
     if cfg.persistent:
         # Each program strides over all output tiles (batch included); the rewrite decides flattening.
         body: tuple[Node, ...] = (TileCount(totals["b"]), For(
@@ -233,8 +243,9 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
         name=f"alcop_{out.name.lower()}", body=body, operands=tuple(operands), out=out, inputs=tuple(inputs),
         reduction=red, axes={"b": b_axes, "m": m_axes, "n": n_axes, "k": k_axes}, extents=extents,
         sizes=tuple(sizes.items()), axis_size=axis_size, totals=totals, unit_stride=us, static=static,
+        multiple_of=dict(multiple_of or {}),
         constexprs={"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "SUB_K": cfg.sub_k,
-                    "REG_SPLIT": cfg.reg_split, "GROUP_M": cfg.group_m},
+                    "REG_SPLIT": cfg.reg_split, "GROUP_M": cfg.group_m} | ({"SPLIT_K": cfg.split_k} if split else {}),
         num_warps=cfg.num_warps, num_stages=1, dot_dtype=dot_dtype, allow_tf32=allow_tf32)
 
 

@@ -24,6 +24,10 @@ DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
 DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
+MAX_SPLIT_K = 16
+"""Largest split-K factor: beyond it the float32 partial tiles cost more traffic than the split saves."""
+
+
 def _pow2(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 
@@ -45,6 +49,9 @@ class KernelConfig:
         persistent: one program per resident slot on the GPU (not per output tile), each looping over
             output tiles; with smem_stages > 1 the tile loop is flattened with the reduction loop, so
             the next tile's first copies are in flight during this tile's epilogue.
+        split_k: programs per output tile, each reducing one contiguous slice of the K chunks (split-K);
+            partial tiles meet in a float32 workspace and the last program of a tile to arrive adds them
+            in split order (deterministic) and applies the epilogue. 1 = off. Not with ``persistent``.
     """
 
     block_m: int = 64
@@ -57,6 +64,7 @@ class KernelConfig:
     reg_split: int = 1
     async_copy: str = "pointer"
     persistent: bool = False
+    split_k: int = 1
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
@@ -81,6 +89,11 @@ class KernelConfig:
             raise ScheduleError(f"KernelConfig.async_copy={self.async_copy!r}: must be one of {ASYNC_COPIES}")
         if not isinstance(self.persistent, bool):
             raise ScheduleError(f"KernelConfig.persistent={self.persistent!r}: must be True or False")
+        if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or not 1 <= self.split_k <= MAX_SPLIT_K:
+            raise ScheduleError(f"KernelConfig.split_k={self.split_k!r}: must be an int in [1, {MAX_SPLIT_K}]")
+        if self.split_k > 1 and self.persistent:
+            raise ScheduleError(f"KernelConfig.split_k={self.split_k} with persistent=True: split-K programs are one "
+                                "per (tile, slice); use one or the other")
 
     @property
     def sub_k(self) -> int:
@@ -93,17 +106,20 @@ class KernelConfig:
     def __str__(self) -> str:
         tma = "_tma" if self.async_copy == "tma" else ""
         pers = "_persistent" if self.persistent else ""
+        split = f"_split{self.split_k}" if self.split_k > 1 else ""
         return (f"m{self.block_m}n{self.block_n}k{self.block_k}_g{self.group_m}_w{self.num_warps}"
-                f"_s{self.smem_stages}_r{self.reg_stages}x{self.reg_split}{tma}{pers}")
+                f"_s{self.smem_stages}_r{self.reg_stages}x{self.reg_split}{tma}{pers}{split}")
 
     # Triton's usual parameterization, plus our own knobs; what the DB, the CLI and predict_times use.
-    # PERSISTENT appears only when set, so records written before the knob existed read back equal.
+    # PERSISTENT and SPLIT_K appear only when set, so records written before the knobs existed read back equal.
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
                              "GROUP_M": self.group_m, "num_warps": self.num_warps, "num_stages": self.smem_stages,
                              "REG_STAGES": self.reg_stages, "REG_SPLIT": self.reg_split, "ASYNC_COPY": self.async_copy}
         if self.persistent:
             d["PERSISTENT"] = True
+        if self.split_k > 1:
+            d["SPLIT_K"] = self.split_k
         return d
 
     @classmethod
@@ -115,7 +131,7 @@ class KernelConfig:
         keys = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "BLOCK_K": "block_k", "GROUP_M": "group_m",
                 "GROUP_SIZE_M": "group_m", "num_warps": "num_warps", "num_stages": "smem_stages",
                 "REG_STAGES": "reg_stages", "REG_SPLIT": "reg_split", "ASYNC_COPY": "async_copy",
-                "PERSISTENT": "persistent"}
+                "PERSISTENT": "persistent", "SPLIT_K": "split_k"}
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for k, v in d.items():

@@ -1,4 +1,4 @@
-"""The schedule language: cache_read, tile, pipeline, compute_inline, group, warps, async_copy.
+"""The schedule language: cache_read, tile, pipeline, compute_inline, group, warps, async_copy, split_k.
 
 A ``Schedule`` is the one mutable builder; every call validates at once (naming the step, the value
 and the rule) and records a frozen step. ``canonical_steps()`` returns the steps in ALCOP's order
@@ -77,11 +77,17 @@ class Persistent:
     """Programs loop over output tiles (one program per resident slot, not per tile)."""
 
 
-Step = Union[CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent]
-S = TypeVar("S", CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent)
+@dataclass(frozen=True)
+class SplitK:
+    """Split the reduction over ``factor`` programs per output tile (deterministic split-K)."""
+    factor: int
+
+
+Step = Union[CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent, SplitK]
+S = TypeVar("S", CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent, SplitK)
 # ALCOP's ordering (paper section 2.2): cache-read and tiling before pipelining, inlining after.
 _PHASE = {CacheRead: 0, Tile: 1, Unroll: 1, Pipeline: 2, Inline: 3, Group: 4, Warps: 4, AsyncCopyStep: 4,
-          Persistent: 4}
+          Persistent: 4, SplitK: 4}
 
 
 def _pow2(x: object) -> bool:
@@ -244,6 +250,20 @@ class Schedule:
         """
         self.steps.append(Persistent())
 
+    def split_k(self, factor: int) -> None:
+        """Split the reduction loop over ``factor`` programs per output tile (split-K).
+
+        For few output tiles and a long K (decode, tall-skinny, small-N GEMMs) the GPU would idle:
+        each program reduces one contiguous slice of the K chunks into a float32 partial tile; the
+        last program of a tile to arrive (a per-tile arrival counter) adds the partials in split
+        order, so the result does not depend on which program finished first, and applies the
+        epilogue. ``factor`` 1 is the plain kernel.
+        """
+        from .records import MAX_SPLIT_K
+        if not isinstance(factor, int) or isinstance(factor, bool) or not 1 <= factor <= MAX_SPLIT_K:
+            raise ScheduleError(f"split_k({factor!r}): must be an int in [1, {MAX_SPLIT_K}]")
+        self.steps.append(SplitK(factor))
+
     def unroll(self, axis: te.IterVar | str) -> None:
         """Unroll the reduction loop (which then cannot be pipelined: nothing to overlap)."""
         name = axis.name if isinstance(axis, te.IterVar) else axis
@@ -280,13 +300,13 @@ class Schedule:
     def config(self) -> KernelConfig:
         """This schedule's parameters as a KernelConfig (the tuner's and the database's record)."""
         tile = self.last(Tile) or Tile(64, 64, 32, 32)
-        group, warps, mech = self.last(Group), self.last(Warps), self.last(AsyncCopyStep)
+        group, warps, mech, split = self.last(Group), self.last(Warps), self.last(AsyncCopyStep), self.last(SplitK)
         has_reg = any(b.scope == "register" for b in self.buffers.values())
         return KernelConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
                             group_m=group.group_m if group else 1, num_warps=warps.num_warps if warps else 4,
                             smem_stages=self.stages("shared"), reg_stages=self.stages("register") if has_reg else 1,
                             reg_split=tile.block_k // tile.sub_k, async_copy=mech.mechanism if mech else "pointer",
-                            persistent=self.last(Persistent) is not None)
+                            persistent=self.last(Persistent) is not None, split_k=split.factor if split else 1)
 
     @classmethod
     def from_config(cls, out: te.Tensor, cfg: KernelConfig, m_axes=None, n_axes=None) -> Schedule:
@@ -306,6 +326,8 @@ class Schedule:
         s.async_copy(cfg.async_copy)
         if cfg.persistent:
             s.persistent()
+        if cfg.split_k > 1:
+            s.split_k(cfg.split_k)
         return s
 
 

@@ -7,9 +7,11 @@ a dict lookup):
 2. the shipped default tables (``alcop_triton/data/default_*.jsonl``, measured by the maintainers
    on real GPUs, same record format): same query;
 3. with ``ALCOP_AUTOTUNE=1`` only: tune now with a small budget, store, use the winner;
-4. the nearest tuned shape (log-space distance of the GEMM dims, same op/dtype/GPU) in either
-   source: its fastest configs re-ranked by the analytical model for *this* shape;
-5. the analytical model's top-1 over the whole (resource-pruned) space.
+4. the nearest tuned shapes (log-space distance of the GEMM dims, same op/dtype/GPU) in either
+   source, see ``transfer``: their fastest configs and the model's own shortlist for *this* shape
+   (split-K included) are scored by the analytical model for this shape, each corrected by how far
+   the model was off where the config was measured;
+5. the analytical model's top-1 over its shortlist (``space.DISPATCH_KNOBS``).
 
 A configuration that failed on this GPU in any recorded run is never returned (``rank_configs``).
 """
@@ -19,17 +21,28 @@ from __future__ import annotations
 import importlib.resources
 import math
 import os
+import statistics
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import DatabaseError
 from ..records import KernelConfig, Workload
-from .database import Database, GpuKey, TuningRecord, best_of, gpu_key, mma_of, nearest_of, read_jsonl
+from .database import (Database, GpuKey, TuningRecord, best_of, current_version_group, gpu_key, mma_of, rank_configs,
+                       read_jsonl, select, shape_distance)
 
 AUTOTUNE_TRIALS = 16
 """Budget of call-time tuning under ``ALCOP_AUTOTUNE=1``: small, since the caller is waiting."""
+NEIGHBOURS = 4
+"""Measured shapes consulted for an untuned one (nearest first in log (batch, M, N, K))."""
+NEIGHBOUR_TOP = 6
+"""Fastest configs taken from each neighbour."""
+MODEL_TOP = 8
+"""The model's own candidates for the untuned shape (configs no neighbour measured, e.g. split-K)."""
+UNMEASURED_PENALTY = 1.15
+"""A candidate measured on no neighbour must beat the measured ones by this factor: the model's error
+for it is unknown, while a measured config's error is read off its neighbour."""
 
 
 @dataclass(frozen=True)
@@ -54,18 +67,72 @@ def default_tables() -> list[TuningRecord]:
     return out
 
 
-def rerank(workload: Workload, configs: list[KernelConfig], spec: Any) -> KernelConfig | None:
-    """The analytically fastest of ``configs`` for ``workload``, among those the model deems valid."""
-    from ..model import analytical
+def model_shortlist(workload: Workload, spec: Any) -> list[KernelConfig]:
+    """The analytical model's ranking of ``space.DISPATCH_KNOBS`` for ``workload`` (fastest first)."""
+    from .space import DISPATCH_KNOBS, ConfigSpace
 
+    return ConfigSpace.build(workload, spec, knobs=DISPATCH_KNOBS).ranked()
+
+
+def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> tuple[KernelConfig, str] | None:
+    """A config for an unmeasured ``workload`` from measurements of nearby shapes on this GPU.
+
+    Candidates: the ``NEIGHBOUR_TOP`` fastest configs of each of the ``NEIGHBOURS`` nearest measured
+    shapes (same op and dtype; same layout preferred), and the model's ``MODEL_TOP`` for this shape.
+    Each is scored by the analytical estimate for this shape times its correction: the weighted
+    geomean of measured / estimated time where it was measured (nearer shapes weigh more); a config
+    measured nowhere near takes the neighbours' typical correction times ``UNMEASURED_PENALTY``. Configs
+    the shape rules reject (tiles beyond the problem, stages beyond the trip count, split-K where tiles
+    fill the GPU) or that failed in any run are never chosen. None when nothing was measured.
+    """
+    from ..model import analytical
+    from .space import shape_reason
+
+    by_wl: dict[Workload, list[TuningRecord]] = {}
+    failed: set[KernelConfig] = set()
+    for r in records:
+        if r.workload.op == workload.op and r.workload.dtype == workload.dtype:
+            by_wl.setdefault(r.workload, []).append(r)
+            if not r.ok:
+                failed.add(r.config)
+    order = sorted(by_wl, key=lambda w: (shape_distance(w, workload) + 0.5 * (w.layout != workload.layout), w.key()))
+    ratios: dict[KernelConfig, list[tuple[float, float]]] = {}
+    used: list[Workload] = []
+    for w in order:
+        ranked = rank_configs(current_version_group(by_wl[w]))[:NEIGHBOUR_TOP]
+        if not ranked:
+            continue
+        used.append(w)
+        weight = 1.0 / (1.0 + shape_distance(w, workload))
+        for rc in ranked:
+            e = analytical.estimate(w, rc.config, spec)
+            if e.valid and math.isfinite(e.time_s) and e.time_s > 0:
+                ratios.setdefault(rc.config, []).append((weight, math.log(rc.time_ms * 1e-3 / e.time_s)))
+        if len(used) == NEIGHBOURS:
+            break
+    if not used:
+        return None
+
+    def correction(pairs: list[tuple[float, float]]) -> float:
+        return math.exp(sum(wt * x for wt, x in pairs) / sum(wt for wt, _ in pairs))
+
+    typical = statistics.median(correction(p) for p in ratios.values()) if ratios else 1.0
+    candidates = list(ratios) + [c for c in model_shortlist(workload, spec)[:MODEL_TOP] if c not in ratios]
     best: tuple[float, int] | None = None
-    for i, c in enumerate(configs):
-        if not analytical.resources(workload, c, spec).valid:
+    for i, c in enumerate(candidates):
+        if c in failed or shape_reason(workload, c, spec) is not None:
             continue
         e = analytical.estimate(workload, c, spec)
-        if e.valid and math.isfinite(e.time_s) and (best is None or (e.time_s, i) < best):
-            best = (e.time_s, i)
-    return configs[best[1]] if best is not None else None
+        if not e.valid or not math.isfinite(e.time_s):
+            continue
+        score = e.time_s * (correction(ratios[c]) if c in ratios else typical * UNMEASURED_PENALTY)
+        if best is None or (score, i) < best:
+            best = (score, i)
+    if best is None:
+        return None
+    c = candidates[best[1]]
+    how = "measured near" if c in ratios else "model shortlist"
+    return c, f"{how}; scored over {len(candidates)} candidates from {', '.join(w.key() for w in used)}"
 
 
 class Dispatcher:
@@ -137,14 +204,10 @@ class Dispatcher:
             if tuned is not None:
                 return tuned
         pool = self._db_records(gpu=spec, op=workload.op, dtype=workload.dtype) + self._default_records()
-        near = nearest_of(pool, workload, spec)
-        if near is not None:
-            config = rerank(workload, [rc.config for rc in near[1]], spec)
-            if config is not None:
-                return Decision(config, "nearest", f"re-ranked top configs of {near[0].key()}")
-        from .space import ConfigSpace
-
-        return Decision(ConfigSpace.build(workload, spec).ranked()[0], "analytical", "model top-1")
+        picked = transfer(workload, select(pool, gpu=spec), spec)
+        if picked is not None:
+            return Decision(picked[0], "nearest", picked[1])
+        return Decision(model_shortlist(workload, spec)[0], "analytical", "model top-1")
 
     def _tune(self, workload: Workload, spec: Any) -> Decision | None:
         from . import session

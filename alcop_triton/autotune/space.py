@@ -9,7 +9,8 @@ Pruning, cheapest first:
    masked work and duplicate a smaller config), stages beyond the reduction trip count pipeline
    nothing (a persistent kernel's flattened loop runs every chunk of a program's tiles),
    ``reg_split > 1`` without register prefetch only splits the dot, TMA needs sm90, persistence
-   needs more tiles than SMs;
+   needs more tiles than SMs, split-K is for problems with fewer tiles than SMs and slices of at
+   least two chunks;
 2. the variant filter (the paper's ablation: none / double_buffer / smem_multistage / full);
 3. the model's resource accounting: ``model.analytical.resources(...).valid`` (shared memory,
    registers, threads), so out-of-resource configs are never compiled;
@@ -34,7 +35,7 @@ VARIANTS: tuple[str, ...] = ("none", "double_buffer", "smem_multistage", "full")
 multi-stage multi-level (shared + register)."""
 
 KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
-                               "reg_stages", "reg_split", "async_copy", "persistent")
+                               "reg_stages", "reg_split", "async_copy", "persistent", "split_k")
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,17 @@ class Knobs:
     reg_split: tuple[int, ...] = (1, 2, 4)
     async_copy: tuple[str, ...] = ("pointer", "tma")
     persistent: tuple[bool, ...] = (False, True)
+    split_k: tuple[int, ...] = (1, 2, 4, 8)
 
     def values(self) -> list[tuple[Any, ...]]:
         return [getattr(self, k) for k in KNOB_NAMES]
+
+
+DISPATCH_KNOBS = Knobs(block_m=(16, 32, 64, 128), block_n=(32, 64, 128, 256), block_k=(32, 64, 128), group_m=(8,),
+                       num_warps=(4, 8), smem_stages=(3, 4, 5), reg_stages=(1,), reg_split=(1,))
+"""The model's own shortlist when a call finds no measurement of its shape: the knobs that decide most
+of the time on the GPUs measured so far (the register level never won there), small enough that
+ranking it stays well under a second on a first call."""
 
 
 def default_knobs(op: str) -> Knobs:
@@ -94,7 +103,16 @@ def shape_reason(workload: Workload, c: KernelConfig, spec: Any | None) -> str |
     if c.block_m > max(16, _next_pow2(m)) or c.block_n > max(16, _next_pow2(n)) \
             or c.block_k > max(16, _next_pow2(k)):
         return "tile larger than the problem"
-    trips = math.ceil(k / c.block_k)
+    trips = math.ceil(math.ceil(k / c.block_k) / c.split_k)  # chunks of one program (one split-K slice)
+    if c.split_k > 1:
+        tiles = batch * math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
+        if spec is not None and tiles >= spec.num_sms:
+            return "split-K with enough tiles to fill the GPU"
+        if spec is not None and tiles * (c.split_k // 2) >= spec.num_sms:
+            # half the split would already fill the GPU: the extra slices only add partial-sum traffic
+            return "split-K beyond filling the GPU"
+        if trips < 2:
+            return "split-K slices shorter than two chunks"
     if c.persistent and c.reg_stages > 1:
         # The register prologue would sit inside the flattened tile loop; on the GPU the register
         # level loses to shared-only pipelining anyway (benchmarks/results/pipeline_variants.md).
@@ -188,19 +206,19 @@ class ConfigSpace:
         knobs = knobs or default_knobs(workload.op)
         pruned: Counter[str] = Counter()
         candidates: list[KernelConfig] = []
-        for values in itertools.product(*knobs.values()):
-            try:
-                c = KernelConfig(**dict(zip(KNOB_NAMES, values)))
-            except ScheduleError:
-                pruned["invalid knob combination"] += 1
+        batch, m, n, _ = workload.gemm_dims()
+        splits = [s for s in knobs.split_k if s > 1]
+        for values in itertools.product(*knobs.values()[:-1]):
+            kw = dict(zip(KNOB_NAMES, values))
+            tiles = batch * math.ceil(m / kw["block_m"]) * math.ceil(n / kw["block_n"])
+            if 1 in knobs.split_k:
+                candidates += _one(workload, kw | {"split_k": 1}, spec, variant, pruned)
+            if spec is not None and tiles >= spec.num_sms:
+                # split-K only for few tiles: counted in bulk, since most of a large grid's combinations land here
+                pruned["split-K with enough tiles to fill the GPU"] += len(splits)
                 continue
-            why = shape_reason(workload, c, spec)
-            if why is None and not variant_ok(c, variant):
-                why = f"outside variant {variant!r}"
-            if why is not None:
-                pruned[why] += 1
-                continue
-            candidates.append(c)
+            for sk in splits:
+                candidates += _one(workload, kw | {"split_k": sk}, spec, variant, pruned)
         if not candidates:
             raise TuningError(f"no config of {knobs} fits {workload.key()} (variant {variant!r}); widen the knobs")
         configs = candidates
@@ -277,6 +295,27 @@ class ConfigSpace:
             if n in self:
                 return n
         return c
+
+
+def _one(workload: Workload, kw: dict[str, Any], spec: Any, variant: str, pruned: Counter[str]) -> list[KernelConfig]:
+    """``[config]`` if the knob values make a valid config that passes the shape rules and the variant, else []
+    (with the reason counted in ``pruned``)."""
+    if (kw["persistent"] and kw["split_k"] > 1) or kw["block_k"] // kw["reg_split"] < 16:
+        # KernelConfig would refuse these; skipping them here keeps large grids fast to enumerate
+        pruned["invalid knob combination"] += 1
+        return []
+    try:
+        c = KernelConfig(**kw)
+    except ScheduleError:
+        pruned["invalid knob combination"] += 1
+        return []
+    why = shape_reason(workload, c, spec)
+    if why is None and not variant_ok(c, variant):
+        why = f"outside variant {variant!r}"
+    if why is not None:
+        pruned[why] += 1
+        return []
+    return [c]
 
 
 def _reason_class(reason: str) -> str:

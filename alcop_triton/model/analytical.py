@@ -33,6 +33,11 @@ Where this model departs from the table, and why:
   into the pipeline: every batch after the first hides its T_init and the store's write latency.
 * The loop trip count bounds the useful pipeline depth (N_pipe <= N_loop), and on the wgmma path
   the in-flight async MMA holds one stage (N_pipe = num_stages - 1).
+* Split-K (``config.split_k`` = S): S times the blocks, each looping over 1/S of the chunks (the
+  slices are an extra batch axis, slowest in launch order, reading disjoint K ranges); the partial
+  tiles cost 2 x S x 4 bytes per output element of L2 traffic (written, read back by the last block
+  of each tile), and the last arrival's serial reduction (an atomic round trip, then S partial tiles
+  read by one SM) is exposed once.
 
 ``resources`` does Triton's resource accounting (shared memory as Triton allocates it, a
 register estimate, threads) and the occupancy simulation that sets N_threadblk_per_SM.
@@ -231,7 +236,7 @@ class _Ctx:
     k: int
     tiles_m: int
     tiles_n: int
-    n_loop: int
+    n_loop: int           # chunks per block: one split-K slice of ceil(K / BLOCK_K)
     a_dram_ratio: float   # DRAM bytes of A per byte of A tile loads (< 1 for convolutions)
     dram_scale: float     # share of per-batch working-set traffic that really comes from DRAM
 
@@ -351,7 +356,9 @@ def _context(workload: Workload, config: KernelConfig, spec: GPUSpec, res: Resou
     compulsory_in = batch * (m * k * a_ratio + k * n) * eb
     fits = compulsory_in + batch * m * n * eb <= _L2_FIT_FRACTION * spec.l2_bytes
     per_batch = spec.num_sms * res.blocks_per_sm
-    total = batch * tiles_m * tiles_n
+    total = batch * tiles_m * tiles_n * c.split_k
+    n_loop = ceil_div(ceil_div(k, c.block_k), c.split_k)
+    k_slice = min(k, n_loop * c.block_k)
     dram_scale = 1.0
     if fits:
         n_full, rem = divmod(total, per_batch)
@@ -359,10 +366,10 @@ def _context(workload: Workload, config: KernelConfig, spec: GPUSpec, res: Resou
         for n_act, count in ((per_batch, n_full), (rem, 1 if rem else 0)):
             if count:
                 u_m, u_n = _batch_tiles(n_act, tiles_m, tiles_n, c.group_m)
-                loads += count * (u_m * min(c.block_m, m) * a_ratio + u_n * min(c.block_n, n)) * k * eb
+                loads += count * (u_m * min(c.block_m, m) * a_ratio + u_n * min(c.block_n, n)) * k_slice * eb
         dram_scale = min(1.0, compulsory_in / loads) if loads > 0 else 1.0
     return _Ctx(wl=workload, c=c, spec=spec, res=res, path=res.mma_path, batch=batch, m=m, n=n, k=k,
-                tiles_m=tiles_m, tiles_n=tiles_n, n_loop=ceil_div(k, c.block_k), a_dram_ratio=a_ratio,
+                tiles_m=tiles_m, tiles_n=tiles_n, n_loop=n_loop, a_dram_ratio=a_ratio,
                 dram_scale=dram_scale)
 
 
@@ -379,7 +386,7 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
     if not res.valid:
         return Estimate(math.inf, False, res.reason, base)
     ctx = _context(workload, config, spec, res)
-    total = ctx.batch * ctx.tiles_m * ctx.tiles_n
+    total = ctx.batch * ctx.tiles_m * ctx.tiles_n * config.split_k
     per_batch = spec.num_sms * res.blocks_per_sm
     n_full, rem = divmod(total, per_batch)
     full = _threadblock(ctx, res.blocks_per_sm, per_batch) if n_full else None
@@ -399,14 +406,27 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
     dram_reads = sum(count * tb["dram_bytes_per_loop"] * ctx.n_loop
                      for count, tb in ((n_full, full), (1, last)) if tb is not None)
     t_dram_kernel = (dram_reads + ctx.batch * ctx.m * ctx.n * workload.elem_bytes) / spec.dram_bw
-    time = max(t_batches, t_dram_kernel) + spec.launch_s
+    t_split = _split_reduction(ctx, total)
+    time = max(t_batches, t_dram_kernel) + t_split + spec.launch_s
     return Estimate(time, True, "", {
         **base, **shown,
         "n_batches": float(n_batches), "n_full_batches": float(n_full), "t_hidden_by_persistence": hidden,
         "t_last_batch": last["t_threadblk"] if last else 0.0, "waves": total / per_batch,
         "total_blocks": float(total), "n_loop": float(ctx.n_loop), "dram_scale": ctx.dram_scale,
-        "t_launch": spec.launch_s, "t_dram_kernel": t_dram_kernel, "time_s": time,
+        "t_launch": spec.launch_s, "t_dram_kernel": t_dram_kernel, "t_split_reduction": t_split, "time_s": time,
     })
+
+
+def _split_reduction(ctx: _Ctx, total_blocks: int) -> float:
+    """Split-K's extra time: float32 partial tiles through L2 (every block writes one, the last block of
+    each tile reads all S back), plus the exposed tail of the last arrival (atomic, then S tiles on one SM)."""
+    s = ctx.c.split_k
+    if s == 1:
+        return 0.0
+    spec, tile_f32 = ctx.spec, ctx.c.block_m * ctx.c.block_n * 4
+    traffic = 2 * total_blocks * tile_f32 / spec.l2_bw
+    tail = 2 * spec.lat_l2_read * spec.latency_scale + s * tile_f32 / (spec.l2_bw / spec.num_sms)
+    return traffic + tail
 
 
 def bottleneck_estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> float:

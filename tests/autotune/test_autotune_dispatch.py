@@ -8,9 +8,10 @@ import pytest
 
 from alcop_triton.autotune import dispatch as dmod
 from alcop_triton.autotune.database import Database, TuningRecord
-from alcop_triton.autotune.dispatch import Dispatcher, rerank
+from alcop_triton.autotune.dispatch import Dispatcher, model_shortlist, transfer
 from alcop_triton.autotune.measure import ErrorKind, MeasureResult
-from alcop_triton.autotune.space import ConfigSpace
+from alcop_triton.autotune.space import ConfigSpace, shape_reason
+from alcop_triton.model import analytical
 from alcop_triton.model.hardware import get_spec
 from alcop_triton.records import KernelConfig, Workload
 
@@ -60,16 +61,30 @@ def test_db_beats_shipped_table(tmp_path, monkeypatch):
     assert Dispatcher(db).best_config(W, SPEC) == mine
 
 
-def test_nearest_shape_reranked_by_model(tmp_path, no_defaults):
+def test_nearest_shapes_scored_with_the_models_error_where_measured(tmp_path, no_defaults):
     db = Database(tmp_path / "t.sqlite")
     tuned = Workload("matmul", (1024, 768, 2048), "float16", "nt")
     space = ConfigSpace.build(tuned, SPEC, top_k=6)
-    for i, c in enumerate(space.configs):
-        db.add(rec(tuned, c, 0.01 * (i + 1)))
+    # The model's last pick measured fastest (10x faster than its estimate): the correction carries it over.
+    winner = space.ranked()[-1]
+    for c in space.configs:
+        est = analytical.estimate(tuned, c, SPEC).time_s * 1e3
+        db.add(rec(tuned, c, est * (0.1 if c == winner else 1.0)))
     unseen = Workload("matmul", (1000, 800, 3000), "float16", "nt")
     dec = Dispatcher(db).decide(unseen, SPEC)
-    assert dec.source == "nearest" and tuned.key() in dec.detail
-    assert dec.config == rerank(unseen, list(space.configs), SPEC)
+    assert dec.source == "nearest" and tuned.key() in dec.detail and "measured near" in dec.detail
+    assert dec.config == winner
+
+
+def test_transfer_never_picks_tiles_beyond_the_problem_or_failed_configs(no_defaults):
+    big = Workload("matmul", (4096, 4096, 4096), "float16", "nt")
+    huge, failed = KernelConfig(128, 256, 64, num_warps=8, smem_stages=4), KernelConfig(16, 64, 128, smem_stages=4)
+    records = [rec(big, huge, 0.2), rec(big, failed, 5.0), rec(big, failed, None, ErrorKind.RUNTIME)]
+    decode = Workload("matmul", (16, 4096, 4096), "float16", "nt")
+    config, detail = transfer(decode, records, SPEC)
+    assert shape_reason(decode, config, SPEC) is None and config.block_m == 16
+    assert config != failed and "model shortlist" in detail
+    assert transfer(decode, [], SPEC) is None
 
 
 def test_analytical_fallback_and_autotune_off(tmp_path, no_defaults, monkeypatch):
@@ -77,7 +92,7 @@ def test_analytical_fallback_and_autotune_off(tmp_path, no_defaults, monkeypatch
     small = Workload("matmul", (128, 64, 512), "float16", "nt")
     dec = Dispatcher(Database(tmp_path / "t.sqlite")).decide(small, SPEC)
     assert dec.source == "analytical"
-    assert dec.config == ConfigSpace.build(small, SPEC).ranked()[0]
+    assert dec.config == model_shortlist(small, SPEC)[0]
 
 
 def test_autotune_on_tunes_and_stores(tmp_path, no_defaults, monkeypatch):

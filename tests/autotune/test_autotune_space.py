@@ -153,3 +153,28 @@ def test_spaces_keep_persistent_configs_given_to_them() -> None:
     space = ConfigSpace.from_configs(big, cs)
     assert len(space) == 2 and _pers(stages=4) in space
     assert not any(c.persistent for c in ConfigSpace.build(W, SPEC, knobs=SMALL))  # not a tuning knob (yet)
+
+
+def test_split_k_is_offered_for_few_tiles_and_long_k_only():
+    knobs = Knobs(block_m=(16, 64), block_n=(64, 128), block_k=(64, 128), num_warps=(4,), smem_stages=(3,),
+                  reg_stages=(1,), reg_split=(1,), group_m=(8,), async_copy=("pointer",), persistent=(False,))
+    decode = ConfigSpace.build(Workload("matmul", (16, 4096, 4096), "float16", "nt"), SPEC, knobs=knobs)
+    assert {c.split_k for c in decode} == {1, 2, 4, 8}
+    for c in decode:
+        tiles = -(-16 // c.block_m) * -(-4096 // c.block_n)
+        assert c.split_k == 1 or (tiles < SPEC.num_sms and tiles * (c.split_k // 2) < SPEC.num_sms)
+    big = ConfigSpace.build(Workload("matmul", (4096, 4096, 4096), "float16", "nt"), SPEC, knobs=knobs)
+    assert {c.split_k for c in big} == {1}
+    assert big.pruned["split-K with enough tiles to fill the GPU"] > 0
+    short = Workload("matmul", (16, 256, 128), "float16", "nt")  # one or two chunks: nothing to split
+    assert shape_reason(short, KernelConfig(16, 64, 64, split_k=2), SPEC) == "split-K slices shorter than two chunks"
+
+
+def test_split_k_costs_partial_traffic_in_the_model():
+    w = Workload("matmul", (128, 1024, 8192), "float16", "nt")
+    one, four = KernelConfig(64, 64, 128, smem_stages=5), KernelConfig(64, 64, 128, smem_stages=5, split_k=4)
+    e1, e4 = analytical.estimate(w, one, SPEC), analytical.estimate(w, four, SPEC)
+    assert e1.breakdown["t_split_reduction"] == 0.0 < e4.breakdown["t_split_reduction"]
+    assert e4.breakdown["total_blocks"] == 4 * e1.breakdown["total_blocks"]
+    assert e4.breakdown["n_loop"] == 16 == e1.breakdown["n_loop"] / 4
+    assert e4.time_s < e1.time_s  # 32 tiles on 132 SMs: four slices fill the GPU

@@ -1,0 +1,67 @@
+"""Operands whose rows 16-byte loads cannot read are copied to K-contiguous, K-padded buffers.
+
+The copy must not change the product or the epilogue, and ``aligned_workload`` (what dispatch and the
+shipped tables key on) must name exactly what ``aligned_operands`` produces.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import alcop_triton as at
+from alcop_triton.kernels import matmul as km
+
+
+def _operands(m: int, n: int, k: int, layout: str, dtype: torch.dtype, batch: int | None = None):
+    g = torch.Generator().manual_seed(m + 7 * n + 13 * k)
+    bt = (batch,) if batch else ()
+    a = torch.randn(bt + ((m, k) if layout[0] == "n" else (k, m)), generator=g).to(dtype)
+    b = torch.randn(bt + ((k, n) if layout[1] == "n" else (n, k)), generator=g).to(dtype)
+    return (a if layout[0] == "n" else a.transpose(-1, -2)), (b if layout[1] == "n" else b.transpose(-1, -2))
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("m,n,k", [(24, 40, 45), (23, 41, 48), (24, 40, 48), (777, 1234, 555)])
+def test_aligned_workload_names_what_aligned_operands_makes(layout: str, m: int, n: int, k: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    if m * n * k < km.PAD_MIN_MACS:
+        monkeypatch.setattr(km, "PAD_MIN_MACS", 1)
+    a, b = _operands(m, n, k, layout, torch.float16)
+    pa, pb = km.aligned_operands(a, b)
+    assert km.workload_of(pa, pb) == km.aligned_workload(km.workload_of(a, b))
+    assert km._vector_ready(pa) and km._vector_ready(pb)
+    if not (km._vector_ready(a) and km._vector_ready(b)) and k % 8:  # e.g. 'tn' with M, N aligned reads fine
+        assert pa.shape[-1] == pb.shape[-2] == 8 * -(-k // 8)
+        assert torch.all(pa[..., k:] == 0) and torch.all(pb[..., k:, :] == 0)
+    assert torch.equal(pa[..., :k], a) and torch.equal(pb[..., :k, :], b)
+
+
+def test_aligned_operands_leave_aligned_and_small_problems_alone() -> None:
+    a, b = _operands(24, 40, 48, "nt", torch.float16)
+    assert km.aligned_operands(a, b) == (a, b)
+    a, b = _operands(24, 40, 45, "nt", torch.float16)  # unaligned but tiny: the copies would cost more
+    pa, pb = km.aligned_operands(a, b)
+    assert pa is a and pb is b
+    w = at.Workload("matmul", (24, 40, 45), "float16", "nt")
+    assert km.aligned_workload(w) == w
+    big = at.Workload("bmm", (4, 1000, 333, 555), "bfloat16", "tn")
+    assert km.aligned_workload(big) == at.Workload("bmm", (4, 1000, 333, 560), "bfloat16", "nt")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("layout,batched", list(itertools.product(["nn", "nt", "tn"], [False, True])))
+def test_gemm_through_padded_operands_matches_torch(layout: str, batched: bool, monkeypatch: pytest.MonkeyPatch,
+                                                   kit) -> None:
+    monkeypatch.setattr(km, "PAD_MIN_MACS", 1)
+    m, n, k = 19, 21, 45
+    a, b = _operands(m, n, k, layout, torch.float16, 2 if batched else None)
+    g = torch.Generator().manual_seed(5)
+    bias = torch.randn(n, generator=g).half()
+    res = torch.randn(a.shape[:-1] + (n,), generator=g).half()
+    cfg = at.KernelConfig(16, 16, 16, group_m=2, smem_stages=2, split_k=2)
+    out = km.gemm(a, b, bias=bias, residual=res, activation="relu", alpha=0.5, config=cfg)
+    ref = torch.relu(0.5 * (a.double() @ b.double()) + bias.double()) + res.double()
+    kit.assert_close(out, ref, "float16", f"{layout} batched={batched}")
