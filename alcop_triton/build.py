@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import __version__, codegen, config, te
 from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipeline
@@ -14,7 +14,7 @@ from .loop_ir import Store, find
 from .lower import lower
 from .records import KernelConfig
 from .rewrite import apply_pipeline
-from .runtime import ensure_allocator, launcher, load_kernel, resident_programs
+from .runtime import ensure_allocator, launcher, load_kernel, prebind, resident_programs
 from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
@@ -48,6 +48,8 @@ class Launch:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     tma: bool  # device-side descriptors need Triton's scratch allocator in the launching thread
+    n_tensors: int  # args[:n_tensors] are the tensors (inputs, then the output)
+    device: Any
 
     def __call__(self) -> None:
         if self.tma:
@@ -56,6 +58,11 @@ class Launch:
 
     def compile(self) -> None:
         self.jit.warmup(*self.args, **self.kwargs, grid=self.grid)
+
+    def prebind(self) -> Callable[..., None]:
+        """This launch for any tensors of the same dtypes, shapes, strides and alignment: ``f(*tensors)``
+        runs the same specialisation without binding anything again (``runtime.prebind``)."""
+        return prebind(self.run, self.jit, self.device, self.grid, self.args, self.kwargs, self.n_tensors, self.tma)
 
 
 @dataclass(frozen=True)
@@ -257,7 +264,7 @@ class CompiledKernel:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
         tma = dev.type == "cuda" and any(m == "tma" for _, m in v.plan.async_copy)
         return Launch(v.fn, launcher(v.fn, dev.type)[grid], grid, tuple(args), c | {"num_warps": nw, "num_stages": ns},
-                      tma), out
+                      tma, len(all_x), dev), out
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
         """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's

@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from . import fastpath as fast
 from . import library as L
 from . import te
 from .errors import ScheduleError, UnsupportedError
@@ -347,6 +348,7 @@ class DslOp:
         self.m_axes = tuple(m_axes) if m_axes is not None else None
         self.n_axes = tuple(n_axes) if n_axes is not None else None
         self._plans: dict[str, _GradPlan | str] = {}
+        self._tensors_only = all(p.kind == "Tensor" for p in self.params)
         L.register_resolver(name, self._resolve)
         self.custom_op = torch.library.custom_op(name, self._impl, mutates_args=(), schema=_schema(self.params))
         self.custom_op.register_fake(self._fake)
@@ -354,7 +356,19 @@ class DslOp:
         self.__doc__ = fn.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return self.custom_op(*args, **kwargs)
+        if kwargs or len(args) != len(self.params):
+            return self.custom_op(*args, **kwargs)
+        return self._fast(args, self.custom_op)
+
+    def _fast(self, args: tuple[Any, ...], dispatched: Callable[..., torch.Tensor]) -> torch.Tensor:
+        """The call through ``fastpath.call``: keyed by the tensors and the scalar arguments' values."""
+        if self._tensors_only:
+            return fast.call(self.name, args, (), self._run, dispatched)
+        tensors = tuple(a for a, p in zip(args, self.params) if p.kind == "Tensor")
+        scalars = tuple(a for a, p in zip(args, self.params) if p.kind != "Tensor")
+        if any(type(v) not in SCALAR_KINDS for v in scalars):  # e.g. a SymInt or a 0-d tensor: not a key
+            return dispatched(*args)
+        return fast.call((self.name, scalars), tensors, (), lambda *_: self._run(*args), lambda *_: dispatched(*args))
 
     def __repr__(self) -> str:
         return f"DslOp({self.name!r}, {_schema(self.params)})"
@@ -417,6 +431,11 @@ class DslOp:
 
     # -------------------------------------------------------------- torch.library hooks
     def _impl(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if kwargs or len(args) != len(self.params):
+            return self._run(*args, **kwargs)
+        return self._fast(args, self._run)
+
+    def _run(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         key, _, tensors = self._key(args, kwargs)
         return L.run_dsl(key, tensors, op=self.name)
 

@@ -35,14 +35,12 @@ with the same shapes, strides and dtypes first); a warmed-up call takes the cach
 
 from __future__ import annotations
 
-import collections
-import contextlib
-import contextvars
 import functools
 import json
 import logging
 import math
 import threading
+import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
@@ -52,7 +50,10 @@ import torch.nn.functional as F
 from . import config as _env
 from . import te
 from .build import CompiledKernel, build
+from .config_choice import choose_config, device_index, gpu_spec, use_config
 from .errors import UnsupportedError
+from . import fastpath as fast
+from .fastpath import launch, note_torch_computed
 from .records import KernelConfig, Workload
 from .schedule import Schedule
 
@@ -73,9 +74,6 @@ TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
 CUDA_GRID_Y = 65535  # CUDA's limit on the grid's second dimension, which carries the batch
 
-# Small tiles on CPU: the interpreter's cost is per program and per op, and test shapes are small.
-INTERPRETER_CONFIG = KernelConfig(block_m=32, block_n=32, block_k=32, group_m=1, num_warps=4, smem_stages=2)
-
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
@@ -90,6 +88,7 @@ def fallback(op: str, reason: str) -> None:
     """Announce that ``op`` computes with torch: logged once per (op, reason); raises in strict mode."""
     if _env.strict():
         raise UnsupportedError(f"alcop_triton.{op}: {reason}; ALCOP_STRICT=1 forbids falling back to torch")
+    note_torch_computed()
     _log_once(op, reason)
 
 
@@ -120,15 +119,9 @@ def static_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] =
 
 
 @functools.lru_cache(maxsize=None)
-def _gpu_spec(index: int) -> Any:
-    from .model import hardware
-    return hardware.detect(index)
-
-
-@functools.lru_cache(maxsize=None)
 def _gpu_reason(index: int) -> str | None:
     try:
-        _gpu_spec(index)
+        gpu_spec(index)
     except UnsupportedError as e:
         return f"no hardware preset for cuda:{index} ({e})"
     return None
@@ -152,93 +145,8 @@ def runtime_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] 
             return f"a tensor of shape {tuple(t.shape)} spans 2**31 elements or more; kernels index with int32"
     dev = real[0].device
     if dev.type == "cuda":
-        return _gpu_reason(_device_index(dev))
+        return _gpu_reason(device_index(dev))
     return None
-
-
-def _device_index(dev: torch.device) -> int:
-    return dev.index if dev.index is not None else torch.cuda.current_device()
-
-
-# ----------------------------------------------------------------------------- configs, launches
-
-_override: contextvars.ContextVar[KernelConfig | None] = contextvars.ContextVar("alcop_config", default=None)
-_CONFIGS: dict[tuple[Workload, int], KernelConfig] = {}
-_WARM: collections.OrderedDict[tuple[Any, ...], None] = collections.OrderedDict()
-_WARM_MAX = 1 << 16
-_WARM_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def use_config(cfg: KernelConfig) -> Iterator[None]:
-    """Within the block, every alcop op runs with ``cfg`` instead of the dispatcher's choice."""
-    if not isinstance(cfg, KernelConfig):
-        raise TypeError(f"use_config(cfg={cfg!r}): expected a KernelConfig")
-    token = _override.set(cfg)
-    try:
-        yield
-    finally:
-        _override.reset(token)
-
-
-def _capture_error(what: str) -> RuntimeError:
-    return RuntimeError(
-        f"alcop_triton: {what} while a CUDA graph is being captured; compiling and tuning cannot be captured. "
-        "Run the op once with the same shapes, strides and dtypes before capturing (a warm-up), "
-        "then capture: warmed-up calls take the cached path.")
-
-
-def choose_config(device: torch.device, workload: Callable[[], Workload | None]) -> KernelConfig:
-    """The config for a call: ``use_config``'s, else the dispatcher's for this workload on this GPU.
-
-    On CPU (the interpreter) there is no GPU to tune for: a small fixed config.
-    """
-    forced = _override.get()
-    if forced is not None:
-        return forced
-    if device.type != "cuda":
-        return INTERPRETER_CONFIG
-    w = workload()
-    if w is None:  # an empty reduction: nothing to tune, any valid config computes the zeros
-        return KernelConfig()
-    index = _device_index(device)
-    cfg = _CONFIGS.get((w, index))
-    if cfg is None:
-        with torch.cuda.device(index):
-            if torch.cuda.is_current_stream_capturing():
-                raise _capture_error(f"choosing a config for {w.key()} (first call of this shape)")
-        from .autotune.dispatch import best_config
-        cfg = best_config(w, _gpu_spec(index))
-        _CONFIGS[(w, index)] = cfg
-    return cfg
-
-
-def launch(kern: CompiledKernel, args: Sequence[torch.Tensor]) -> None:
-    """Run a kernel on ``args`` (inputs then output), on the tensors' device.
-
-    On CUDA each launch's signature (kernel, dtypes, shapes, strides, 16-byte alignment, tf32) is
-    remembered: the same signature maps to the same alcop variant and Triton specialisation, so a
-    capture may replay it; an unseen one would compile, which a capture cannot hold.
-    """
-    dev = args[0].device
-    if dev.type != "cuda":
-        kern(*args)
-        return
-    sig = (kern, _env.allow_tf32(),
-           tuple((t.dtype, tuple(t.shape), t.stride(), t.data_ptr() % 16 == 0) for t in args))
-    with torch.cuda.device(dev):
-        if torch.cuda.is_current_stream_capturing():
-            if sig not in _WARM:
-                raise _capture_error(f"kernel {kern.out.name!r} ({kern.config}) would compile a variant for "
-                                     f"shapes {[tuple(t.shape) for t in args]}")
-            kern(*args)
-            return
-        kern(*args)
-    with _WARM_LOCK:
-        _WARM[sig] = None
-        _WARM.move_to_end(sig)
-        if len(_WARM) > _WARM_MAX:
-            _WARM.popitem(last=False)
 
 
 # ----------------------------------------------------------------------------- shared checks
@@ -340,34 +248,45 @@ def run_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
     return out
 
 
-@torch.library.custom_op("alcop::mm", mutates_args=(), schema="(Tensor a, Tensor b) -> Tensor")
-def mm_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     _check_gemm("alcop::mm", a, b, None, None, None, (2,))
     return run_gemm("mm", a, b, None, None, None, 1.0, 1.0, None)
 
 
-@torch.library.custom_op("alcop::bmm", mutates_args=(), schema="(Tensor a, Tensor b) -> Tensor")
-def bmm_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     _check_gemm("alcop::bmm", a, b, None, None, None, (3,))
     return run_gemm("bmm", a, b, None, None, None, 1.0, 1.0, None)
 
 
-@torch.library.custom_op("alcop::gemm", mutates_args=(), schema=(
-    "(Tensor a, Tensor b, Tensor? bias=None, Tensor? residual=None, str? activation=None, "
-    "float alpha=1.0, float beta=1.0) -> Tensor"))
-def gemm_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-            activation: str | None = None, alpha: float = 1.0, beta: float = 1.0) -> torch.Tensor:
+def _gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+          activation: str | None = None, alpha: float = 1.0, beta: float = 1.0) -> torch.Tensor:
     _check_gemm("alcop::gemm", a, b, bias, residual, activation, (2, 3))
     return run_gemm("gemm", a, b, bias, residual, activation, alpha, beta, None)
 
 
-@torch.library.custom_op("alcop::gemm_out", mutates_args=("out",), schema=(
-    "(Tensor a, Tensor b, Tensor? bias, Tensor? residual, str? activation, float alpha, float beta, "
-    "Tensor(a!) out) -> ()"))
-def gemm_out_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
-                activation: str | None, alpha: float, beta: float, out: torch.Tensor) -> None:
+def _gemm_out(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
+              activation: str | None, alpha: float, beta: float, out: torch.Tensor) -> None:
     _check_gemm_out(a, b, bias, residual, activation, out)
     run_gemm("gemm_out", a, b, bias, residual, activation, alpha, beta, out)
+
+
+# The registered implementations go through the fast path too: below autograd (grad mode is off
+# there) and in compiled graphs, a repeated signature is a cache hit.
+mm_op = torch.library.custom_op(
+    "alcop::mm", lambda a, b: fast.call("alcop::mm", (a, b), (), _mm),
+    mutates_args=(), schema="(Tensor a, Tensor b) -> Tensor")
+bmm_op = torch.library.custom_op(
+    "alcop::bmm", lambda a, b: fast.call("alcop::bmm", (a, b), (), _bmm),
+    mutates_args=(), schema="(Tensor a, Tensor b) -> Tensor")
+gemm_op = torch.library.custom_op(
+    "alcop::gemm", lambda a, b, bias=None, residual=None, activation=None, alpha=1.0, beta=1.0: fast.call(
+        "alcop::gemm", (a, b, bias, residual), (activation, alpha, beta), _gemm),
+    mutates_args=(), schema=("(Tensor a, Tensor b, Tensor? bias=None, Tensor? residual=None, str? activation=None, "
+                             "float alpha=1.0, float beta=1.0) -> Tensor"))
+gemm_out_op = torch.library.custom_op(
+    "alcop::gemm_out", _gemm_out, mutates_args=("out",),
+    schema=("(Tensor a, Tensor b, Tensor? bias, Tensor? residual, str? activation, float alpha, float beta, "
+            "Tensor(a!) out) -> ()"))
 
 
 def _check_gemm_out(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
@@ -478,15 +397,20 @@ def _check_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, r
     return shape
 
 
-@torch.library.custom_op("alcop::linear", mutates_args=(), schema=(
-    "(Tensor input, Tensor weight, Tensor? bias=None, Tensor? residual=None, str? activation=None) -> Tensor"))
-def linear_op(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
-              residual: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
+def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+            residual: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
     shape = _check_linear(x, w, bias, residual, activation)
     rows = math.prod(shape[:-1])  # explicit: reshape(-1, 0) is ambiguous for empty features
     x2 = x.reshape(rows, w.shape[1])
     r2 = residual.reshape(rows, w.shape[0]) if residual is not None else None
     return run_gemm("linear", x2, w.t(), bias, r2, activation, 1.0, 1.0, None).view(shape)
+
+
+linear_op = torch.library.custom_op(
+    "alcop::linear", lambda x, w, bias=None, residual=None, activation=None: fast.call(
+        "alcop::linear", (x, w, bias, residual), (activation,), _linear),
+    mutates_args=(), schema=("(Tensor input, Tensor weight, Tensor? bias=None, Tensor? residual=None, "
+                             "str? activation=None) -> Tensor"))
 
 
 @linear_op.register_fake
@@ -590,10 +514,7 @@ def _conv_workload(x: torch.Tensor, w: torch.Tensor, stride: Sequence[int], pad_
         return None
 
 
-@torch.library.custom_op("alcop::conv", mutates_args=(), schema=(
-    "(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] pad_left, int[] pad_right, int[] dilation, "
-    "int groups, str? activation=None) -> Tensor"))
-def conv_op(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
+def _conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
             pad_left: Sequence[int], pad_right: Sequence[int], dilation: Sequence[int], groups: int,
             activation: str | None = None) -> torch.Tensor:
     shape = _check_conv(x, w, bias, stride, pad_left, pad_right, dilation, groups, activation)
@@ -615,6 +536,14 @@ def conv_op(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride:
     co = w.shape[0]
     launch(kern, [t for t in (x, w, bias) if t is not None] + [out.unflatten(1, (groups, co // groups))])
     return out
+
+
+conv_op = torch.library.custom_op(
+    "alcop::conv", lambda x, w, bias, stride, pad_left, pad_right, dilation, groups, activation=None: fast.call(
+        "alcop::conv", (x, w, bias), (tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation), groups,
+                                      activation), _conv),
+    mutates_args=(), schema=("(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] pad_left, "
+                             "int[] pad_right, int[] dilation, int groups, str? activation=None) -> Tensor"))
 
 
 @conv_op.register_fake
@@ -831,9 +760,10 @@ def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> 
     return out
 
 
-@torch.library.custom_op("alcop::dsl_call", mutates_args=(), schema="(str kernel, Tensor[] inputs) -> Tensor")
-def dsl_call_op(kernel: str, inputs: list[torch.Tensor]) -> torch.Tensor:
-    return run_dsl(kernel, inputs)
+dsl_call_op = torch.library.custom_op(
+    "alcop::dsl_call", lambda kernel, inputs: fast.call(
+        ("alcop::dsl_call", kernel), tuple(inputs), (), lambda *ts: run_dsl(kernel, ts)),
+    mutates_args=(), schema="(str kernel, Tensor[] inputs) -> Tensor")
 
 
 @dsl_call_op.register_fake
@@ -968,3 +898,9 @@ def conv_weight_grad_kernel(nd: int, dtype: torch.dtype, stride: Sequence[int], 
     """The ``alcop::dsl_call`` key of the conv weight-gradient kernel for these parameters."""
     return kernel_key("alcop::conv_grad", dict(grad="weight", nd=nd, dtype=dtype_name(dtype), stride=list(stride),
                                                pad=list(pad), dilation=list(dilation), groups=groups))
+
+
+EAGER = types.SimpleNamespace(mm=_mm, bmm=_bmm, gemm=_gemm, gemm_out=_gemm_out, linear=_linear, conv=_conv,
+                              dsl_call=lambda kernel, inputs: run_dsl(kernel, inputs))
+"""The custom ops' implementations under ``torch.ops.alcop``'s names, called without torch's dispatcher:
+the route of eager calls that need neither autograd nor tracing (``fastpath.call``)."""

@@ -128,6 +128,6 @@ def workload_of(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], d
 
 def default_config(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...],
                    groups: int) -> at.KernelConfig:
-    """The config the drop-in ops would use for this call (``library.choose_config``'s policy)."""
-    from alcop_triton.library import choose_config
+    """The config the drop-in ops would use for this call (``config_choice.choose_config``'s policy)."""
+    from alcop_triton.config_choice import choose_config
     return choose_config(x.device, lambda: workload_of(x, w, stride, pad, dilation, groups))

@@ -103,6 +103,6 @@ def workload_of(a: Any, b: Any) -> at.Workload:
 
 
 def default_config(a: Any, b: Any) -> at.KernelConfig:
-    """The config the drop-in ops would use for this call (``library.choose_config``'s policy)."""
-    from alcop_triton.library import choose_config
+    """The config the drop-in ops would use for this call (``config_choice.choose_config``'s policy)."""
+    from alcop_triton.config_choice import choose_config
     return choose_config(a.device, lambda: workload_of(a, b))

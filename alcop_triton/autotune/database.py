@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
+from .. import generation
 from ..errors import DatabaseError, ScheduleError
 from ..records import KernelConfig, Workload, open_jsonl
 from .measure import ERROR_KINDS, MeasureResult
@@ -430,6 +431,7 @@ class Database:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany("INSERT INTO measurements (gpu, cc, op, shape, dtype, layout, alcop, triton, "
                                  "torch, time_ms, error, record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        generation.bump()  # configs chosen and launches prebound from the old records may be stale now
         return len(rows)
 
     def import_jsonl(self, path: str | os.PathLike[str]) -> int:

@@ -24,6 +24,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from .. import generation
 from ..errors import DatabaseError
 from ..records import KernelConfig, Workload
 from .database import Database, GpuKey, TuningRecord, best_of, gpu_key, mma_of, nearest_of, read_jsonl
@@ -160,6 +161,14 @@ class Dispatcher:
 
 
 _shared: dict[str | None, Dispatcher] = {}
+
+
+def _forget_decisions() -> None:
+    for d in list(_shared.values()):
+        d.clear()
+
+
+generation.on_bump(_forget_decisions)  # e.g. the database gained a record: decide again
 
 
 def dispatcher() -> Dispatcher:
