@@ -23,7 +23,7 @@ INTERPRETER_CONFIG = KernelConfig(block_m=32, block_n=32, block_k=32, group_m=1,
 forced: contextvars.ContextVar[KernelConfig | None] = contextvars.ContextVar("alcop_config", default=None)
 """``use_config``'s config while its block runs (the fast path steps aside then)."""
 
-_CONFIGS: dict[tuple[Workload, int], KernelConfig] = {}
+_CONFIGS: dict[tuple[Workload, int], tuple[KernelConfig, bool]] = {}  # (config, slower than torch)
 generation.on_bump(_CONFIGS.clear)
 
 
@@ -60,7 +60,9 @@ def gpu_spec(index: int) -> Any:
 def choose_config(device: torch.device, workload: Callable[[], Workload | None]) -> KernelConfig:
     """The config for a call: ``use_config``'s, else the dispatcher's for this workload on this GPU.
 
-    On CPU (the interpreter) there is no GPU to tune for: a small fixed config.
+    On CPU (the interpreter) there is no GPU to tune for: a small fixed config. Where the records
+    say torch runs this workload faster than the chosen config, the fast path hears of it
+    (``fastpath.note_slower_than_torch``): patch mode leaves such calls to torch.
     """
     cfg = forced.get()
     if cfg is not None:
@@ -71,14 +73,18 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None])
     if w is None:  # an empty reduction: nothing to tune, any valid config computes the zeros
         return KernelConfig()
     index = device_index(device)
-    cfg = _CONFIGS.get((w, index))
-    if cfg is None:
+    known = _CONFIGS.get((w, index))
+    if known is None:
         gen = generation.current()
         with torch.cuda.device(index):
             if torch.cuda.is_current_stream_capturing():
                 raise capture_error(f"choosing a config for {w.key()} (first call of this shape)")
-        from .autotune.dispatch import best_config
-        cfg = best_config(w, gpu_spec(index))
+        from .autotune.dispatch import dispatcher
+        decision = dispatcher().decide(w, gpu_spec(index))
+        known = (decision.config, decision.slower_than_torch)
         if gen == generation.current():
-            _CONFIGS[(w, index)] = cfg
-    return cfg
+            _CONFIGS[(w, index)] = known
+    if known[1]:
+        from .fastpath import note_slower_than_torch
+        note_slower_than_torch()
+    return known[0]

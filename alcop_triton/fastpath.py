@@ -55,35 +55,40 @@ class Stats:
     hits: calls served by a stored entry; misses: first calls of a signature (they ran the full
     path); uncacheable: misses whose launches did not account for the result (a fallback to
     torch, a copied operand), so nothing was stored; dispatched: calls that needed torch's
-    dispatcher; bypassed: calls inside a ``use_config`` block; entries: signatures stored now;
-    generation: ``generation.current()``.
+    dispatcher; bypassed: calls inside a ``use_config`` block; to_torch: hits that patch mode
+    sent to torch (faster on that workload); entries: signatures stored now; generation:
+    ``generation.current()``.
     """
     hits: int
     misses: int
     uncacheable: int
     dispatched: int
     bypassed: int
+    to_torch: int
     entries: int
     generation: int
 
 
 class _Counters:
-    hits = misses = uncacheable = dispatched = bypassed = 0
+    hits = misses = uncacheable = dispatched = bypassed = to_torch = 0
 
 
 _counters = _Counters()
 
 
 class _Recording:
-    """What one first call did: its launches, and whether torch computed any of the result."""
+    """What one first call did: its launches, whether torch computed any of the result, and whether
+    the records say torch is faster on a workload it ran."""
 
     def __init__(self) -> None:
         self.launches: list[tuple[Callable[..., None], tuple[Tensor, ...]]] = []
         self.torch_computed = False
+        self.slower_than_torch = False
 
 
 class _Local(threading.local):
     recording: _Recording | None = None
+    patched = False  # the call comes through patch mode (``patch.AlcopMode``)
 
 
 _local = _Local()
@@ -107,7 +112,20 @@ class Entry:
         return out
 
 
-_entries: dict[tuple[Any, ...], Entry] = {}
+class TorchEntry:
+    """A stored patch-mode signature whose workload torch runs faster: the call goes to torch."""
+
+    __slots__ = ("torch_fn", "params")
+
+    def __init__(self, torch_fn: Callable[..., Tensor], params: tuple[Any, ...]) -> None:
+        self.torch_fn, self.params = torch_fn, params
+
+    def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
+        _counters.to_torch += 1
+        return self.torch_fn(*tensors, *self.params)
+
+
+_entries: dict[tuple[Any, ...], Entry | TorchEntry] = {}
 _prebound: dict[tuple[Any, ...], Callable[..., None]] = {}
 
 
@@ -137,7 +155,7 @@ def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any,
     if _needs_dispatcher():
         return None
     grad = torch.is_grad_enabled()
-    key: list[Any] = [op, params, _ENV_TABLE.get(_STRICT_KEY)]
+    key: list[Any] = [op, params, _ENV_TABLE.get(_STRICT_KEY), _local.patched]
     fp32 = False
     for t in tensors:
         if t is None:
@@ -154,9 +172,11 @@ def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any,
 
 
 def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], eager: Callable[..., Tensor],
-         dispatched: Callable[..., Tensor] | None = None) -> Tensor:
+         dispatched: Callable[..., Tensor] | None = None, torch_fn: Callable[..., Tensor] | None = None) -> Tensor:
     """``eager(*tensors, *params)`` through the signature cache; ``dispatched`` (default ``eager``)
-    when torch's dispatcher must see the call (module docstring)."""
+    when torch's dispatcher must see the call (module docstring). ``torch_fn(*tensors, *params)``
+    computes the same with torch: in patch mode, a signature whose workload the records say torch
+    runs faster is stored as a call to it."""
     if _local.recording is not None:  # inside another call's first run: that one records the launches
         return eager(*tensors, *params)
     try:
@@ -173,11 +193,11 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     if hit is not None:
         _counters.hits += 1
         return hit(tensors)
-    return _first_call(key, tensors, params, eager)
+    return _first_call(key, tensors, params, eager, torch_fn if _local.patched else None)
 
 
 def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params: tuple[Any, ...],
-                eager: Callable[..., Tensor]) -> Tensor:
+                eager: Callable[..., Tensor], torch_fn: Callable[..., Tensor] | None) -> Tensor:
     gen = generation.current()
     rec = _local.recording = _Recording()
     try:
@@ -185,7 +205,9 @@ def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params
     finally:
         _local.recording = None
     _counters.misses += 1
-    entry = _entry(rec, tensors, out)
+    entry: Entry | TorchEntry | None = _entry(rec, tensors, out)
+    if entry is not None and rec.slower_than_torch and torch_fn is not None:
+        entry = TorchEntry(torch_fn, params)
     if entry is None:
         _counters.uncacheable += 1
     elif gen == generation.current():
@@ -244,6 +266,13 @@ def _picker(picks: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     return operator.itemgetter(*picks)
 
 
+def note_slower_than_torch() -> None:
+    """The records say torch runs the current call's workload faster than alcop's config."""
+    rec = _local.recording
+    if rec is not None:
+        rec.slower_than_torch = True
+
+
 def note_torch_computed() -> None:
     """The current call computes (part of) its result with torch: its signature is not stored."""
     rec = _local.recording
@@ -290,13 +319,26 @@ def _no_launch(*tensors: Tensor) -> None:
 def stats() -> Stats:
     """The call cache's counters (see ``Stats``)."""
     c = _counters
-    return Stats(c.hits, c.misses, c.uncacheable, c.dispatched, c.bypassed, len(_entries), generation.current())
+    return Stats(c.hits, c.misses, c.uncacheable, c.dispatched, c.bypassed, c.to_torch, len(_entries),
+                 generation.current())
 
 
 def reset_stats() -> None:
-    _counters.hits = _counters.misses = _counters.uncacheable = _counters.dispatched = _counters.bypassed = 0
+    for name in ("hits", "misses", "uncacheable", "dispatched", "bypassed", "to_torch"):
+        setattr(_counters, name, 0)
 
 
 def invalidate() -> None:
     """Forget every stored signature and remembered config (a new dispatch generation)."""
     generation.bump()
+
+
+def patched_call(route: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+    """``route(*args, **kwargs)`` as a patch-mode call: its signatures are patch mode's own, which
+    may send a workload to torch (``call``'s ``torch_fn``)."""
+    local = _local
+    local.patched = True
+    try:
+        return route(*args, **kwargs) if kwargs else route(*args)
+    finally:
+        local.patched = False

@@ -129,9 +129,10 @@ def _gemm(alcop: Any, op: str, a: Tensor, b: Tensor, bias: Tensor | None, residu
     return out
 
 
-def _routes(fn: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], Callable[..., Tensor]]:
-    """``fn(alcop, ...)`` bound to the eager route and to torch's dispatcher, for ``fastpath.call``."""
-    return functools.partial(fn, L.EAGER), functools.partial(fn, torch.ops.alcop)
+def _routes(fn: Callable[..., Tensor], torch_fn: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], ...]:
+    """``fastpath.call``'s routes: ``fn(alcop, ...)`` bound to the eager route and to torch's dispatcher,
+    and the same computation in torch (where patch mode sends workloads torch runs faster)."""
+    return functools.partial(fn, L.EAGER), functools.partial(fn, torch.ops.alcop), torch_fn
 
 
 def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:
@@ -176,7 +177,7 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
     return _gemm(alcop, op, a2, b2, None, None, None, 1.0, 1.0, shape, out, (input, other))
 
 
-_MATMUL = _routes(_matmul)
+_MATMUL = _routes(_matmul, torch.matmul)
 
 
 def _check_matrices(op: str, names: tuple[str, str], a: Any, b: Any, ndim: int) -> None:
@@ -226,7 +227,7 @@ def _bmm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> 
     return _gemm(alcop, "bmm", input, mat2, None, None, None, 1.0, 1.0, shape, out, (input, mat2))
 
 
-_MM, _BMM = _routes(_mm), _routes(_bmm)
+_MM, _BMM = _routes(_mm, torch.mm), _routes(_bmm, torch.bmm)
 
 
 def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, beta: float, alpha: float,
@@ -252,7 +253,8 @@ def _baddbmm(alcop: Any, input: Tensor, batch1: Tensor, batch2: Tensor, beta: fl
     return _add_product(alcop, "baddbmm", input, batch1, batch2, beta, alpha, None, 3, torch.baddbmm)
 
 
-_ADDMM, _BADDBMM = _routes(_addmm), _routes(_baddbmm)
+_ADDMM = _routes(_addmm, lambda input, m1, m2, beta, alpha: torch.addmm(input, m1, m2, beta=beta, alpha=alpha))
+_BADDBMM = _routes(_baddbmm, lambda input, b1, b2, beta, alpha: torch.baddbmm(input, b1, b2, beta=beta, alpha=alpha))
 _SCALARS = (int, float, bool)
 
 
@@ -325,13 +327,18 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
     if residual is not None:
         residual = _broadcast_to(op, "residual", residual, shape)
     if _falls_back(op, input, weight, bias, residual):
-        y = F.linear(input, weight, bias)
-        y = L.TORCH_ACTIVATIONS[activation](y) if activation else y
-        return y + residual if residual is not None else y
+        return _torch_linear(input, weight, bias, residual, activation)
     return alcop.linear(input, weight, bias, residual, activation)
 
 
-_LINEAR = _routes(_linear)
+def _torch_linear(input: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None,
+                  activation: str | None) -> Tensor:
+    y = F.linear(input, weight, bias)
+    y = L.TORCH_ACTIVATIONS[activation](y) if activation else y
+    return y + residual if residual is not None else y
+
+
+_LINEAR = _routes(_linear, _torch_linear)
 
 
 # ----------------------------------------------------------------------------- convolutions
@@ -429,13 +436,18 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
                                "input size")
     L.check_activation(op, activation)
     if _falls_back(op, input, weight, bias):
-        y = (F.conv1d, F.conv2d, F.conv3d)[nd - 1](input, weight, bias, stride, padding, dilation, groups)
-        return L.TORCH_ACTIVATIONS[activation](y) if activation else y
+        return _torch_conv(input, weight, bias, nd, stride, padding, dilation, groups, activation)
     y = alcop.conv(x, weight, bias, strides, pad_left, pad_right, dilations, groups, activation)
     return y if batched else y.squeeze(0)
 
 
-_CONV = _routes(_conv)
+def _torch_conv(input: Tensor, weight: Tensor, bias: Tensor | None, nd: int, stride: Any, padding: Any, dilation: Any,
+                groups: Any, activation: str | None) -> Tensor:
+    y = (F.conv1d, F.conv2d, F.conv3d)[nd - 1](input, weight, bias, stride, padding, dilation, groups)
+    return L.TORCH_ACTIVATIONS[activation](y) if activation else y
+
+
+_CONV = _routes(_conv, _torch_conv)
 
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,

@@ -26,6 +26,7 @@ journal, which is slower but still correct.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import importlib.metadata
 import json
@@ -49,7 +50,7 @@ SCHEMA = 1
 """Version of the record format (``"schema"`` key; absent means 1, the documented format)."""
 
 _RECORD_KEYS = frozenset({"schema", "impl", "workload", "config", "time_ms", "error", "message", "timer", "gpu",
-                          "device", "cc", "mma", "triton", "torch", "alcop", "date"})
+                          "device", "cc", "mma", "triton", "torch", "alcop", "date", "torch_ms"})
 
 
 class RecordSkipped(UserWarning):
@@ -121,6 +122,7 @@ class TuningRecord:
     mma: str = ""
     message: str = ""
     timer: str = ""
+    torch_ms: float | None = None  # torch's time for the same workload in the same run (None: not measured)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -152,6 +154,8 @@ class TuningRecord:
             d["message"] = self.message
         if self.timer:
             d["timer"] = self.timer
+        if self.torch_ms is not None:
+            d["torch_ms"] = self.torch_ms
         return d
 
     def to_json(self) -> str:
@@ -190,8 +194,13 @@ class TuningRecord:
         for k in ("gpu", "cc"):
             if not strs[k]:
                 raise DatabaseError(f"record has no {k!r}: cannot tell which GPU it was measured on")
+        torch_ms = d.get("torch_ms")
+        if torch_ms is not None and (isinstance(torch_ms, bool) or not isinstance(torch_ms, (int, float))
+                                     or not math.isfinite(torch_ms) or torch_ms <= 0):
+            raise DatabaseError(f"torch_ms={torch_ms!r}: expected null or a finite time > 0")
         extra = {k: v for k, v in d.items() if k not in _RECORD_KEYS}
-        return cls(workload=workload, config=config, time_ms=time_ms, error=error, extra=extra, **strs)
+        return cls(workload=workload, config=config, time_ms=time_ms, error=error, extra=extra,
+                   torch_ms=float(torch_ms) if torch_ms is not None else None, **strs)
 
 
 def _skip(source: str, where: Any, reason: Any) -> None:
@@ -217,8 +226,11 @@ def parse_line(line: str) -> TuningRecord | None:
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
     """Valid tuning records of a JSONL file (gzip-compressed when it ends in .gz), in order; bad
-    lines are skipped with a RecordSkipped warning, library baseline lines silently."""
+    lines are skipped with a RecordSkipped warning. A torch baseline line (``"impl": "torch"``) is
+    no record, but its time becomes the ``torch_ms`` of that workload's records on that GPU which
+    have none."""
     out: list[TuningRecord] = []
+    torch_ms: dict[tuple[Workload, str, str], float] = {}
     with open_jsonl(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -230,7 +242,27 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
                 continue
             if r is not None:
                 out.append(r)
+            else:
+                baseline = _torch_baseline(line)
+                if baseline is not None:
+                    torch_ms[baseline[0]] = baseline[1]
+    if torch_ms:
+        out = [r if r.torch_ms is not None or (r.workload, r.gpu, r.cc) not in torch_ms
+               else dataclasses.replace(r, torch_ms=torch_ms[(r.workload, r.gpu, r.cc)]) for r in out]
     return out
+
+
+def _torch_baseline(line: str) -> tuple[tuple[Workload, str, str], float] | None:
+    """(workload, gpu, cc) and time of a valid torch baseline line, else None."""
+    d = json.loads(line)
+    t = d.get("time_ms")
+    if d.get("impl") != "torch" or d.get("error") is not None or isinstance(t, bool) \
+            or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        return None
+    try:
+        return (Workload.from_dict(d["workload"]), str(d["gpu"]), normalize_cc(d["cc"])), float(t)
+    except (KeyError, TypeError, ValueError, ScheduleError, DatabaseError):
+        return None
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

@@ -205,3 +205,32 @@ def test_copied_operands_are_not_stored() -> None:
         assert_close(at.matmul(a, b), f64(a)[0] @ f64(b)[0])
     s = fastpath.stats()
     assert s.hits == 0 and s.uncacheable == 2
+
+
+def test_patch_mode_takes_the_same_fast_path() -> None:
+    a, b = randn(8, 6), randn(6, 5, seed=1)
+    with at.patched():
+        first = torch.matmul(a, b)
+        again = a @ b
+    assert torch.equal(first, again) and counts() == (1, 1)
+
+
+def test_patch_mode_leaves_workloads_torch_runs_faster_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a GPU the dispatcher's records say so (Decision.slower_than_torch); here the config choice says it.
+    real = library.choose_config
+
+    def measured_slower(*args: Any) -> KernelConfig:
+        fastpath.note_slower_than_torch()
+        return real(*args)
+    monkeypatch.setattr(library, "choose_config", measured_slower)
+    a, b = randn(8, 6), randn(6, 5, seed=1)
+    expected = a @ b
+    with at.patched():
+        first = torch.matmul(a, b)  # the first call runs alcop while it learns the decision
+        assert fastpath.stats().to_torch == 0
+        assert torch.equal(torch.matmul(a, b), expected)
+    assert fastpath.stats().to_torch == 1
+    assert_close(first, f64(a)[0] @ f64(b)[0])
+    at.matmul(a, b)
+    at.matmul(a, b)  # a direct call asks for alcop: it runs alcop, from its own signature
+    assert fastpath.stats().to_torch == 1 and counts() == (2, 2)
