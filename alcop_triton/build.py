@@ -12,7 +12,7 @@ from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipe
 from .errors import ScheduleError
 from .loop_ir import Store, find
 from .lower import lower
-from .records import KernelConfig
+from .records import KernelConfig, dtype_name
 from .rewrite import apply_pipeline
 from .runtime import ensure_allocator, launcher, load_kernel, prebind, resident_programs
 from .schedule import Schedule
@@ -72,10 +72,6 @@ class _Key:
     tma_ok: bool
     allow_tf32: bool
     static: tuple[tuple[str, int], ...] = ()
-
-
-def _torch_dtype_name(t: Any) -> str:
-    return str(t.dtype).replace("torch.", "")
 
 
 class CompiledKernel:
@@ -341,8 +337,8 @@ def _bind(t: te.Tensor, x: Any, env: dict[str, int]) -> None:
         raise TypeError(f"argument {t.name!r}: expected a torch.Tensor, got {type(x).__name__}")
     if x.dim() != t.ndim:
         raise ValueError(f"argument {t.name!r}: expected a {t.ndim}-d tensor {tuple(t.shape)}, got shape {tuple(x.shape)}")
-    if _torch_dtype_name(x) != t.dtype:
-        raise TypeError(f"argument {t.name!r}: expected dtype {t.dtype}, got {_torch_dtype_name(x)}")
+    if dtype_name(x.dtype) != t.dtype:
+        raise TypeError(f"argument {t.name!r}: expected dtype {t.dtype}, got {dtype_name(x.dtype)}")
     for d, (e, n) in enumerate(zip(t.shape, x.shape)):
         if isinstance(e, te.Var):
             if env.setdefault(e.name, int(n)) != int(n):

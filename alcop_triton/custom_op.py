@@ -49,7 +49,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from . import fastpath as fast
-from . import library as L
+from .dsl_kernels import DSL_LOCK, DslKernel, bind, dsl_output, dsl_te, kernel_key, register_resolver, run_dsl
+from .fallback import TORCH_ACTIVATIONS, vjp_fn
+from .records import dtype_name
 from . import te
 from .errors import ScheduleError, UnsupportedError
 from .lower import lower
@@ -173,7 +175,7 @@ class _TorchEval:
 
 
 _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": torch.abs, "neg": torch.neg, **L.TORCH_ACTIVATIONS}
+    "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": torch.abs, "neg": torch.neg, **TORCH_ACTIVATIONS}
 _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
     "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
@@ -226,7 +228,7 @@ class _GradPlan:
     out_axes: tuple[str, ...]
     operands: tuple[_Operand, ...]
     epilogue_inputs: tuple[int, ...]  # tensor arguments (float) the epilogue reads
-    kernels: Mapping[str, L.DslKernel]  # the recompute and gradient kernels, by dsl_call key
+    kernels: Mapping[str, DslKernel]  # the recompute and gradient kernels, by dsl_call key
 
 
 def _unique(base: str, taken: set[str]) -> str:
@@ -237,7 +239,7 @@ def _unique(base: str, taken: set[str]) -> str:
     return name
 
 
-def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Tensor, spec: L.DslKernel) -> _GradPlan:
+def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Tensor, spec: DslKernel) -> _GradPlan:
     red = Schedule(out).reduction
     # A reduction (and so the output reading it) is always a compute; the isinstance checks narrow the ops.
     if red is None or not isinstance(red.op, te.ComputeOp) or not isinstance(out.op, te.ComputeOp) \
@@ -271,7 +273,7 @@ def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Te
                       "not derived")
     taken = {t for t in graph(out)} | {v for t in inputs for d in t.shape for v in te.free_vars(d)}
     operands = []
-    kernels: dict[str, L.DslKernel] = {}
+    kernels: dict[str, DslKernel] = {}
     for me, other in ((0, 1), (1, 0)):
         f_me, ld_me, a_axes = factors[me]
         f_other, ld_other, _ = factors[other]
@@ -296,13 +298,13 @@ def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Te
                   gname: str = gname, names: list[str] = [a.name for a in a_axes]) -> tuple[list[te.Tensor], te.Tensor]:
             return [t_me, t_other, dr], te.compute(t_me.shape, body, gname, dtype="float32", axis_names=names)
 
-        key = L.kernel_key(op, {"role": "grad", "operand": pos[t_me.name], **sig})
+        key = kernel_key(op, {"role": "grad", "operand": pos[t_me.name], **sig})
         try:  # a default-config lowering tells whether alcop can tile this contraction
             ins, gout = build()
             lower(Schedule.from_config(gout, KernelConfig()), tuple(ins))
         except (UnsupportedError, ScheduleError) as err:
             raise _NoGrad(f"the gradient of {t_me.name!r} is not a contraction alcop can tile: {err}") from None
-        kernels[key] = L.DslKernel(key, build)
+        kernels[key] = DslKernel(key, build)
         trivial = isinstance(_strip_casts(f_me), te.Load)
         operands.append(_Operand(pos[t_me.name], pos[t_other.name], key, None if trivial else f_me,
                                  tuple(a.name for a in a_axes), getattr(torch, dr_dtype)))
@@ -313,8 +315,8 @@ def _derive(op: str, sig: Mapping[str, Any], inputs: list[te.Tensor], out: te.Te
                       if ld.tensor is not red and ld.tensor.dtype in te.FLOAT_DTYPES})
     r32 = te.Tensor(red.name, red.shape, "float32", red.op)
     names = {a.name: b.name for a, b in zip(out_op.axes, red_axes)}
-    rkey = L.kernel_key(op, {"role": "recompute", **sig})
-    kernels[rkey] = L.DslKernel(rkey, lambda: (list(inputs), r32),
+    rkey = kernel_key(op, {"role": "recompute", **sig})
+    kernels[rkey] = DslKernel(rkey, lambda: (list(inputs), r32),
                                 m_axes=tuple(names[a] for a in spec.m_axes) if spec.m_axes else None,
                                 n_axes=tuple(names[a] for a in spec.n_axes) if spec.n_axes else None)
     return _GradPlan(red, rkey, epi, tuple(a.name for a in out_op.axes), tuple(operands),
@@ -349,7 +351,7 @@ class DslOp:
         self.n_axes = tuple(n_axes) if n_axes is not None else None
         self._plans: dict[str, _GradPlan | str] = {}
         self._tensors_only = all(p.kind == "Tensor" for p in self.params)
-        L.register_resolver(name, self._resolve)
+        register_resolver(name, self._resolve)
         self.custom_op = torch.library.custom_op(name, self._impl, mutates_args=(), schema=_schema(self.params))
         self.custom_op.register_fake(self._fake)
         self.custom_op.register_autograd(self._backward, setup_context=self._setup)
@@ -384,7 +386,7 @@ class DslOp:
     @staticmethod
     def _signature(tensors: Sequence[torch.Tensor], scalars: Sequence[Any]) -> dict[str, Any]:
         """What the expression is built for: the tensors' dtypes and ranks, the scalars' values."""
-        return {"dtypes": [L.dtype_name(t.dtype) for t in tensors], "ranks": [t.dim() for t in tensors],
+        return {"dtypes": [dtype_name(t.dtype) for t in tensors], "ranks": [t.dim() for t in tensors],
                 "scalars": list(scalars)}
 
     def _full_args(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
@@ -401,13 +403,13 @@ class DslOp:
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{self.name}: argument {p.name!r} must be a Tensor, not {type(t).__name__}")
         sig = self._signature(tensors, scalars)
-        return L.kernel_key(self.name, {"role": "fwd", **sig}), sig, tensors
+        return kernel_key(self.name, {"role": "fwd", **sig}), sig, tensors
 
-    def _resolve(self, key: str, params: dict[str, Any]) -> L.DslKernel:
+    def _resolve(self, key: str, params: dict[str, Any]) -> DslKernel:
         """The kernel of a key of this op: the forward, or a recompute/gradient kernel of its plan."""
         sig = {k: params[k] for k in ("dtypes", "ranks", "scalars")}
         if params["role"] == "fwd":
-            return L.DslKernel(key, lambda: self._build(sig["ranks"], sig["dtypes"], sig["scalars"]),
+            return DslKernel(key, lambda: self._build(sig["ranks"], sig["dtypes"], sig["scalars"]),
                                m_axes=self.m_axes, n_axes=self.n_axes, config=self.config)
         plan = self._plan(sig)
         if isinstance(plan, str):
@@ -437,12 +439,12 @@ class DslOp:
 
     def _run(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         key, _, tensors = self._key(args, kwargs)
-        return L.run_dsl(key, tensors, op=self.name)
+        return run_dsl(key, tensors, op=self.name)
 
     def _fake(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         key, _, tensors = self._key(args, kwargs)
-        spec, phs, out = L.dsl_te(key)
-        return L.dsl_output(spec, out, L.bind(self.name, phs, tensors), tensors[0])
+        spec, phs, out = dsl_te(key)
+        return dsl_output(spec, out, bind(self.name, phs, tensors), tensors[0])
 
     def _setup(self, ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         key, sig, tensors = self._key(inputs, {})
@@ -452,9 +454,9 @@ class DslOp:
     def _plan(self, sig: dict[str, Any]) -> _GradPlan | str:
         """The gradient plan for a signature (derived once), or why there is none."""
         skey = json.dumps(sig, sort_keys=True)
-        with L.DSL_LOCK:
+        with DSL_LOCK:
             if skey not in self._plans:
-                spec, phs, out = L.dsl_te(L.kernel_key(self.name, {"role": "fwd", **sig}))
+                spec, phs, out = dsl_te(kernel_key(self.name, {"role": "fwd", **sig}))
                 try:
                     self._plans[skey] = _derive(self.name, sig, phs, out, spec)
                 except _NoGrad as e:
@@ -474,8 +476,8 @@ class DslOp:
         tparams = [i for i, p in enumerate(self.params) if p.kind == "Tensor"]
         need = [ctx.needs_input_grad[i] for i in tparams]
         grads: list[torch.Tensor | None] = [None] * len(tensors)
-        _, phs, out = L.dsl_te(ctx.key)
-        env = L.bind(self.name, phs, tensors)
+        _, phs, out = dsl_te(ctx.key)
+        env = bind(self.name, phs, tensors)
 
         def add(i: int, g: torch.Tensor) -> None:
             prev = grads[i]
@@ -494,7 +496,7 @@ class DslOp:
                 ts = {**others, plan.reduction.name: r, **{phs[i].name: x for i, x in zip(readers, xs)}}
                 return _full(_TorchEval(env, grid, ts)(epi), grad.shape, grad.device)
 
-            vjp = L.vjp_fn(epilogue, red32, *[tensors[i].float() for i in readers])
+            vjp = vjp_fn(epilogue, red32, *[tensors[i].float() for i in readers])
             d_red, *d_readers = vjp(grad.float())
             for i, g in zip(readers, d_readers):
                 if need[i]:
@@ -507,7 +509,7 @@ class DslOp:
                 x = tensors[o.pos]
                 pgrid = _grid(o.axes, x.shape, x.device)
                 name, prologue = phs[o.pos].name, o.prologue
-                vjp = L.vjp_fn(lambda a: _full(_TorchEval(env, pgrid, {name: a})(prologue), a.shape, a.device),
+                vjp = vjp_fn(lambda a: _full(_TorchEval(env, pgrid, {name: a})(prologue), a.shape, a.device),
                                x.float())
                 g = vjp(g)[0]
             add(o.pos, g)

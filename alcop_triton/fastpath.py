@@ -217,7 +217,7 @@ def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params
     return out
 
 
-def _span(t: Tensor) -> int:
+def span(t: Tensor) -> int:
     """Elements between a tensor's first and last addressed element, plus one (0 when empty)."""
     if t.numel() == 0:
         return 0
@@ -241,14 +241,14 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
             if p in starts:  # two inputs at one address: which one a kernel read is unknowable
                 ambiguous.add(p)
             starts[p] = i
-    out_ptr, out_span, n = out.data_ptr(), _span(out), len(tensors)
+    out_ptr, out_span, n = out.data_ptr(), span(out), len(tensors)
     launches = []
     writes_out = False
     for run, args in rec.launches:
         picks = []
         for a in args:
             p = a.data_ptr()
-            if p == out_ptr and a.numel() > 0 and _span(a) <= out_span:
+            if p == out_ptr and a.numel() > 0 and span(a) <= out_span:
                 picks.append(n)
                 writes_out = True
             elif p in starts and p not in ambiguous and a.numel() > 0:

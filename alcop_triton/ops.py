@@ -5,8 +5,7 @@ take torch's arguments and follow its semantics (broadcasting, 1-D promotion and
 ``out=``, 'same'/'valid' padding, groups, unbatched inputs); invalid arguments raise the exception
 type torch raises, with a message naming the argument, its value and the rule. Keyword-only
 extensions fuse epilogues into the kernel: ``linear(..., activation=, residual=)`` and
-``convNd(..., activation=)``. The work happens in ``torch.ops.alcop.*`` (``alcop_triton.library``),
-so autograd and ``torch.compile`` see one custom op per product.
+``convNd(..., activation=)``.
 
 Inputs alcop does not handle fall back to torch (logged once per reason; ``ALCOP_STRICT=1`` raises
 ``UnsupportedError``): dtypes other than float16/bfloat16/float32, devices other than CUDA and CPU,
@@ -24,8 +23,10 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from . import autograd  # noqa: F401  (registers the custom ops' backward formulas)
+from . import custom_ops, fallback
 from . import fastpath as fast
-from . import library as L
+from .records import dtype_name
 
 Tensor = torch.Tensor
 
@@ -44,10 +45,10 @@ def _shape(t: Tensor) -> tuple[int, ...]:
 
 
 def _falls_back(op: str, *tensors: Tensor | None) -> bool:
-    reason = L.static_reason(*tensors)
+    reason = fallback.static_reason(*tensors)
     if reason is None:
         return False
-    L.fallback(op, reason)
+    fallback.use_torch(op, reason)
     return True
 
 
@@ -76,8 +77,8 @@ def _broadcast_to(op: str, name: str, t: Tensor, shape: tuple[int, ...]) -> Tens
 def _check_out(op: str, out: Any, like: Tensor, inputs: Sequence[Tensor | None]) -> None:
     _need_tensor(op, "out", out)
     if out.dtype != like.dtype:
-        raise RuntimeError(f"{op}(): expected out to have dtype {L.dtype_name(like.dtype)}, but got "
-                           f"out.dtype={L.dtype_name(out.dtype)}")
+        raise RuntimeError(f"{op}(): expected out to have dtype {dtype_name(like.dtype)}, but got "
+                           f"out.dtype={dtype_name(out.dtype)}")
     if out.device != like.device:
         raise RuntimeError(f"{op}(): expected out on {like.device}, the inputs' device, but out is on {out.device}")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*inputs, out)):
@@ -132,7 +133,7 @@ def _gemm(alcop: Any, op: str, a: Tensor, b: Tensor, bias: Tensor | None, residu
 def _routes(fn: Callable[..., Tensor], torch_fn: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], ...]:
     """``fastpath.call``'s routes: ``fn(alcop, ...)`` bound to the eager route and to torch's dispatcher,
     and the same computation in torch (where patch mode sends workloads torch runs faster)."""
-    return functools.partial(fn, L.EAGER), functools.partial(fn, torch.ops.alcop), torch_fn
+    return functools.partial(fn, custom_ops.EAGER), functools.partial(fn, torch.ops.alcop), torch_fn
 
 
 def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:
@@ -153,7 +154,7 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
     if input.dim() == 0 or other.dim() == 0:
         raise RuntimeError(f"matmul(): both arguments need to be at least 1-D, but input is {input.dim()}-D and "
                            f"other is {other.dim()}-D")
-    L.check_same(op, ("input", "other"), (input, other))
+    custom_ops.check_same(op, ("input", "other"), (input, other))
     a = input.unsqueeze(0) if input.dim() == 1 else input
     b = other.unsqueeze(-1) if other.dim() == 1 else other
     if a.shape[-1] != b.shape[-2]:
@@ -187,7 +188,7 @@ def _check_matrices(op: str, names: tuple[str, str], a: Any, b: Any, ndim: int) 
         if t.dim() != ndim:
             raise RuntimeError(f"{op}(): {name} must be a {ndim}-D tensor "
                                f"({'matrix' if ndim == 2 else 'batch of matrices'}), got {name}.shape={_shape(t)}")
-    L.check_same(op, names, (a, b))
+    custom_ops.check_same(op, names, (a, b))
     if ndim == 3 and a.shape[0] != b.shape[0]:
         raise RuntimeError(f"{op}(): {names[0]}.shape={_shape(a)} and {names[1]}.shape={_shape(b)} have different "
                            f"batch sizes ({a.shape[0]} vs {b.shape[0]}); {op} does not broadcast (matmul does)")
@@ -235,7 +236,7 @@ def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, bet
     names = ("mat1", "mat2") if ndim == 2 else ("batch1", "batch2")
     _need_tensor(op, "input", input)
     _check_matrices(op, names, m1, m2, ndim)
-    L.check_same(op, ("input", names[0]), (input, m1))
+    custom_ops.check_same(op, ("input", names[0]), (input, m1))
     shape = _shape(m1)[:-1] + (m2.shape[-1],)
     residual = _broadcast_to(op, "input", input, shape)
     if _falls_back(op, input, m1, m2):
@@ -300,8 +301,8 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
     if weight.dim() > 2:
         raise RuntimeError(f"linear(): weight must be 2-D (out_features, in_features) or 1-D (in_features,), got "
                            f"weight.shape={_shape(weight)}")
-    L.check_same(op, ("input", "weight", "bias", "residual"), (input, weight, bias, residual))
-    L.check_activation(op, activation)
+    custom_ops.check_same(op, ("input", "weight", "bias", "residual"), (input, weight, bias, residual))
+    custom_ops.check_activation(op, activation)
     if weight.dim() == 1:
         if bias is not None:
             raise RuntimeError(f"linear(): a 1-D weight {_shape(weight)} gives a matrix-vector product, which takes "
@@ -334,7 +335,7 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
 def _torch_linear(input: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None,
                   activation: str | None) -> Tensor:
     y = F.linear(input, weight, bias)
-    y = L.TORCH_ACTIVATIONS[activation](y) if activation else y
+    y = fallback.TORCH_ACTIVATIONS[activation](y) if activation else y
     return y + residual if residual is not None else y
 
 
@@ -412,7 +413,7 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
                            f"(weight.shape[1] * groups), but got {x.shape[1]} channels instead")
     if bias is not None and _shape(bias) != (weight.shape[0],):
         raise RuntimeError(f"{op}(): bias.shape={_shape(bias)}, expected ({weight.shape[0]},): one per out channel")
-    L.check_same(op, ("input", "weight", "bias"), (input, weight, bias))
+    custom_ops.check_same(op, ("input", "weight", "bias"), (input, weight, bias))
     ks = _shape(weight)[2:]
     if isinstance(padding, str):
         if padding == "valid":
@@ -434,7 +435,7 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
                                f"{[x.shape[2 + j] + pad_left[j] + pad_right[j] for j in range(nd)]}. Kernel size: "
                                f"{list(ks)} (dilation {list(dilations)}). Kernel size can't be greater than actual "
                                "input size")
-    L.check_activation(op, activation)
+    custom_ops.check_activation(op, activation)
     if _falls_back(op, input, weight, bias):
         return _torch_conv(input, weight, bias, nd, stride, padding, dilation, groups, activation)
     y = alcop.conv(x, weight, bias, strides, pad_left, pad_right, dilations, groups, activation)
@@ -444,7 +445,7 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
 def _torch_conv(input: Tensor, weight: Tensor, bias: Tensor | None, nd: int, stride: Any, padding: Any, dilation: Any,
                 groups: Any, activation: str | None) -> Tensor:
     y = (F.conv1d, F.conv2d, F.conv3d)[nd - 1](input, weight, bias, stride, padding, dilation, groups)
-    return L.TORCH_ACTIVATIONS[activation](y) if activation else y
+    return fallback.TORCH_ACTIVATIONS[activation](y) if activation else y
 
 
 _CONV = _routes(_conv, _torch_conv)

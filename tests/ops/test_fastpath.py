@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from conftest import assert_close, f64, randn
 
 import alcop_triton as at
-from alcop_triton import config, config_choice, fastpath, library, te
+from alcop_triton import config, config_choice, fastpath, te
 from alcop_triton.autotune.database import Database, TuningRecord
 from alcop_triton.build import CompiledKernel
 from alcop_triton.records import KernelConfig, Workload
@@ -41,7 +41,6 @@ def no_slow_path(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     def arm() -> None:
         def refuse(*args: Any, **kwargs: Any) -> Any:
             raise AssertionError("the slow path ran: a config was chosen or a kernel bound")
-        monkeypatch.setattr(library, "choose_config", refuse)
         monkeypatch.setattr(config_choice, "choose_config", refuse)
         monkeypatch.setattr(CompiledKernel, "bind", refuse)
     return arm
@@ -217,12 +216,12 @@ def test_patch_mode_takes_the_same_fast_path() -> None:
 
 def test_patch_mode_leaves_workloads_torch_runs_faster_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     # On a GPU the dispatcher's records say so (Decision.slower_than_torch); here the config choice says it.
-    real = library.choose_config
+    real = config_choice.choose_config
 
     def measured_slower(*args: Any) -> KernelConfig:
         fastpath.note_slower_than_torch()
         return real(*args)
-    monkeypatch.setattr(library, "choose_config", measured_slower)
+    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
     a, b = randn(8, 6), randn(6, 5, seed=1)
     expected = a @ b
     with at.patched():
