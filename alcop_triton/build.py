@@ -14,7 +14,7 @@ from .loop_ir import Store, find
 from .lower import lower
 from .records import KernelConfig, dtype_name
 from .rewrite import apply_pipeline
-from .runtime import ensure_allocator, launcher, load_kernel, prebind, resident_programs
+from .runtime import ensure_allocator, for_device, load_kernel, prebind, resident_programs
 from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
@@ -259,7 +259,7 @@ class CompiledKernel:
             if grid[1] > 65535:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
         tma = dev.type == "cuda" and any(m == "tma" for _, m in v.plan.async_copy)
-        return Launch(v.fn, launcher(v.fn, dev.type)[grid], grid, tuple(args), c | {"num_warps": nw, "num_stages": ns},
+        return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args), c | {"num_warps": nw, "num_stages": ns},
                       tma, len(all_x), dev), out
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:

@@ -18,7 +18,7 @@ op                     computes
 
 An implementation checks its operands, sends inputs alcop cannot run to torch (``fallback``),
 chooses a config (``config_choice``), takes the compiled kernel of ``kernels/`` and launches it
-(``fastpath.launch``). The registered implementations go through ``fastpath.call``, so a repeated
+(``fastpath.launch_kernel``). The registered implementations go through ``fastpath.call``, so a repeated
 signature is a cache hit below autograd and in compiled graphs too; ``EAGER`` holds the same
 implementations for drop-in calls that torch's dispatcher need not see. CPU tensors run in
 Triton's interpreter (slow; meant for tests).
@@ -39,7 +39,7 @@ import torch
 from . import config_choice, fallback
 from . import fastpath as fast
 from .dsl_kernels import bind, dsl_output, dsl_te, run_dsl
-from .fastpath import launch
+from .fastpath import launch_kernel
 from .records import Workload, dtype_name
 
 if TYPE_CHECKING:
@@ -130,12 +130,12 @@ def run_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
     ep = kmatmul.Epilogue(bias is not None, activation, residual is not None, float(alpha), float(beta))
     kern = kmatmul.compiled(dtype_name(a.dtype), a.dim() == 3, ep, cfg)
     if a.dim() == 2:
-        launch(kern, [t for t in (a, b, bias, residual, out) if t is not None])
+        launch_kernel(kern, [t for t in (a, b, bias, residual, out) if t is not None])
         return out
     # The batch is the grid's second dimension: split batches beyond CUDA's limit of 65535.
     for s in range(0, a.shape[0], CUDA_GRID_Y):
         sl = slice(s, s + CUDA_GRID_Y)
-        launch(kern, [t[sl] if t is not bias else t for t in (a, b, bias, residual, out) if t is not None])
+        launch_kernel(kern, [t[sl] if t is not bias else t for t in (a, b, bias, residual, out) if t is not None])
     return out
 
 
@@ -313,7 +313,7 @@ def _conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: S
                          kconv.is_channels_last(x), bias is not None, activation)
     kern = kconv.compiled(dtype_name(x.dtype), p, cfg)
     co = w.shape[0]
-    launch(kern, [t for t in (x, w, bias) if t is not None] + [out.unflatten(1, (groups, co // groups))])
+    launch_kernel(kern, [t for t in (x, w, bias) if t is not None] + [out.unflatten(1, (groups, co // groups))])
     return out
 
 

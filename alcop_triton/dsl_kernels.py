@@ -21,7 +21,7 @@ import torch
 from . import config_choice, fallback, te
 from .build import CompiledKernel, build
 from .errors import UnsupportedError
-from .fastpath import launch
+from .fastpath import launch_kernel
 from .records import KernelConfig, Workload, dtype_name
 from .schedule import Schedule
 
@@ -198,5 +198,5 @@ def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> 
         if kern is None:
             sched = Schedule.from_config(out_te, cfg, m_axes=spec.m_axes, n_axes=spec.n_axes)
             kern = _DSL_COMPILED[(key, cfg)] = build(sched, list(inputs) + [out_te], static=spec.static)
-    launch(kern, list(tensors) + [out])
+    launch_kernel(kern, list(tensors) + [out])
     return out

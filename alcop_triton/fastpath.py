@@ -17,7 +17,7 @@ tensors, an active TorchDispatchMode or functorch transform) runs ``dispatched``
 registered custom op, whose implementation comes back here below autograd. ``use_config`` blocks
 bypass the cache.
 
-``launch(kernel, tensors)`` (every kernel launch of the torch layer). A compiled kernel on tensors
+``launch_kernel(kernel, tensors)`` (every kernel launch of the torch layer). A compiled kernel on tensors
 of one (dtype, shape, strides, alignment) signature is bound once into a ``runtime.prebind``
 launch. The same table is the CUDA-graph warm set: while a stream is captured, a signature seen
 before replays its prebound launch; an unseen one would compile, which a capture cannot hold.
@@ -282,7 +282,7 @@ def note_torch_computed() -> None:
 
 # ----------------------------------------------------------------------------- prebound launches
 
-def launch(kern: CompiledKernel, args: Sequence[Tensor]) -> None:
+def launch_kernel(kern: CompiledKernel, args: Sequence[Tensor]) -> None:
     """Run a kernel on ``args`` (inputs then output), on the tensors' device, through its prebound
     launch for this (dtype, shape, strides, alignment) signature; binds and compiles on first use."""
     dev = args[0].device

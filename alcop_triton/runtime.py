@@ -56,7 +56,7 @@ def load_kernel(source: str, name: str) -> tuple[Any, Path]:
         return _LOADED[digest]
 
 
-def launcher(fn: Any, device_type: str) -> Any:
+def for_device(fn: Any, device_type: str) -> Any:
     """The callable that runs ``fn`` on tensors of ``device_type``: the interpreter for CPU tensors."""
     from triton.runtime.interpreter import InterpretedFunction
     if device_type == "cpu":
