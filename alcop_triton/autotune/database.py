@@ -333,29 +333,6 @@ def best_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any) -> Ra
     return ranked[0] if ranked else None
 
 
-def shape_distance(a: Workload, b: Workload) -> float:
-    """Euclidean distance between the log GEMM dims (batch, M, N, K) of two workloads."""
-    return math.sqrt(sum((math.log(x) - math.log(y)) ** 2 for x, y in zip(a.gemm_dims(), b.gemm_dims())))
-
-
-def nearest_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any, top: int = 8
-               ) -> tuple[Workload, list[RankedConfig]] | None:
-    """The tuned workload nearest to ``workload`` (same op and dtype, same GPU) and its top configs.
-
-    Ties prefer the same layout. Workloads whose every config failed are passed over.
-    """
-    by_wl: dict[Workload, list[TuningRecord]] = {}
-    for r in select(records, gpu=gpu):
-        if r.workload.op == workload.op and r.workload.dtype == workload.dtype:
-            by_wl.setdefault(r.workload, []).append(r)
-    order = sorted(by_wl, key=lambda w: (shape_distance(w, workload), w.layout != workload.layout, w.key()))
-    for w in order:
-        ranked = rank_configs(current_version_group(by_wl[w]))
-        if ranked:
-            return w, ranked[:top]
-    return None
-
-
 # ----------------------------------------------------------------------------------------------
 
 def default_db_path() -> Path:
@@ -520,10 +497,6 @@ class Database:
     def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
         """Fastest config measured for exactly this workload on this GPU (failed configs never)."""
         return best_of(self.records(workload, gpu), workload, gpu)
-
-    def nearest(self, workload: Workload, gpu: Any, top: int = 8) -> tuple[Workload, list[RankedConfig]] | None:
-        """Nearest tuned workload (log-space GEMM dims, same op/dtype/GPU) and its fastest configs."""
-        return nearest_of(self.records(gpu=gpu, op=workload.op, dtype=workload.dtype), workload, gpu, top)
 
     def workloads(self, gpu: Any = None) -> list[Workload]:
         seen: dict[Workload, None] = {}

@@ -28,7 +28,8 @@ from typing import Any, Sequence
 from .. import generation
 from ..errors import DatabaseError
 from ..records import KernelConfig, Workload
-from .database import Database, GpuKey, TuningRecord, best_of, gpu_key, mma_of, nearest_of, read_jsonl, select
+from .database import (Database, GpuKey, RankedConfig, TuningRecord, best_of, current_version_group, gpu_key,
+                       mma_of, rank_configs, read_jsonl, select)
 
 AUTOTUNE_TRIALS = 16
 """Budget of call-time tuning under ``ALCOP_AUTOTUNE=1``: small, since the caller is waiting."""
@@ -71,6 +72,29 @@ def default_tables() -> list[TuningRecord]:
             with importlib.resources.as_file(entry) as path:
                 out += read_jsonl(path)
     return out
+
+
+def shape_distance(a: Workload, b: Workload) -> float:
+    """Euclidean distance between the log GEMM dims (batch, M, N, K) of two workloads."""
+    return math.sqrt(sum((math.log(x) - math.log(y)) ** 2 for x, y in zip(a.gemm_dims(), b.gemm_dims())))
+
+
+def nearest_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any, top: int = 8
+               ) -> tuple[Workload, list[RankedConfig]] | None:
+    """The tuned workload nearest to ``workload`` (same op and dtype, same GPU) and its top configs.
+
+    Ties prefer the same layout. Workloads whose every config failed are passed over.
+    """
+    by_wl: dict[Workload, list[TuningRecord]] = {}
+    for r in select(records, gpu=gpu):
+        if r.workload.op == workload.op and r.workload.dtype == workload.dtype:
+            by_wl.setdefault(r.workload, []).append(r)
+    order = sorted(by_wl, key=lambda w: (shape_distance(w, workload), w.layout != workload.layout, w.key()))
+    for w in order:
+        ranked = rank_configs(current_version_group(by_wl[w]))
+        if ranked:
+            return w, ranked[:top]
+    return None
 
 
 def rerank(workload: Workload, configs: list[KernelConfig], spec: Any) -> KernelConfig | None:

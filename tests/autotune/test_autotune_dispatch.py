@@ -130,3 +130,15 @@ def test_decision_says_when_torch_is_faster(tmp_path, no_defaults, alcop_ms, tor
     db.add(dataclasses.replace(rec(W, KernelConfig(), alcop_ms), torch_ms=torch_ms))
     d = Dispatcher(db).decide(W, SPEC)
     assert (d.alcop_ms, d.torch_ms, d.slower_than_torch) == (alcop_ms, torch_ms, slower)
+
+
+def test_nearest_tuned_shape(tmp_path):
+    from alcop_triton.autotune.dispatch import nearest_of
+    far = Workload("matmul", (64, 64, 8192), "float16", "nt")
+    near = Workload("matmul", (1024, 1024, 1024), "float16", "nt")
+    a100 = TuningRecord.from_result(near, MeasureResult(KernelConfig(block_m=64), 0.1), ("A100", (8, 0)))
+    records = [rec(far, KernelConfig(block_m=16), 0.1), rec(near, KernelConfig(block_m=128), 0.2),
+               rec(near, KernelConfig(block_m=64), 0.1), a100]
+    found = nearest_of(records, Workload("matmul", (1000, 900, 1100), "float16", "nn"), SPEC)
+    assert found[0] == near and [rc.config.block_m for rc in found[1]] == [64, 128]
+    assert nearest_of(records, Workload("matmul", (1000, 900, 1100), "bfloat16", "nn"), SPEC) is None
