@@ -31,7 +31,7 @@ from .schedule import Schedule  # noqa: E402
 from .ops import addmm, baddbmm, bmm, conv1d, conv2d, conv3d, linear, matmul, mm  # noqa: E402  (registers torch.ops.alcop.*)
 from .patch import disable, enable, is_enabled, patched  # noqa: E402
 from .custom_op import DslOp, op  # noqa: E402
-from .library import use_config  # noqa: E402
+from .config_choice import use_config  # noqa: E402
 from .model import predict_times  # noqa: E402
 from .autotune.dispatch import best_config  # noqa: E402
 

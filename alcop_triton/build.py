@@ -5,16 +5,16 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import __version__, codegen, config, te
 from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipeline
 from .errors import ScheduleError
 from .loop_ir import Store, find
 from .lower import lower
-from .records import KernelConfig
+from .records import KernelConfig, dtype_name
 from .rewrite import apply_pipeline
-from .runtime import ensure_allocator, launcher, load_kernel, resident_programs
+from .runtime import ensure_allocator, for_device, load_kernel, prebind, resident_programs
 from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
@@ -48,6 +48,8 @@ class Launch:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     tma: bool  # device-side descriptors need Triton's scratch allocator in the launching thread
+    n_tensors: int  # args[:n_tensors] are the tensors (inputs, then the output)
+    device: Any
 
     def __call__(self) -> None:
         if self.tma:
@@ -56,6 +58,11 @@ class Launch:
 
     def compile(self) -> None:
         self.jit.warmup(*self.args, **self.kwargs, grid=self.grid)
+
+    def prebind(self) -> Callable[..., None]:
+        """This launch for any tensors of the same dtypes, shapes, strides and alignment: ``f(*tensors)``
+        runs the same specialisation without binding anything again (``runtime.prebind``)."""
+        return prebind(self.run, self.jit, self.device, self.grid, self.args, self.kwargs, self.n_tensors, self.tma)
 
 
 @dataclass(frozen=True)
@@ -66,10 +73,6 @@ class _Key:
     allow_tf32: bool
     static: tuple[tuple[str, int], ...] = ()
     multiple_of: tuple[tuple[str, int], ...] = ()
-
-
-def _torch_dtype_name(t: Any) -> str:
-    return str(t.dtype).replace("torch.", "")
 
 
 class CompiledKernel:
@@ -262,8 +265,8 @@ class CompiledKernel:
             if grid[1] > 65535:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
         tma = dev.type == "cuda" and any(m == "tma" for _, m in v.plan.async_copy)
-        return Launch(v.fn, launcher(v.fn, dev.type)[grid], grid, tuple(args), c | {"num_warps": nw, "num_stages": ns},
-                      tma), out
+        return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args), c | {"num_warps": nw, "num_stages": ns},
+                      tma, len(all_x), dev), out
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
         """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's
@@ -370,8 +373,8 @@ def _bind(t: te.Tensor, x: Any, env: dict[str, int]) -> None:
         raise TypeError(f"argument {t.name!r}: expected a torch.Tensor, got {type(x).__name__}")
     if x.dim() != t.ndim:
         raise ValueError(f"argument {t.name!r}: expected a {t.ndim}-d tensor {tuple(t.shape)}, got shape {tuple(x.shape)}")
-    if _torch_dtype_name(x) != t.dtype:
-        raise TypeError(f"argument {t.name!r}: expected dtype {t.dtype}, got {_torch_dtype_name(x)}")
+    if dtype_name(x.dtype) != t.dtype:
+        raise TypeError(f"argument {t.name!r}: expected dtype {t.dtype}, got {dtype_name(x.dtype)}")
     for d, (e, n) in enumerate(zip(t.shape, x.shape)):
         if isinstance(e, te.Var):
             if env.setdefault(e.name, int(n)) != int(n):

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from alcop_triton.autotune import session
     from alcop_triton.autotune.database import Database
     from alcop_triton.autotune.dispatch import Dispatcher
-    if TYPE_CHECKING:  # mypy checks alcop_triton.kernels as the top-level kernels/ package (see library.py)
+    if TYPE_CHECKING:  # mypy checks alcop_triton.kernels as the top-level kernels/ package (see custom_ops.py)
         from kernels import matmul as mm
     else:
         from alcop_triton.kernels import matmul as mm

@@ -5,8 +5,7 @@ take torch's arguments and follow its semantics (broadcasting, 1-D promotion and
 ``out=``, 'same'/'valid' padding, groups, unbatched inputs); invalid arguments raise the exception
 type torch raises, with a message naming the argument, its value and the rule. Keyword-only
 extensions fuse epilogues into the kernel: ``linear(..., activation=, residual=)`` and
-``convNd(..., activation=)``. The work happens in ``torch.ops.alcop.*`` (``alcop_triton.library``),
-so autograd and ``torch.compile`` see one custom op per product.
+``convNd(..., activation=)``.
 
 Inputs alcop does not handle fall back to torch (logged once per reason; ``ALCOP_STRICT=1`` raises
 ``UnsupportedError``): dtypes other than float16/bfloat16/float32, devices other than CUDA and CPU,
@@ -16,6 +15,7 @@ interpreter, which is slow: it exists for testing.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any, Callable, Sequence
@@ -23,7 +23,10 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from . import library as L
+from . import autograd  # noqa: F401  (registers the custom ops' backward formulas)
+from . import custom_ops, fallback
+from . import fastpath as fast
+from .records import dtype_name
 
 Tensor = torch.Tensor
 
@@ -42,10 +45,10 @@ def _shape(t: Tensor) -> tuple[int, ...]:
 
 
 def _falls_back(op: str, *tensors: Tensor | None) -> bool:
-    reason = L.static_reason(*tensors)
+    reason = fallback.static_reason(*tensors)
     if reason is None:
         return False
-    L.fallback(op, reason)
+    fallback.use_torch(op, reason)
     return True
 
 
@@ -74,8 +77,8 @@ def _broadcast_to(op: str, name: str, t: Tensor, shape: tuple[int, ...]) -> Tens
 def _check_out(op: str, out: Any, like: Tensor, inputs: Sequence[Tensor | None]) -> None:
     _need_tensor(op, "out", out)
     if out.dtype != like.dtype:
-        raise RuntimeError(f"{op}(): expected out to have dtype {L.dtype_name(like.dtype)}, but got "
-                           f"out.dtype={L.dtype_name(out.dtype)}")
+        raise RuntimeError(f"{op}(): expected out to have dtype {dtype_name(like.dtype)}, but got "
+                           f"out.dtype={dtype_name(out.dtype)}")
     if out.device != like.device:
         raise RuntimeError(f"{op}(): expected out on {like.device}, the inputs' device, but out is on {out.device}")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*inputs, out)):
@@ -101,15 +104,17 @@ def _shares_memory(a: Tensor, b: Tensor | None) -> bool:
 
 # ----------------------------------------------------------------------------- GEMM family
 
-def _gemm(op: str, a: Tensor, b: Tensor, bias: Tensor | None, residual: Tensor | None, activation: str | None,
-          alpha: float, beta: float, shape: tuple[int, ...], out: Tensor | None, inputs: Sequence[Tensor]) -> Tensor:
-    """Run the 2-D/3-D GEMM ``a @ b`` (+ epilogue) and give it ``shape`` (the drop-in's result shape)."""
+def _gemm(alcop: Any, op: str, a: Tensor, b: Tensor, bias: Tensor | None, residual: Tensor | None,
+          activation: str | None, alpha: float, beta: float, shape: tuple[int, ...], out: Tensor | None,
+          inputs: Sequence[Tensor]) -> Tensor:
+    """Run the 2-D/3-D GEMM ``a @ b`` (+ epilogue) through ``alcop`` (``torch.ops.alcop`` or, for eager
+    calls that torch's dispatcher need not see, ``library.EAGER``) and give it ``shape``."""
     plain = bias is None and residual is None and activation is None and alpha == 1.0
     if out is None:
         if plain:
-            y = torch.ops.alcop.mm(a, b) if a.dim() == 2 else torch.ops.alcop.bmm(a, b)
+            y = alcop.mm(a, b) if a.dim() == 2 else alcop.bmm(a, b)
         else:
-            y = torch.ops.alcop.gemm(a, b, bias, residual, activation, float(alpha), float(beta))
+            y = alcop.gemm(a, b, bias, residual, activation, float(alpha), float(beta))
         return y.view(shape)
     _check_out(op, out, a, inputs)
     _resize_out(out, shape)
@@ -119,10 +124,16 @@ def _gemm(op: str, a: Tensor, b: Tensor, bias: Tensor | None, residual: Tensor |
     except RuntimeError:  # strides that cannot hold the GEMM's (batch, M, N) view: compute, then copy
         view = None
     if view is None or any(_shares_memory(out, t) for t in (a, b, bias, residual)):
-        out.copy_(torch.ops.alcop.gemm(a, b, bias, residual, activation, float(alpha), float(beta)).view(shape))
+        out.copy_(alcop.gemm(a, b, bias, residual, activation, float(alpha), float(beta)).view(shape))
     else:
-        torch.ops.alcop.gemm_out(a, b, bias, residual, activation, float(alpha), float(beta), view)
+        alcop.gemm_out(a, b, bias, residual, activation, float(alpha), float(beta), view)
     return out
+
+
+def _routes(fn: Callable[..., Tensor], torch_fn: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], ...]:
+    """``fastpath.call``'s routes: ``fn(alcop, ...)`` bound to the eager route and to torch's dispatcher,
+    and the same computation in torch (where patch mode sends workloads torch runs faster)."""
+    return functools.partial(fn, custom_ops.EAGER), functools.partial(fn, torch.ops.alcop), torch_fn
 
 
 def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:
@@ -131,13 +142,19 @@ def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor
     A batched ``input`` times a matrix folds the batch into the rows (one 2-D GEMM); otherwise the
     batch dims broadcast (stride-0 views where they can) and run as one batched GEMM.
     """
+    if out is None:
+        return fast.call("matmul", (input, other), (), *_MATMUL)
+    return _matmul(torch.ops.alcop, input, other, out)
+
+
+def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None) -> Tensor:
     op = "matmul"
     _need_tensor(op, "input", input)
     _need_tensor(op, "other", other)
     if input.dim() == 0 or other.dim() == 0:
         raise RuntimeError(f"matmul(): both arguments need to be at least 1-D, but input is {input.dim()}-D and "
                            f"other is {other.dim()}-D")
-    L.check_same(op, ("input", "other"), (input, other))
+    custom_ops.check_same(op, ("input", "other"), (input, other))
     a = input.unsqueeze(0) if input.dim() == 1 else input
     b = other.unsqueeze(-1) if other.dim() == 1 else other
     if a.shape[-1] != b.shape[-2]:
@@ -158,7 +175,10 @@ def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor
         nb = math.prod(batch)
         a2 = a.expand(*batch, m, k).reshape(nb, m, k)
         b2 = b.expand(*batch, k, n).reshape(nb, k, n)
-    return _gemm(op, a2, b2, None, None, None, 1.0, 1.0, shape, out, (input, other))
+    return _gemm(alcop, op, a2, b2, None, None, None, 1.0, 1.0, shape, out, (input, other))
+
+
+_MATMUL = _routes(_matmul, torch.matmul)
 
 
 def _check_matrices(op: str, names: tuple[str, str], a: Any, b: Any, ndim: int) -> None:
@@ -168,7 +188,7 @@ def _check_matrices(op: str, names: tuple[str, str], a: Any, b: Any, ndim: int) 
         if t.dim() != ndim:
             raise RuntimeError(f"{op}(): {name} must be a {ndim}-D tensor "
                                f"({'matrix' if ndim == 2 else 'batch of matrices'}), got {name}.shape={_shape(t)}")
-    L.check_same(op, names, (a, b))
+    custom_ops.check_same(op, names, (a, b))
     if ndim == 3 and a.shape[0] != b.shape[0]:
         raise RuntimeError(f"{op}(): {names[0]}.shape={_shape(a)} and {names[1]}.shape={_shape(b)} have different "
                            f"batch sizes ({a.shape[0]} vs {b.shape[0]}); {op} does not broadcast (matmul does)")
@@ -180,46 +200,79 @@ def _check_matrices(op: str, names: tuple[str, str], a: Any, b: Any, ndim: int) 
 
 def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
     """``torch.mm``: (n, m) @ (m, p), any strides (a transposed operand is a strided view)."""
+    if out is None:
+        return fast.call("mm", (input, mat2), (), *_MM)
+    return _mm(torch.ops.alcop, input, mat2, out)
+
+
+def _mm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> Tensor:
     _check_matrices("mm", ("input", "mat2"), input, mat2, 2)
     if _falls_back("mm", input, mat2):
         return torch.mm(input, mat2, out=out)
     shape = (input.shape[0], mat2.shape[1])
-    return _gemm("mm", input, mat2, None, None, None, 1.0, 1.0, shape, out, (input, mat2))
+    return _gemm(alcop, "mm", input, mat2, None, None, None, 1.0, 1.0, shape, out, (input, mat2))
 
 
 def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
     """``torch.bmm``: (b, n, m) @ (b, m, p) with equal batch sizes (torch's bmm does not broadcast)."""
+    if out is None:
+        return fast.call("bmm", (input, mat2), (), *_BMM)
+    return _bmm(torch.ops.alcop, input, mat2, out)
+
+
+def _bmm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> Tensor:
     _check_matrices("bmm", ("input", "mat2"), input, mat2, 3)
     if _falls_back("bmm", input, mat2):
         return torch.bmm(input, mat2, out=out)
     shape = (input.shape[0], input.shape[1], mat2.shape[2])
-    return _gemm("bmm", input, mat2, None, None, None, 1.0, 1.0, shape, out, (input, mat2))
+    return _gemm(alcop, "bmm", input, mat2, None, None, None, 1.0, 1.0, shape, out, (input, mat2))
 
 
-def _add_product(op: str, input: Tensor, m1: Tensor, m2: Tensor, beta: float, alpha: float, out: Tensor | None,
-                 ndim: int, torch_fn: Callable[..., Tensor]) -> Tensor:
+_MM, _BMM = _routes(_mm, torch.mm), _routes(_bmm, torch.bmm)
+
+
+def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, beta: float, alpha: float,
+                 out: Tensor | None, ndim: int, torch_fn: Callable[..., Tensor]) -> Tensor:
     names = ("mat1", "mat2") if ndim == 2 else ("batch1", "batch2")
     _need_tensor(op, "input", input)
     _check_matrices(op, names, m1, m2, ndim)
-    L.check_same(op, ("input", names[0]), (input, m1))
+    custom_ops.check_same(op, ("input", names[0]), (input, m1))
     shape = _shape(m1)[:-1] + (m2.shape[-1],)
     residual = _broadcast_to(op, "input", input, shape)
     if _falls_back(op, input, m1, m2):
         return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
     # beta == 0 ignores input entirely (NaN in it does not propagate), as torch specifies.
-    return _gemm(op, m1, m2, None, residual if beta != 0 else None, None, alpha, beta, shape, out, (input, m1, m2))
+    return _gemm(alcop, op, m1, m2, None, residual if beta != 0 else None, None, alpha, beta, shape, out,
+                 (input, m1, m2))
+
+
+def _addmm(alcop: Any, input: Tensor, mat1: Tensor, mat2: Tensor, beta: float, alpha: float) -> Tensor:
+    return _add_product(alcop, "addmm", input, mat1, mat2, beta, alpha, None, 2, torch.addmm)
+
+
+def _baddbmm(alcop: Any, input: Tensor, batch1: Tensor, batch2: Tensor, beta: float, alpha: float) -> Tensor:
+    return _add_product(alcop, "baddbmm", input, batch1, batch2, beta, alpha, None, 3, torch.baddbmm)
+
+
+_ADDMM = _routes(_addmm, lambda input, m1, m2, beta, alpha: torch.addmm(input, m1, m2, beta=beta, alpha=alpha))
+_BADDBMM = _routes(_baddbmm, lambda input, b1, b2, beta, alpha: torch.baddbmm(input, b1, b2, beta=beta, alpha=alpha))
+_SCALARS = (int, float, bool)
 
 
 def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: float = 1, alpha: float = 1,
           out: Tensor | None = None) -> Tensor:
     """``torch.addmm``: ``beta * input + alpha * (mat1 @ mat2)``, fused into the GEMM's store."""
-    return _add_product("addmm", input, mat1, mat2, beta, alpha, out, 2, torch.addmm)
+    if out is None and type(beta) in _SCALARS and type(alpha) in _SCALARS:
+        return fast.call("addmm", (input, mat1, mat2), (beta, alpha), *_ADDMM)
+    return _add_product(torch.ops.alcop, "addmm", input, mat1, mat2, beta, alpha, out, 2, torch.addmm)
 
 
 def baddbmm(input: Tensor, batch1: Tensor, batch2: Tensor, *, beta: float = 1, alpha: float = 1,
             out: Tensor | None = None) -> Tensor:
     """``torch.baddbmm``: ``beta * input + alpha * (batch1 @ batch2)`` (e.g. scaled attention scores)."""
-    return _add_product("baddbmm", input, batch1, batch2, beta, alpha, out, 3, torch.baddbmm)
+    if out is None and type(beta) in _SCALARS and type(alpha) in _SCALARS:
+        return fast.call("baddbmm", (input, batch1, batch2), (beta, alpha), *_BADDBMM)
+    return _add_product(torch.ops.alcop, "baddbmm", input, batch1, batch2, beta, alpha, out, 3, torch.baddbmm)
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *, activation: str | None = None,
@@ -229,6 +282,13 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *, activat
     ``activation`` is one of relu, gelu (exact, as ``F.gelu``), silu, tanh, sigmoid; ``residual``
     broadcasts to the output. A 1-D weight gives a matrix-vector product, as in torch.
     """
+    if activation is None or type(activation) is str:
+        return fast.call("linear", (input, weight, bias, residual), (activation,), *_LINEAR)
+    return _linear(torch.ops.alcop, input, weight, bias, residual, activation)
+
+
+def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None,
+            activation: str | None) -> Tensor:
     op = "linear"
     _need_tensor(op, "input", input)
     _need_tensor(op, "weight", weight)
@@ -241,8 +301,8 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *, activat
     if weight.dim() > 2:
         raise RuntimeError(f"linear(): weight must be 2-D (out_features, in_features) or 1-D (in_features,), got "
                            f"weight.shape={_shape(weight)}")
-    L.check_same(op, ("input", "weight", "bias", "residual"), (input, weight, bias, residual))
-    L.check_activation(op, activation)
+    custom_ops.check_same(op, ("input", "weight", "bias", "residual"), (input, weight, bias, residual))
+    custom_ops.check_activation(op, activation)
     if weight.dim() == 1:
         if bias is not None:
             raise RuntimeError(f"linear(): a 1-D weight {_shape(weight)} gives a matrix-vector product, which takes "
@@ -268,10 +328,18 @@ def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None, *, activat
     if residual is not None:
         residual = _broadcast_to(op, "residual", residual, shape)
     if _falls_back(op, input, weight, bias, residual):
-        y = F.linear(input, weight, bias)
-        y = L.TORCH_ACTIVATIONS[activation](y) if activation else y
-        return y + residual if residual is not None else y
-    return torch.ops.alcop.linear(input, weight, bias, residual, activation)
+        return _torch_linear(input, weight, bias, residual, activation)
+    return alcop.linear(input, weight, bias, residual, activation)
+
+
+def _torch_linear(input: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None,
+                  activation: str | None) -> Tensor:
+    y = F.linear(input, weight, bias)
+    y = fallback.TORCH_ACTIVATIONS[activation](y) if activation else y
+    return y + residual if residual is not None else y
+
+
+_LINEAR = _routes(_linear, _torch_linear)
 
 
 # ----------------------------------------------------------------------------- convolutions
@@ -295,8 +363,29 @@ def _ints(op: str, name: str, v: Any, nd: int, low: int) -> tuple[int, ...]:
     return vals
 
 
-def _conv(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any,
-          groups: Any, activation: str | None) -> Tensor:
+def _conv_call(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any,
+               dilation: Any, groups: Any, activation: str | None) -> Tensor:
+    params = (nd, _hashable(stride), _hashable(padding), _hashable(dilation), _hashable(groups), _hashable(activation))
+    if any(p is _UNHASHABLE for p in params):  # a parameter the signature cannot hold: the checks judge it
+        return _conv(torch.ops.alcop, input, weight, bias, nd, stride, padding, dilation, groups, activation)
+    return fast.call("conv", (input, weight, bias), params, *_CONV)
+
+
+_UNHASHABLE = object()
+
+
+def _hashable(v: Any) -> Any:
+    """``v`` as a plain signature component (a list becomes a tuple), ``_UNHASHABLE`` for anything
+    but ints, strings, None and sequences of ints (e.g. tensors: their value is not their hash)."""
+    if v is None or type(v) in (int, str):
+        return v
+    if type(v) in (tuple, list) and all(type(x) is int for x in v):
+        return tuple(v)
+    return _UNHASHABLE
+
+
+def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: int, stride: Any, padding: Any,
+          dilation: Any, groups: Any, activation: str | None) -> Tensor:
     op = f"conv{nd}d"
     _need_tensor(op, "input", input)
     _need_tensor(op, "weight", weight)
@@ -324,7 +413,7 @@ def _conv(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: A
                            f"(weight.shape[1] * groups), but got {x.shape[1]} channels instead")
     if bias is not None and _shape(bias) != (weight.shape[0],):
         raise RuntimeError(f"{op}(): bias.shape={_shape(bias)}, expected ({weight.shape[0]},): one per out channel")
-    L.check_same(op, ("input", "weight", "bias"), (input, weight, bias))
+    custom_ops.check_same(op, ("input", "weight", "bias"), (input, weight, bias))
     ks = _shape(weight)[2:]
     if isinstance(padding, str):
         if padding == "valid":
@@ -346,27 +435,35 @@ def _conv(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: A
                                f"{[x.shape[2 + j] + pad_left[j] + pad_right[j] for j in range(nd)]}. Kernel size: "
                                f"{list(ks)} (dilation {list(dilations)}). Kernel size can't be greater than actual "
                                "input size")
-    L.check_activation(op, activation)
+    custom_ops.check_activation(op, activation)
     if _falls_back(op, input, weight, bias):
-        y = (F.conv1d, F.conv2d, F.conv3d)[nd - 1](input, weight, bias, stride, padding, dilation, groups)
-        return L.TORCH_ACTIVATIONS[activation](y) if activation else y
-    y = torch.ops.alcop.conv(x, weight, bias, strides, pad_left, pad_right, dilations, groups, activation)
+        return _torch_conv(input, weight, bias, nd, stride, padding, dilation, groups, activation)
+    y = alcop.conv(x, weight, bias, strides, pad_left, pad_right, dilations, groups, activation)
     return y if batched else y.squeeze(0)
+
+
+def _torch_conv(input: Tensor, weight: Tensor, bias: Tensor | None, nd: int, stride: Any, padding: Any, dilation: Any,
+                groups: Any, activation: str | None) -> Tensor:
+    y = (F.conv1d, F.conv2d, F.conv3d)[nd - 1](input, weight, bias, stride, padding, dilation, groups)
+    return fallback.TORCH_ACTIVATIONS[activation](y) if activation else y
+
+
+_CONV = _routes(_conv, _torch_conv)
 
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
            dilation: Any = 1, groups: int = 1, *, activation: str | None = None) -> Tensor:
     """``F.conv1d`` as implicit GEMM; ``activation`` fuses into the store."""
-    return _conv(1, input, weight, bias, stride, padding, dilation, groups, activation)
+    return _conv_call(1, input, weight, bias, stride, padding, dilation, groups, activation)
 
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
            dilation: Any = 1, groups: int = 1, *, activation: str | None = None) -> Tensor:
     """``F.conv2d`` as implicit GEMM (NCHW or channels_last, groups incl. depthwise); ``activation`` fuses."""
-    return _conv(2, input, weight, bias, stride, padding, dilation, groups, activation)
+    return _conv_call(2, input, weight, bias, stride, padding, dilation, groups, activation)
 
 
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
            dilation: Any = 1, groups: int = 1, *, activation: str | None = None) -> Tensor:
     """``F.conv3d`` as implicit GEMM; ``activation`` fuses into the store."""
-    return _conv(3, input, weight, bias, stride, padding, dilation, groups, activation)
+    return _conv_call(3, input, weight, bias, stride, padding, dilation, groups, activation)

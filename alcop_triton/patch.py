@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import ops
+from .fastpath import patched_call
 
 ROUTES: dict[Callable[..., Any], Callable[..., Any]] = {
     torch.matmul: ops.matmul, torch.Tensor.matmul: ops.matmul,
@@ -42,12 +43,20 @@ ROUTES: dict[Callable[..., Any], Callable[..., Any]] = {
 
 
 class AlcopMode(TorchFunctionMode):
-    """Sends the functions in ``ROUTES`` to their alcop drop-ins; everything else to torch."""
+    """Sends the functions in ``ROUTES`` to their alcop drop-ins; everything else to torch.
+
+    A routed call is the drop-in's call, through the same fast path (``fastpath.patched_call``),
+    except that a workload which the measurements (tuning database, shipped table) say torch runs
+    faster than alcop's config stays with torch; without both times, alcop runs it.
+    """
 
     def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         # Inside this method the mode is not active, so the drop-ins' own torch calls are not re-routed.
-        return ROUTES.get(func, func)(*args, **(kwargs or {}))
+        route = ROUTES.get(func)
+        if route is None:
+            return func(*args, **kwargs) if kwargs else func(*args)
+        return patched_call(route, args, kwargs)
 
 
 class _State(threading.local):

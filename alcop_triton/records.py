@@ -227,6 +227,11 @@ class Workload:
         return cls(op=d["op"], shape=tuple(d["shape"]), dtype=d.get("dtype", "float16"), layout=d.get("layout", "nn"))
 
 
+def dtype_name(dtype: Any) -> str:
+    """A torch dtype as the records spell it: ``torch.float16`` -> ``"float16"``."""
+    return str(dtype).replace("torch.", "")
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

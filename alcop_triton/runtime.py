@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping, Sequence
 
 from . import config
 
@@ -56,7 +56,7 @@ def load_kernel(source: str, name: str) -> tuple[Any, Path]:
         return _LOADED[digest]
 
 
-def launcher(fn: Any, device_type: str) -> Any:
+def for_device(fn: Any, device_type: str) -> Any:
     """The callable that runs ``fn`` on tensors of ``device_type``: the interpreter for CPU tensors."""
     from triton.runtime.interpreter import InterpretedFunction
     if device_type == "cpu":
@@ -114,3 +114,52 @@ def resident_programs(compiled: Any, num_warps: int, device: Any) -> int:
     if smem:
         per_sm.append(int(getattr(p, "shared_memory_per_multiprocessor", 228 * 1024)) // (smem + 1024))
     return int(p.multi_processor_count) * max(1, min(per_sm))
+
+
+def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequence[Any], kwargs: Mapping[str, Any],
+            n_tensors: int, tma: bool) -> Callable[..., None]:
+    """A launch of one kernel specialisation with everything but its tensors bound: ``launch(*tensors)``.
+
+    ``args`` are the kernel's positional arguments, tensors first (``n_tensors`` of them), then
+    sizes and strides; ``kwargs`` its constexprs and launch options. The caller guarantees that
+    later tensors have the same dtypes, shapes, strides and 16-byte alignment, so Triton would pick
+    the same specialisation: on CUDA the launch calls the compiled kernel's launcher directly
+    (what ``JITFunction.run`` does after binding, specialising and looking up its cache, which is
+    skipped); in the interpreter, which has no compiled launcher, ``run`` (the interpreted
+    function at ``grid``) is called with the bound arguments.
+    """
+    tail = tuple(args[n_tensors:])
+    if device.type != "cuda":
+        options = dict(kwargs)
+
+        def interpreted(*tensors: Any) -> None:
+            run(*tensors, *tail, **options)
+        return interpreted
+    import torch
+    from triton import knobs
+    from triton.runtime.driver import driver
+
+    compiled = jit.warmup(*args, grid=grid, **kwargs)  # compiles, or finds, this specialisation
+    missing = [p.name for p in jit.params[len(args):] if p.name not in kwargs]
+    if missing:
+        raise TypeError(f"prebind: kernel parameters {missing} are neither positional arguments nor constexprs")
+    # The launcher takes every parameter positionally, constexprs included (it skips them).
+    tail += tuple(kwargs[p.name] for p in jit.params[len(args):])
+    launcher_fn, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+    g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    active: Any = driver.active  # the CUDA driver, whose stream getter the base class does not declare
+    stream_of, current_device, hooks = active.get_current_stream, torch.cuda.current_device, knobs.runtime
+
+    def launch(*tensors: Any) -> None:
+        if tma:
+            ensure_allocator()
+        if current_device() != index:  # the kernel was loaded into this device's context
+            with torch.cuda.device(index):
+                launch(*tensors)
+            return
+        stream = stream_of(index)
+        enter = hooks.launch_enter_hook
+        meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors, *tail)
+        launcher_fn(g0, g1, g2, stream, function, metadata, meta, enter, hooks.launch_exit_hook, *tensors, *tail)
+    return launch

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Sequence
 
 import alcop_triton as at
 from alcop_triton import te
+from alcop_triton.records import dtype_name
 
 SPATIAL: dict[int, tuple[str, ...]] = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
 
@@ -84,28 +85,41 @@ def compiled(dtype: str, p: ConvParams, cfg: at.KernelConfig) -> at.CompiledKern
     return at.build(s, inputs + [out], static=("C",) + tuple(f"K{x.upper()}" for x in sp))
 
 
+def output_size(x: Any, w: Any, stride: Sequence[int], pad_left: Sequence[int], pad_right: Sequence[int],
+                dilation: Sequence[int]) -> list[int]:
+    """The output's spatial extents (torch's formula; symbolic sizes stay symbolic)."""
+    return [(x.shape[2 + i] + pad_left[i] + pad_right[i] - dilation[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1
+            for i in range(x.dim() - 2)]
+
+
+def is_channels_last(x: Any) -> bool:
+    """Channels are the unit-stride dim of a 2-D/3-D input (NHWC/NDHWC storage): the reduction puts them
+    innermost and the output is stored the same way."""
+    return bool(x.dim() > 3 and x.stride(1) == 1 and x.shape[1] > 1)  # bool(): a guard when shapes are symbolic
+
+
+def empty_output(x: Any, shape: Sequence[int]) -> Any:
+    """An uninitialised (N, C_out, *spatial) output, stored channels-last when the input ``x`` is."""
+    import torch
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(shape)) if is_channels_last(x) else None
+    return torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=fmt or torch.contiguous_format)
+
+
 def conv(x: Any, w: Any, bias: Any, stride: tuple[int, ...], pad_left: tuple[int, ...], pad_right: tuple[int, ...],
          dilation: tuple[int, ...], groups: int, *, activation: str | None = None,
          config: at.KernelConfig | None = None) -> Any:
-    """N-d convolution of validated arguments (torch semantics; the drop-ins check and normalise)."""
-    import torch
-    nd = x.dim() - 2
-    channels_last = x.stride(1) == 1 and x.shape[1] > 1
-    p = ConvParams(nd, tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation), groups, channels_last,
-                   bias is not None, activation)
-    n, c = x.shape[:2]
+    """N-d convolution of validated arguments with one config, launched directly (no fast path, no
+    fallback): the kernel-level entry of tests and benchmarks. The drop-ins run ``alcop::conv``."""
+    p = ConvParams(x.dim() - 2, tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation), groups,
+                   is_channels_last(x), bias is not None, activation)
     co = w.shape[0]
-    osz = [(x.shape[2 + i] + pad_left[i] + pad_right[i] - dilation[i] * (w.shape[2 + i] - 1) - 1) // stride[i] + 1
-           for i in range(nd)]
-    fmt = {2: torch.channels_last, 3: torch.channels_last_3d}.get(nd) if channels_last else None
-    out = torch.empty((n, co, *osz), dtype=x.dtype, device=x.device,
-                      memory_format=fmt or torch.contiguous_format)
+    out = empty_output(x, (x.shape[0], co, *output_size(x, w, stride, pad_left, pad_right, dilation)))
     if out.numel() == 0:
         return out
     if config is None:
         config = default_config(x, w, stride, pad_left, dilation, groups)
     args = [x, w] + ([bias] if bias is not None else [])
-    compiled(str(x.dtype).replace("torch.", ""), p, config)(*args, out.unflatten(1, (groups, co // groups)))
+    compiled(dtype_name(x.dtype), p, config)(*args, out.unflatten(1, (groups, co // groups)))
     return out
 
 
@@ -113,7 +127,7 @@ def workload_of(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], d
                 groups: int) -> at.Workload:
     """The tuning key: the ALCOP suite's (N, H, W, CI, CO, KH, KW, stride, pad, dilation, groups) form."""
     nd = x.dim() - 2
-    dtype = str(x.dtype).replace("torch.", "")
+    dtype = dtype_name(x.dtype)
     lay = "nhwc" if x.stride(1) == 1 and x.shape[1] > 1 else "nchw"
     n, ci, *sp = x.shape
     co, _, *ks = w.shape
@@ -128,6 +142,6 @@ def workload_of(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], d
 
 def default_config(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...],
                    groups: int) -> at.KernelConfig:
-    """The config the drop-in ops would use for this call (``library.choose_config``'s policy)."""
-    from alcop_triton.library import choose_config
+    """The config the drop-in ops would use for this call (``config_choice.choose_config``'s policy)."""
+    from alcop_triton.config_choice import choose_config
     return choose_config(x.device, lambda: workload_of(x, w, stride, pad, dilation, groups))

@@ -1,7 +1,8 @@
 """Matmul and batched matmul in the DSL, with fused epilogues (bias, activation, residual, alpha/beta).
 
-``gemm`` is the raw entry the drop-in ops call: operands are already validated and broadcast;
-transposed and strided operands are handled by runtime strides (one kernel per unit-stride layout).
+``compiled`` gives the kernel of one (dtype, batching, epilogue, config); the custom ops
+(``alcop_triton.custom_ops.run_gemm``) launch it on validated, broadcast operands. Transposed and
+strided operands are handled by runtime strides (one variant per unit-stride layout).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import alcop_triton as at
 from alcop_triton import te
+from alcop_triton.records import dtype_name
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "silu", "tanh", "sigmoid")
 
@@ -73,24 +75,6 @@ def compiled(dtype: str, batched: bool, ep: Epilogue, cfg: at.KernelConfig, out_
     inputs, out = matmul_te(dtype, batched, ep, out_dtype)
     s = at.Schedule.from_config(out, cfg)
     return at.build(s, inputs + [out])
-
-
-def gemm(a: Any, b: Any, *, bias: Any = None, residual: Any = None, activation: str | None = None,
-         alpha: float = 1.0, beta: float = 1.0, config: at.KernelConfig | None = None, out: Any = None) -> Any:
-    """``act(alpha * a @ b + bias) + beta * residual`` for 2-D (M,K)@(K,N) or 3-D (B,M,K)@(B,K,N).
-
-    Operands must share dtype and device (the drop-in ops check and broadcast before calling).
-    ``config`` defaults to the dispatcher's choice for this shape on this device.
-    """
-    a, b = aligned_operands(a, b)
-    batched = a.dim() == 3
-    dtype = str(a.dtype).replace("torch.", "")
-    ep = Epilogue(bias is not None, activation, residual is not None, float(alpha), float(beta))
-    if config is None:
-        config = default_config(a, b)
-    kern = compiled(dtype, batched, ep, config)
-    args = [a, b] + [t for t in (bias, residual) if t is not None]
-    return kern(*args, out) if out is not None else kern(*args)
 
 
 PAD_MIN_MACS = 1 << 24
@@ -156,16 +140,10 @@ def aligned_workload(w: at.Workload) -> at.Workload:
 
 def workload_of(a: Any, b: Any) -> at.Workload:
     """The tuning key of a GEMM call: shape, dtype and operand storage ('n' row-major, 't' transposed)."""
-    dtype = str(a.dtype).replace("torch.", "")
+    dtype = dtype_name(a.dtype)
     lay = ("t" if a.stride(-1) != 1 and a.shape[-1] > 1 else "n") + ("t" if b.stride(-1) != 1 and b.shape[-1] > 1 else "n")
     m, kdim = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     if a.dim() == 3:
         return at.Workload("bmm", (a.shape[0], m, n, kdim), dtype, lay)
     return at.Workload("matmul", (m, n, kdim), dtype, lay)
-
-
-def default_config(a: Any, b: Any) -> at.KernelConfig:
-    """The config the drop-in ops would use for this call (``library.choose_config``'s policy)."""
-    from alcop_triton.library import choose_config
-    return choose_config(a.device, lambda: workload_of(a, b))

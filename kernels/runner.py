@@ -112,9 +112,8 @@ def make_runner(workload: at.Workload, config: at.KernelConfig, device: str) -> 
             return x.to(device), w.to(device)
 
         def run(x: tuple[Any, ...]) -> tuple[Any, Any]:
-            osz = [(s + 2 * pad[i] - dil[i] * (ks[i] - 1) - 1) // stride[i] + 1 for i, s in enumerate(sp)]
-            out = torch.empty((p["n"], p["co"], *osz), dtype=dt, device=x[0].device,
-                              memory_format=fmt or torch.contiguous_format)
+            osz = conv_mod.output_size(x[0], x[1], stride, pad, pad, dil)
+            out = conv_mod.empty_output(x[0], (p["n"], p["co"], *osz))
             launch, _ = conv_mod.compiled(workload.dtype, params, config).bind(
                 x[0], x[1], out.unflatten(1, (groups, p["co"] // groups)))
             return launch, out

@@ -110,7 +110,7 @@ def grids(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
     import importlib
     build_mod = importlib.import_module("alcop_triton.build")  # the module (alcop_triton.build is the function)
     seen: list[tuple[int, ...]] = []
-    real = build_mod.launcher
+    real = build_mod.for_device
 
     class Recorder:
         def __init__(self, fn: Any) -> None:
@@ -120,7 +120,7 @@ def grids(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
             seen.append(tuple(grid))
             return self.fn[grid]
 
-    monkeypatch.setattr(build_mod, "launcher", lambda fn, device_type: Recorder(real(fn, device_type)))
+    monkeypatch.setattr(build_mod, "for_device", lambda fn, device_type: Recorder(real(fn, device_type)))
     return seen
 
 

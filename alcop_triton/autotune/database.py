@@ -26,6 +26,7 @@ journal, which is slower but still correct.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import importlib.metadata
 import json
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
+from .. import generation
 from ..errors import DatabaseError, ScheduleError
 from ..records import KernelConfig, Workload, open_jsonl
 from .measure import ERROR_KINDS, MeasureResult
@@ -48,7 +50,7 @@ SCHEMA = 1
 """Version of the record format (``"schema"`` key; absent means 1, the documented format)."""
 
 _RECORD_KEYS = frozenset({"schema", "impl", "workload", "config", "time_ms", "error", "message", "timer", "gpu",
-                          "device", "cc", "mma", "triton", "torch", "alcop", "date"})
+                          "device", "cc", "mma", "triton", "torch", "alcop", "date", "torch_ms"})
 
 
 class RecordSkipped(UserWarning):
@@ -120,6 +122,7 @@ class TuningRecord:
     mma: str = ""
     message: str = ""
     timer: str = ""
+    torch_ms: float | None = None  # torch's time for the same workload in the same run (None: not measured)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -151,6 +154,8 @@ class TuningRecord:
             d["message"] = self.message
         if self.timer:
             d["timer"] = self.timer
+        if self.torch_ms is not None:
+            d["torch_ms"] = self.torch_ms
         return d
 
     def to_json(self) -> str:
@@ -189,8 +194,13 @@ class TuningRecord:
         for k in ("gpu", "cc"):
             if not strs[k]:
                 raise DatabaseError(f"record has no {k!r}: cannot tell which GPU it was measured on")
+        torch_ms = d.get("torch_ms")
+        if torch_ms is not None and (isinstance(torch_ms, bool) or not isinstance(torch_ms, (int, float))
+                                     or not math.isfinite(torch_ms) or torch_ms <= 0):
+            raise DatabaseError(f"torch_ms={torch_ms!r}: expected null or a finite time > 0")
         extra = {k: v for k, v in d.items() if k not in _RECORD_KEYS}
-        return cls(workload=workload, config=config, time_ms=time_ms, error=error, extra=extra, **strs)
+        return cls(workload=workload, config=config, time_ms=time_ms, error=error, extra=extra,
+                   torch_ms=float(torch_ms) if torch_ms is not None else None, **strs)
 
 
 def _skip(source: str, where: Any, reason: Any) -> None:
@@ -216,8 +226,11 @@ def parse_line(line: str) -> TuningRecord | None:
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
     """Valid tuning records of a JSONL file (gzip-compressed when it ends in .gz), in order; bad
-    lines are skipped with a RecordSkipped warning, library baseline lines silently."""
+    lines are skipped with a RecordSkipped warning. A torch baseline line (``"impl": "torch"``) is
+    no record, but its time becomes the ``torch_ms`` of that workload's records on that GPU which
+    have none."""
     out: list[TuningRecord] = []
+    torch_ms: dict[tuple[Workload, str, str], float] = {}
     with open_jsonl(path) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -229,7 +242,27 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
                 continue
             if r is not None:
                 out.append(r)
+            else:
+                baseline = _torch_baseline(line)
+                if baseline is not None:
+                    torch_ms[baseline[0]] = baseline[1]
+    if torch_ms:
+        out = [r if r.torch_ms is not None or (r.workload, r.gpu, r.cc) not in torch_ms
+               else dataclasses.replace(r, torch_ms=torch_ms[(r.workload, r.gpu, r.cc)]) for r in out]
     return out
+
+
+def _torch_baseline(line: str) -> tuple[tuple[Workload, str, str], float] | None:
+    """(workload, gpu, cc) and time of a valid torch baseline line, else None."""
+    d = json.loads(line)
+    t = d.get("time_ms")
+    if d.get("impl") != "torch" or d.get("error") is not None or isinstance(t, bool) \
+            or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        return None
+    try:
+        return (Workload.from_dict(d["workload"]), str(d["gpu"]), normalize_cc(d["cc"])), float(t)
+    except (KeyError, TypeError, ValueError, ScheduleError, DatabaseError):
+        return None
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -298,29 +331,6 @@ def select(records: Iterable[TuningRecord], workload: Workload | None = None, gp
 def best_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any) -> RankedConfig | None:
     ranked = rank_configs(current_version_group(select(records, workload, gpu)))
     return ranked[0] if ranked else None
-
-
-def shape_distance(a: Workload, b: Workload) -> float:
-    """Euclidean distance between the log GEMM dims (batch, M, N, K) of two workloads."""
-    return math.sqrt(sum((math.log(x) - math.log(y)) ** 2 for x, y in zip(a.gemm_dims(), b.gemm_dims())))
-
-
-def nearest_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any, top: int = 8
-               ) -> tuple[Workload, list[RankedConfig]] | None:
-    """The tuned workload nearest to ``workload`` (same op and dtype, same GPU) and its top configs.
-
-    Ties prefer the same layout. Workloads whose every config failed are passed over.
-    """
-    by_wl: dict[Workload, list[TuningRecord]] = {}
-    for r in select(records, gpu=gpu):
-        if r.workload.op == workload.op and r.workload.dtype == workload.dtype:
-            by_wl.setdefault(r.workload, []).append(r)
-    order = sorted(by_wl, key=lambda w: (shape_distance(w, workload), w.layout != workload.layout, w.key()))
-    for w in order:
-        ranked = rank_configs(current_version_group(by_wl[w]))
-        if ranked:
-            return w, ranked[:top]
-    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -430,6 +440,7 @@ class Database:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany("INSERT INTO measurements (gpu, cc, op, shape, dtype, layout, alcop, triton, "
                                  "torch, time_ms, error, record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        generation.bump()  # configs chosen and launches prebound from the old records may be stale now
         return len(rows)
 
     def import_jsonl(self, path: str | os.PathLike[str]) -> int:
@@ -486,10 +497,6 @@ class Database:
     def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
         """Fastest config measured for exactly this workload on this GPU (failed configs never)."""
         return best_of(self.records(workload, gpu), workload, gpu)
-
-    def nearest(self, workload: Workload, gpu: Any, top: int = 8) -> tuple[Workload, list[RankedConfig]] | None:
-        """Nearest tuned workload (log-space GEMM dims, same op/dtype/GPU) and its fastest configs."""
-        return nearest_of(self.records(gpu=gpu, op=workload.op, dtype=workload.dtype), workload, gpu, top)
 
     def workloads(self, gpu: Any = None) -> list[Workload]:
         seen: dict[Workload, None] = {}

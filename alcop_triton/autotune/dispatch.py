@@ -24,13 +24,14 @@ import os
 import statistics
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from .. import generation
 from ..errors import DatabaseError
 from ..records import KernelConfig, Workload
 from .database import (Database, GpuKey, TuningRecord, best_of, current_version_group, gpu_key, mma_of, rank_configs,
-                       read_jsonl, select, shape_distance)
+                       read_jsonl, select)
 
 AUTOTUNE_TRIALS = 16
 """Budget of call-time tuning under ``ALCOP_AUTOTUNE=1``: small, since the caller is waiting."""
@@ -47,11 +48,28 @@ for it is unknown, while a measured config's error is read off its neighbour."""
 
 @dataclass(frozen=True)
 class Decision:
-    """A dispatched config and where it came from ("db", "default", "tuned", "nearest", "analytical")."""
+    """A dispatched config and where it came from ("db", "default", "tuned", "nearest", "analytical").
+
+    ``alcop_ms`` and ``torch_ms``: the measured times of this config and of torch on this workload,
+    where records hold them (None: not measured).
+    """
 
     config: KernelConfig
     source: str
     detail: str = ""
+    alcop_ms: float | None = field(default=None, compare=False)
+    torch_ms: float | None = field(default=None, compare=False)
+
+    @property
+    def slower_than_torch(self) -> bool:
+        """Both times measured and torch's is the smaller (unknown: alcop is used)."""
+        return self.alcop_ms is not None and self.torch_ms is not None and self.torch_ms < self.alcop_ms
+
+
+def torch_time(records: Sequence[TuningRecord], workload: Workload, gpu: Any) -> float | None:
+    """Median torch time recorded with ``workload``'s records on ``gpu`` (None if none has one)."""
+    times = [r.torch_ms for r in select(records, workload, gpu) if r.torch_ms is not None]
+    return statistics.median(times) if times else None
 
 
 def default_tables() -> list[TuningRecord]:
@@ -65,6 +83,11 @@ def default_tables() -> list[TuningRecord]:
             with importlib.resources.as_file(entry) as path:
                 out += read_jsonl(path)
     return out
+
+
+def shape_distance(a: Workload, b: Workload) -> float:
+    """Euclidean distance between the log GEMM dims (batch, M, N, K) of two workloads."""
+    return math.sqrt(sum((math.log(x) - math.log(y)) ** 2 for x, y in zip(a.gemm_dims(), b.gemm_dims())))
 
 
 def model_shortlist(workload: Workload, spec: Any) -> list[KernelConfig]:
@@ -195,10 +218,13 @@ class Dispatcher:
         mine = self._db_records(workload=workload, gpu=spec)
         found = best_of(mine, workload, spec)
         if found is not None:
-            return Decision(found.config, "db", f"{found.time_ms:.4g} ms over {found.count} run(s)")
-        found = best_of(self._default_records(), workload, spec)
+            return Decision(found.config, "db", f"{found.time_ms:.4g} ms over {found.count} run(s)", found.time_ms,
+                            torch_time(mine, workload, spec))
+        shipped = self._default_records()
+        found = best_of(shipped, workload, spec)
         if found is not None:
-            return Decision(found.config, "default", f"{found.time_ms:.4g} ms")
+            return Decision(found.config, "default", f"{found.time_ms:.4g} ms", found.time_ms,
+                            torch_time(shipped, workload, spec))
         if os.environ.get("ALCOP_AUTOTUNE", "0").strip().lower() in ("1", "true", "yes", "on"):
             tuned = self._tune(workload, spec)
             if tuned is not None:
@@ -223,6 +249,14 @@ class Dispatcher:
 
 
 _shared: dict[str | None, Dispatcher] = {}
+
+
+def _forget_decisions() -> None:
+    for d in list(_shared.values()):
+        d.clear()
+
+
+generation.on_bump(_forget_decisions)  # e.g. the database gained a record: decide again
 
 
 def dispatcher() -> Dispatcher:

@@ -183,7 +183,7 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]  # no temp file left behind
 
 
-def test_import_jsonl_and_nearest(tmp_path):
+def test_import_jsonl(tmp_path):
     path = tmp_path / "d.jsonl"
     far = Workload("matmul", (64, 64, 8192), "float16", "nt")
     near = Workload("matmul", (1024, 1024, 1024), "float16", "nt")
@@ -192,10 +192,7 @@ def test_import_jsonl_and_nearest(tmp_path):
     path.write_text("".join(r.to_json() + "\n" for r in lines))
     db = Database(tmp_path / "t.sqlite")
     assert db.import_jsonl(path) == 4
-    found = db.nearest(Workload("matmul", (1000, 900, 1100), "float16", "nn"), H100)
-    assert found[0] == near and [rc.config.block_m for rc in found[1]] == [64, 128]
-    assert db.nearest(Workload("matmul", (1000, 900, 1100), "bfloat16", "nn"), H100) is None
-    assert set(db.workloads(H100)) == {far, near}
+    assert len(db.records(gpu=H100)) == 3 and set(db.workloads(H100)) == {far, near}
 
 
 def test_default_path_from_env(tmp_path, monkeypatch):
@@ -228,3 +225,27 @@ def test_mma_paths_do_not_mix(tmp_path):
     assert db.best(W, spec).config.block_m == 128
     assert db.best(W, spec.with_mma("mma_sync")).config.block_m == 64
     assert len(db.records(W, H100)) == 2 and select([wg, ms], W, spec) == [wg]  # a bare key selects both
+
+
+def test_torch_baseline_time_joins_the_records_and_round_trips(tmp_path):
+    torch_line = {"workload": W.to_dict(), "config": None, "impl": "torch", "time_ms": 0.015, "error": None,
+                  "gpu": "H100", "cc": "9.0"}
+    other = Workload("matmul", (64, 64, 64), "float16", "nt")
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(torch_line) + "\n" + rec(KernelConfig(), 0.02).to_json() + "\n"
+                    + rec(KernelConfig(), 0.01, w=other).to_json() + "\n")
+    mine, unmeasured = read_jsonl(path)
+    assert mine.torch_ms == 0.015 and unmeasured.torch_ms is None  # no baseline for that workload: unknown
+    db = Database(tmp_path / "t.sqlite")
+    db.add([mine, unmeasured])
+    assert [r.torch_ms for r in db.records()] == [0.015, None]
+    assert "torch_ms" not in unmeasured.to_dict()  # older readers see the documented format unchanged
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "fast", True])
+def test_bad_torch_time_is_skipped(tmp_path, bad):
+    d = rec(KernelConfig(), 0.02).to_dict() | {"torch_ms": bad}
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps(d) + "\n")
+    with pytest.warns(RecordSkipped, match="torch_ms"):
+        assert read_jsonl(path) == []

@@ -144,3 +144,12 @@ def test_default_tables_read_package_data(tmp_path):
     shipped = next(r for r in recs if r.ok)
     dec = Dispatcher(Database(tmp_path / "absent.sqlite")).decide(shipped.workload, SPEC)
     assert dec.source == "default"
+
+
+@pytest.mark.parametrize("alcop_ms, torch_ms, slower", [(0.03, 0.02, True), (0.02, 0.03, False), (0.02, None, False)])
+def test_decision_says_when_torch_is_faster(tmp_path, no_defaults, alcop_ms, torch_ms, slower):
+    import dataclasses
+    db = Database(tmp_path / "t.sqlite")
+    db.add(dataclasses.replace(rec(W, KernelConfig(), alcop_ms), torch_ms=torch_ms))
+    d = Dispatcher(db).decide(W, SPEC)
+    assert (d.alcop_ms, d.torch_ms, d.slower_than_torch) == (alcop_ms, torch_ms, slower)

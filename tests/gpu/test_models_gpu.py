@@ -25,11 +25,11 @@ TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 @pytest.fixture(autouse=True)
 def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every op must run a generated kernel: a fallback to torch fails the test."""
-    from alcop_triton import library
+    from alcop_triton import fallback
 
     def fail(op: str, reason: str) -> None:
         raise AssertionError(f"alcop_triton.{op} fell back to torch: {reason}")
-    monkeypatch.setattr(library, "fallback", fail)
+    monkeypatch.setattr(fallback, "use_torch", fail)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -79,15 +79,15 @@ def record_ops() -> Callable[[], OpRecorder]:
 def fallbacks(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[list[tuple[str, str]]]:
     """The (op, reason) of every fallback to torch during a test. A test that does not ask for
     this fixture fails if any happened: its ops must have run generated kernels."""
-    from alcop_triton import library
+    from alcop_triton import fallback
     calls: list[tuple[str, str]] = []
-    real = library.fallback
+    real = fallback.use_torch
 
     def record(op: str, reason: str) -> None:
         calls.append((op, reason))
         real(op, reason)
 
-    monkeypatch.setattr(library, "fallback", record)
+    monkeypatch.setattr(fallback, "use_torch", record)
     yield calls
     if "fallbacks" not in inspect.signature(request.function).parameters:
         assert not calls, f"ops fell back to torch: {calls}"

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_close, randn
 
-import alcop_triton.library as L
+from alcop_triton import fallback
 from alcop_triton import ops
 from alcop_triton.errors import UnsupportedError
 
@@ -98,14 +98,15 @@ def test_error_messages_name_argument_value_and_rule() -> None:
 def test_unsupported_dtype_falls_back_logged_once(dtype: torch.dtype, fallbacks: list,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     a, b = (randn(3, 4, seed=2) * 3).to(dtype), (randn(4, 5, seed=3) * 3).to(dtype)
-    L._LOGGED.discard(("matmul", f"dtype {L.dtype_name(dtype)}: kernels are generated for float16, bfloat16, float32"))
+    fallback._LOGGED.discard(("matmul", f"dtype {fallback.dtype_name(dtype)}: kernels are generated for float16, "
+                                        "bfloat16, float32"))
     with caplog.at_level(logging.WARNING, logger="alcop_triton"):
         for _ in range(3):
             got = ops.matmul(a, b)
     assert torch.equal(got, torch.matmul(a, b))
-    assert fallbacks and all(op == "matmul" and L.dtype_name(dtype) in r for op, r in fallbacks)
+    assert fallbacks and all(op == "matmul" and fallback.dtype_name(dtype) in r for op, r in fallbacks)
     logged = [r for r in caplog.records if "falls back to torch" in r.getMessage()]
-    assert len(logged) == 1 and L.dtype_name(dtype) in logged[0].getMessage()
+    assert len(logged) == 1 and fallback.dtype_name(dtype) in logged[0].getMessage()
 
 
 def test_fallbacks_for_every_drop_in(fallbacks: list) -> None:

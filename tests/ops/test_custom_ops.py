@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from conftest import assert_close, randn
 from torch._dynamo.backends.debugging import aot_eager
 
-import alcop_triton.library as L
-from alcop_triton import ops, patch
+from alcop_triton import dsl_kernels, fastpath, ops, patch
+from alcop_triton.kernels import conv_grad
 
 pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
 
@@ -41,10 +41,10 @@ OPCHECK_CASES = {
     "conv1d": (torch.ops.alcop.conv.default,
                lambda: (_rg(2, 3, 9), _rg(4, 3, 3, seed=1), None, [2], [1], [1], [1], 1, None)),
     "dsl_call_conv_input_grad": (torch.ops.alcop.dsl_call.default, lambda: (
-        L.conv_input_grad_kernel(2, torch.float32, (2, 2), (1, 1), (1, 1), 1, False),
+        conv_grad.conv_input_grad_kernel(2, torch.float32, (2, 2), (1, 1), (1, 1), 1, False),
         [randn(2, 4, 3, 3), randn(2, 3, 6, 6, seed=1), randn(4, 3, 3, 3, seed=2)])),
     "dsl_call_conv_weight_grad": (torch.ops.alcop.dsl_call.default, lambda: (
-        L.conv_weight_grad_kernel(2, torch.float32, (1, 1), (1, 1), (1, 1), 2),
+        conv_grad.conv_weight_grad_kernel(2, torch.float32, (1, 1), (1, 1), (1, 1), 2),
         [randn(2, 4, 6, 6), randn(2, 4, 6, 6, seed=1), randn(4, 2, 3, 3, seed=2)])),
 }
 
@@ -58,9 +58,10 @@ def test_opcheck(case: str) -> None:
 def test_dsl_keys_resolve_without_registration(monkeypatch: pytest.MonkeyPatch) -> None:
     # A compiled graph loaded from torch's caches calls dsl_call with keys this process never
     # registered: the key alone rebuilds the kernel.
-    key = L.conv_weight_grad_kernel(1, torch.float32, (2,), (1,), (1,), 1)
-    monkeypatch.setattr(L, "_DSL", {})
-    monkeypatch.setattr(L, "_DSL_TE", {})
+    key = conv_grad.conv_weight_grad_kernel(1, torch.float32, (2,), (1,), (1,), 1)
+    monkeypatch.setattr(dsl_kernels, "_DSL", {})
+    monkeypatch.setattr(dsl_kernels, "_DSL_TE", {})
+    fastpath.invalidate()  # no signature stored by an earlier call may serve it
     dy, x, w = randn(2, 3, 5), randn(2, 4, 9, seed=1), randn(3, 4, 3, seed=2)
     got = torch.ops.alcop.dsl_call(key, [dy, x, w]).flatten(0, 1)
     x64 = x.double().requires_grad_()

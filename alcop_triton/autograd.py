@@ -1,0 +1,124 @@
+"""Backward formulas of the ``torch.ops.alcop`` custom ops, registered with ``register_autograd``.
+
+Gradients: dA = dZ @ B^T and dB = A^T @ dZ are ``alcop::mm``/``bmm``/``gemm`` calls on transposed *views*
+(strides, no copies). A convolution's input and weight gradients are DSL kernels of their own
+(``kernels/conv_grad.py``). What torch computes in a backward: bias gradients (a sum over rows),
+``beta * grad`` for a residual, and the activation's derivative (an elementwise product); with an
+activation other than relu the pre-activation is recomputed by one more alcop kernel rather than
+kept from the forward.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from . import custom_ops
+from .fallback import TORCH_ACTIVATIONS, vjp_fn
+
+if TYPE_CHECKING:
+    # alcop_triton.kernels is the top-level kernels/ directory (setup.cfg package_dir; __init__.py extends
+    # __path__ in a checkout), which mypy cannot follow: it checks that directory as the package `kernels`.
+    from kernels import conv as kconv
+    from kernels import conv_grad as conv_grad
+else:
+    from .kernels import conv as kconv
+    from .kernels import conv_grad as conv_grad
+
+
+def activation_grad(activation: str | None, grad: torch.Tensor, out: torch.Tensor | None,
+                    pre_activation: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """dL/dz for ``out = act(z)``: relu from the saved output, else act'(z) with z recomputed."""
+    if activation is None:
+        return grad
+    if activation == "relu" and out is not None:
+        return torch.where(out > 0, grad, torch.zeros_like(grad))
+    return vjp_fn(TORCH_ACTIVATIONS[activation], pre_activation())(grad)[0]
+
+
+def _keeps_output(activation: str | None, residual: torch.Tensor | None) -> bool:
+    # relu's derivative is readable from its output (out > 0 iff z > 0) unless a residual was added.
+    return activation == "relu" and residual is None
+
+
+def _mm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _mm_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    a, b = ctx.saved_tensors
+    op = torch.ops.alcop.mm if a.dim() == 2 else torch.ops.alcop.bmm
+    da = op(grad, b.mT) if ctx.needs_input_grad[0] else None  # dA = dC @ B^T: B^T is a strided view
+    db = op(a.mT, grad) if ctx.needs_input_grad[1] else None  # dB = A^T @ dC
+    return da, db
+
+
+def _gemm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    a, b, bias, residual, activation, alpha, beta = inputs
+    ctx.activation, ctx.alpha, ctx.beta, ctx.has_residual = activation, alpha, beta, residual is not None
+    ctx.save_for_backward(a, b, bias, output if _keeps_output(activation, residual) else None)
+
+
+def _gemm_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    a, b, bias, out = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    dz = activation_grad(ctx.activation, grad, out,
+                         lambda: torch.ops.alcop.gemm(a, b, bias, None, None, ctx.alpha, 1.0))
+    da = torch.ops.alcop.gemm(dz, b.mT, None, None, None, ctx.alpha, 1.0) if need[0] else None
+    db = torch.ops.alcop.gemm(a.mT, dz, None, None, None, ctx.alpha, 1.0) if need[1] else None
+    dbias = dz.sum(dim=tuple(range(dz.dim() - 1))) if need[2] else None
+    dres = (grad * ctx.beta if ctx.beta != 1.0 else grad) if ctx.has_residual and need[3] else None
+    return da, db, dbias, dres, None, None, None
+
+
+def _linear_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, w, bias, residual, activation = inputs
+    ctx.activation, ctx.has_residual = activation, residual is not None
+    ctx.save_for_backward(x, w, bias, output if _keeps_output(activation, residual) else None)
+
+
+def _linear_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, w, bias, out = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    dz = activation_grad(ctx.activation, grad, out, lambda: torch.ops.alcop.linear(x, w, bias, None, None))
+    rows = math.prod(x.shape[:-1])
+    dz2 = dz.reshape(rows, w.shape[0])
+    dx = torch.ops.alcop.mm(dz2, w).view(x.shape) if need[0] else None
+    dw = torch.ops.alcop.mm(dz2.t(), x.reshape(rows, w.shape[1])) if need[1] else None
+    dbias = dz2.sum(0) if need[2] else None
+    dres = grad if ctx.has_residual and need[3] else None
+    return dx, dw, dbias, dres, None
+
+
+def _conv_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, w, bias, stride, pad_left, pad_right, dilation, groups, activation = inputs
+    ctx.params = (tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation), groups)
+    ctx.activation = activation
+    ctx.save_for_backward(x, w, bias, output if activation == "relu" else None)
+
+
+def _conv_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, w, bias, out = ctx.saved_tensors
+    stride, pad_left, pad_right, dilation, groups = ctx.params
+    need = ctx.needs_input_grad
+    dz = activation_grad(ctx.activation, grad, out, lambda: torch.ops.alcop.conv(
+        x, w, bias, stride, pad_left, pad_right, dilation, groups, None))
+    dx = dw = None
+    if need[0]:
+        key = conv_grad.conv_input_grad_kernel(x.dim() - 2, x.dtype, stride, pad_left, dilation, groups,
+                                               kconv.is_channels_last(x))
+        dx = torch.ops.alcop.dsl_call(key, [dz, x, w]).flatten(1, 2)
+    if need[1]:
+        key = conv_grad.conv_weight_grad_kernel(x.dim() - 2, x.dtype, stride, pad_left, dilation, groups)
+        dw = torch.ops.alcop.dsl_call(key, [dz, x, w]).flatten(0, 1)
+    dbias = dz.sum(dim=[0] + list(range(2, dz.dim()))) if need[2] else None
+    return dx, dw, dbias, None, None, None, None, None, None
+
+
+custom_ops.mm_op.register_autograd(_mm_backward, setup_context=_mm_setup)
+custom_ops.bmm_op.register_autograd(_mm_backward, setup_context=_mm_setup)
+custom_ops.gemm_op.register_autograd(_gemm_backward, setup_context=_gemm_setup)
+custom_ops.linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
+custom_ops.conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)

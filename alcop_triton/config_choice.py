@@ -1,0 +1,90 @@
+"""Which config a kernel call runs with: ``use_config``'s, the interpreter's, or the dispatcher's.
+
+The dispatcher's answer (``autotune.dispatch``: tuning database, shipped table, nearest tuned
+shape, analytical model) is remembered per (workload, GPU) until the dispatch generation changes
+(``generation.bump``: the database gained a record).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+from typing import Any, Callable, Iterator
+
+import torch
+
+from . import generation
+from .records import KernelConfig, Workload
+
+# Small tiles on CPU: the interpreter's cost is per program and per op, and test shapes are small.
+INTERPRETER_CONFIG = KernelConfig(block_m=32, block_n=32, block_k=32, group_m=1, num_warps=4, smem_stages=2)
+
+forced: contextvars.ContextVar[KernelConfig | None] = contextvars.ContextVar("alcop_config", default=None)
+"""``use_config``'s config while its block runs (the fast path steps aside then)."""
+
+_CONFIGS: dict[tuple[Workload, int], tuple[KernelConfig, bool]] = {}  # (config, slower than torch)
+generation.on_bump(_CONFIGS.clear)
+
+
+@contextlib.contextmanager
+def use_config(cfg: KernelConfig) -> Iterator[None]:
+    """Within the block, every alcop op runs with ``cfg`` instead of the dispatcher's choice."""
+    if not isinstance(cfg, KernelConfig):
+        raise TypeError(f"use_config(cfg={cfg!r}): expected a KernelConfig")
+    token = forced.set(cfg)
+    try:
+        yield
+    finally:
+        forced.reset(token)
+
+
+def capture_error(what: str) -> RuntimeError:
+    return RuntimeError(
+        f"alcop_triton: {what} while a CUDA graph is being captured; compiling and tuning cannot be captured. "
+        "Run the op once with the same shapes, strides and dtypes before capturing (a warm-up), "
+        "then capture: warmed-up calls take the cached path.")
+
+
+def device_index(dev: torch.device) -> int:
+    return dev.index if dev.index is not None else torch.cuda.current_device()
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_spec(index: int) -> Any:
+    """The hardware preset of cuda:``index`` (raises UnsupportedError for a GPU without one)."""
+    from .model import hardware
+    return hardware.detect(index)
+
+
+def choose_config(device: torch.device, workload: Callable[[], Workload | None]) -> KernelConfig:
+    """The config for a call: ``use_config``'s, else the dispatcher's for this workload on this GPU.
+
+    On CPU (the interpreter) there is no GPU to tune for: a small fixed config. Where the records
+    say torch runs this workload faster than the chosen config, the fast path hears of it
+    (``fastpath.note_slower_than_torch``): patch mode leaves such calls to torch.
+    """
+    cfg = forced.get()
+    if cfg is not None:
+        return cfg
+    if device.type != "cuda":
+        return INTERPRETER_CONFIG
+    w = workload()
+    if w is None:  # an empty reduction: nothing to tune, any valid config computes the zeros
+        return KernelConfig()
+    index = device_index(device)
+    known = _CONFIGS.get((w, index))
+    if known is None:
+        gen = generation.current()
+        with torch.cuda.device(index):
+            if torch.cuda.is_current_stream_capturing():
+                raise capture_error(f"choosing a config for {w.key()} (first call of this shape)")
+        from .autotune.dispatch import dispatcher
+        decision = dispatcher().decide(w, gpu_spec(index))
+        known = (decision.config, decision.slower_than_torch)
+        if gen == generation.current():
+            _CONFIGS[(w, index)] = known
+    if known[1]:
+        from .fastpath import note_slower_than_torch
+        note_slower_than_torch()
+    return known[0]

@@ -1,0 +1,344 @@
+"""The fast path: a repeated eager call costs a signature check, an output allocation and a launch.
+
+Two caches, both keyed by everything that decides what a call runs:
+
+``call(op, tensors, params, eager, dispatched)`` (the drop-ins, the custom ops' implementations
+and ``@alcop_triton.op`` ops go through it). The call's *signature* is one tuple: the op and its
+non-tensor parameters, each tensor's shape, strides, dtype, device and 16-byte alignment, the
+``ALCOP_STRICT`` setting and, for float32 inputs, the TF32 switch. The first call of a signature
+runs ``eager`` (argument checks, fallback policy, config choice, binding, compilation) while
+recording the launches it makes; if they account for the whole result (each kernel tensor is a
+view of an input or of the output, nothing was computed by torch) it stores an ``Entry``: the
+output's shape, strides, dtype and device, and the prebound launches with the argument order.
+Later calls with that signature allocate the output and launch: no environment read, config
+lookup, binding or Triton specialisation. A call that needs torch's dispatcher (autograd with a
+tensor requiring grad, ``torch.compile`` tracing, tensor subclasses such as fake or functional
+tensors, an active TorchDispatchMode or functorch transform) runs ``dispatched`` instead: the
+registered custom op, whose implementation comes back here below autograd. ``use_config`` blocks
+bypass the cache.
+
+``launch_kernel(kernel, tensors)`` (every kernel launch of the torch layer). A compiled kernel on tensors
+of one (dtype, shape, strides, alignment) signature is bound once into a ``runtime.prebind``
+launch. The same table is the CUDA-graph warm set: while a stream is captured, a signature seen
+before replays its prebound launch; an unseen one would compile, which a capture cannot hold.
+
+Both caches are forgotten at each dispatch generation (``generation.bump``: the tuning database
+gained a record, ``invalidate()``); ``stats()`` counts hits and misses.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Sequence
+
+import torch
+
+from . import config, generation
+from .build import CompiledKernel
+from .config_choice import capture_error, forced
+
+Tensor = torch.Tensor
+
+MAX_ENTRIES = 1 << 16
+"""Signatures remembered per cache; a full cache starts over (a model has far fewer)."""
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Counters of the call cache since the last ``reset_stats()``.
+
+    hits: calls served by a stored entry; misses: first calls of a signature (they ran the full
+    path); uncacheable: misses whose launches did not account for the result (a fallback to
+    torch, a copied operand), so nothing was stored; dispatched: calls that needed torch's
+    dispatcher; bypassed: calls inside a ``use_config`` block; to_torch: hits that patch mode
+    sent to torch (faster on that workload); entries: signatures stored now; generation:
+    ``generation.current()``.
+    """
+    hits: int
+    misses: int
+    uncacheable: int
+    dispatched: int
+    bypassed: int
+    to_torch: int
+    entries: int
+    generation: int
+
+
+class _Counters:
+    hits = misses = uncacheable = dispatched = bypassed = to_torch = 0
+
+
+_counters = _Counters()
+
+
+class _Recording:
+    """What one first call did: its launches, whether torch computed any of the result, and whether
+    the records say torch is faster on a workload it ran."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Callable[..., None], tuple[Tensor, ...]]] = []
+        self.torch_computed = False
+        self.slower_than_torch = False
+
+
+class _Local(threading.local):
+    recording: _Recording | None = None
+    patched = False  # the call comes through patch mode (``patch.AlcopMode``)
+
+
+_local = _Local()
+
+
+class Entry:
+    """A stored signature: allocate the output like the first call's, run its launches."""
+
+    __slots__ = ("shape", "stride", "dtype", "device", "launches")
+
+    def __init__(self, out: Tensor, launches: tuple[tuple[Callable[..., None], Callable[[tuple[Any, ...]], Any]], ...]
+                 ) -> None:
+        self.shape, self.stride, self.dtype, self.device = tuple(out.shape), out.stride(), out.dtype, out.device
+        self.launches = launches
+
+    def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
+        out = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
+        args = (*tensors, out)
+        for run, pick in self.launches:
+            run(*pick(args))
+        return out
+
+
+class TorchEntry:
+    """A stored patch-mode signature whose workload torch runs faster: the call goes to torch."""
+
+    __slots__ = ("torch_fn", "params")
+
+    def __init__(self, torch_fn: Callable[..., Tensor], params: tuple[Any, ...]) -> None:
+        self.torch_fn, self.params = torch_fn, params
+
+    def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
+        _counters.to_torch += 1
+        return self.torch_fn(*tensors, *self.params)
+
+
+_entries: dict[tuple[Any, ...], Entry | TorchEntry] = {}
+_prebound: dict[tuple[Any, ...], Callable[..., None]] = {}
+
+
+def _forget() -> None:
+    _entries.clear()
+    _prebound.clear()
+
+
+generation.on_bump(_forget)
+
+# ALCOP_STRICT's raw value from the environment's own table (a dict lookup, no decoding). The
+# mapping is CPython's (os._Environ); elsewhere the public lookup serves.
+_ENV_TABLE: Any = getattr(os.environ, "_data", None)
+_STRICT_KEY: Any = os.environ.encodekey("ALCOP_STRICT") if hasattr(os.environ, "encodekey") else "ALCOP_STRICT"
+if not isinstance(_ENV_TABLE, dict):
+    _ENV_TABLE, _STRICT_KEY = os.environ, "ALCOP_STRICT"
+
+
+def _needs_dispatcher() -> bool:
+    """Whether torch must see this call as an op: traced, or a dispatch mode / functorch transform."""
+    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._functorch.peek_interpreter_stack() is not None)
+
+
+def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The call's cache key, or None when the call must go through torch's dispatcher."""
+    if _needs_dispatcher():
+        return None
+    grad = torch.is_grad_enabled()
+    key: list[Any] = [op, params, _ENV_TABLE.get(_STRICT_KEY), _local.patched]
+    fp32 = False
+    for t in tensors:
+        if t is None:
+            key.append(None)
+            continue
+        if type(t) not in _PLAIN_TYPES or (grad and t.requires_grad):
+            return None
+        dtype = t.dtype
+        fp32 = fp32 or dtype is torch.float32
+        key += (t.shape, t.stride(), dtype, t.device, t.data_ptr() & 15)
+    if fp32:
+        key.append(config.allow_tf32())
+    return tuple(key)
+
+
+def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], eager: Callable[..., Tensor],
+         dispatched: Callable[..., Tensor] | None = None, torch_fn: Callable[..., Tensor] | None = None) -> Tensor:
+    """``eager(*tensors, *params)`` through the signature cache; ``dispatched`` (default ``eager``)
+    when torch's dispatcher must see the call (module docstring). ``torch_fn(*tensors, *params)``
+    computes the same with torch: in patch mode, a signature whose workload the records say torch
+    runs faster is stored as a call to it."""
+    if _local.recording is not None:  # inside another call's first run: that one records the launches
+        return eager(*tensors, *params)
+    try:
+        key = signature(op, tensors, params)
+    except (TypeError, RuntimeError, AttributeError):  # not tensors, or tensors without strides: the checks say why
+        key = None
+    if key is None:
+        _counters.dispatched += 1
+        return (dispatched or eager)(*tensors, *params)
+    if forced.get() is not None:  # use_config's block: its config, not the stored launches
+        _counters.bypassed += 1
+        return eager(*tensors, *params)
+    hit = _entries.get(key)
+    if hit is not None:
+        _counters.hits += 1
+        return hit(tensors)
+    return _first_call(key, tensors, params, eager, torch_fn if _local.patched else None)
+
+
+def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params: tuple[Any, ...],
+                eager: Callable[..., Tensor], torch_fn: Callable[..., Tensor] | None) -> Tensor:
+    gen = generation.current()
+    rec = _local.recording = _Recording()
+    try:
+        out = eager(*tensors, *params)
+    finally:
+        _local.recording = None
+    _counters.misses += 1
+    entry: Entry | TorchEntry | None = _entry(rec, tensors, out)
+    if entry is not None and rec.slower_than_torch and torch_fn is not None:
+        entry = TorchEntry(torch_fn, params)
+    if entry is None:
+        _counters.uncacheable += 1
+    elif gen == generation.current():
+        if len(_entries) >= MAX_ENTRIES:
+            _entries.clear()
+        _entries[key] = entry
+    return out
+
+
+def span(t: Tensor) -> int:
+    """Elements between a tensor's first and last addressed element, plus one (0 when empty)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+
+
+def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Entry | None:
+    """The entry replaying ``rec`` on other tensors, or None when its launches do not account for
+    ``out``: each kernel tensor must start where an input starts (a view of it: a kernel reads a
+    tensor only through its address and the strides bound into the launch) or where the output
+    starts, within the output's extent."""
+    if rec.torch_computed or type(out) is not torch.Tensor or out.storage_offset() != 0:
+        return None
+    if out.numel() == 0:
+        return Entry(out, ()) if not rec.launches else None
+    starts: dict[int, int] = {}
+    ambiguous: set[int] = set()
+    for i, t in enumerate(tensors):
+        if t is not None and t.numel() > 0:
+            p = t.data_ptr()
+            if p in starts:  # two inputs at one address: which one a kernel read is unknowable
+                ambiguous.add(p)
+            starts[p] = i
+    out_ptr, out_span, n = out.data_ptr(), span(out), len(tensors)
+    launches = []
+    writes_out = False
+    for run, args in rec.launches:
+        picks = []
+        for a in args:
+            p = a.data_ptr()
+            if p == out_ptr and a.numel() > 0 and span(a) <= out_span:
+                picks.append(n)
+                writes_out = True
+            elif p in starts and p not in ambiguous and a.numel() > 0:
+                picks.append(starts[p])
+            else:
+                return None
+        launches.append((run, _picker(picks)))
+    return Entry(out, tuple(launches)) if writes_out else None
+
+
+def _picker(picks: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    if len(picks) == 1:
+        i = picks[0]
+        return lambda args: (args[i],)
+    return operator.itemgetter(*picks)
+
+
+def note_slower_than_torch() -> None:
+    """The records say torch runs the current call's workload faster than alcop's config."""
+    rec = _local.recording
+    if rec is not None:
+        rec.slower_than_torch = True
+
+
+def note_torch_computed() -> None:
+    """The current call computes (part of) its result with torch: its signature is not stored."""
+    rec = _local.recording
+    if rec is not None:
+        rec.torch_computed = True
+
+
+# ----------------------------------------------------------------------------- prebound launches
+
+def launch_kernel(kern: CompiledKernel, args: Sequence[Tensor]) -> None:
+    """Run a kernel on ``args`` (inputs then output), on the tensors' device, through its prebound
+    launch for this (dtype, shape, strides, alignment) signature; binds and compiles on first use."""
+    dev = args[0].device
+    sig = (kern, config.allow_tf32(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
+    run = _prebound.get(sig)
+    if run is None:
+        gen = generation.current()
+        if dev.type == "cuda":
+            with torch.cuda.device(dev):
+                if torch.cuda.is_current_stream_capturing():
+                    raise capture_error(f"kernel {kern.out.name!r} ({kern.config}) would compile a variant for "
+                                        f"shapes {[tuple(t.shape) for t in args]}")
+                bound, _ = kern.bind(*args)
+                run = bound.prebind() if bound is not None else _no_launch
+        else:
+            bound, _ = kern.bind(*args)
+            run = bound.prebind() if bound is not None else _no_launch
+        if gen == generation.current():
+            if len(_prebound) >= MAX_ENTRIES:
+                _prebound.clear()
+            _prebound[sig] = run
+    run(*args)
+    rec = _local.recording
+    if rec is not None:
+        rec.launches.append((run, tuple(args)))
+
+
+def _no_launch(*tensors: Tensor) -> None:
+    """The launch of an empty output: nothing to compute."""
+
+
+# ----------------------------------------------------------------------------- inspection
+
+def stats() -> Stats:
+    """The call cache's counters (see ``Stats``)."""
+    c = _counters
+    return Stats(c.hits, c.misses, c.uncacheable, c.dispatched, c.bypassed, c.to_torch, len(_entries),
+                 generation.current())
+
+
+def reset_stats() -> None:
+    for name in ("hits", "misses", "uncacheable", "dispatched", "bypassed", "to_torch"):
+        setattr(_counters, name, 0)
+
+
+def invalidate() -> None:
+    """Forget every stored signature and remembered config (a new dispatch generation)."""
+    generation.bump()
+
+
+def patched_call(route: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
+    """``route(*args, **kwargs)`` as a patch-mode call: its signatures are patch mode's own, which
+    may send a workload to torch (``call``'s ``torch_fn``)."""
+    local = _local
+    local.patched = True
+    try:
+        return route(*args, **kwargs) if kwargs else route(*args)
+    finally:
+        local.patched = False

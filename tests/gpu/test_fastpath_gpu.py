@@ -1,0 +1,99 @@
+"""On a CUDA GPU: the fast path's prebound launches (Triton's compiled launcher called directly) give the
+results of the first call, on the caller's stream, on another device, inside a CUDA graph after a warm-up,
+and with Triton's launch hooks set."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import alcop_triton as at
+from alcop_triton import fastpath
+
+pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or under TRITON_INTERPRET=1
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    fastpath.invalidate()
+    fastpath.reset_stats()
+    yield
+
+
+def _rand(*shape: int, dtype: torch.dtype = torch.float16, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype).cuda()
+
+
+CALLS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], Callable[[], tuple[Any, ...]]]] = {
+    "matmul": (at.matmul, torch.matmul, lambda: (_rand(96, 80), _rand(80, 72, seed=1))),
+    "bmm_transposed": (at.bmm, torch.bmm, lambda: (_rand(3, 64, 48), _rand(3, 40, 48, seed=1).mT)),
+    "linear_gelu": (lambda x, w, b: at.linear(x, w, b, activation="gelu"),
+                    lambda x, w, b: F.gelu(F.linear(x, w, b)), lambda: (_rand(4, 33, 64), _rand(48, 64, seed=1),
+                                                                        _rand(48, seed=2))),
+    "conv2d_channels_last": (lambda x, w: at.conv2d(x, w, padding=1), lambda x, w: F.conv2d(x, w, padding=1),
+                             lambda: (_rand(2, 16, 14, 14).to(memory_format=torch.channels_last),
+                                      _rand(32, 16, 3, 3, seed=1))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_hits_match_the_first_call_and_torch(name: str) -> None:
+    ours, theirs, make = CALLS[name]
+    args = make()
+    first = ours(*args)
+    for _ in range(3):
+        again = ours(*args)
+        assert torch.equal(again, first)
+    assert fastpath.stats().hits == 3
+    ref = theirs(*[a.float() for a in args]).to(first.dtype)
+    assert ((first.float() - ref.float()).norm() / ref.float().norm()).item() < 1e-2
+
+
+def test_hit_launches_on_the_current_stream() -> None:
+    a, b = _rand(256, 256), _rand(256, 256, seed=1)
+    at.matmul(a, b)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = at.matmul(a, b)  # a hit: must be ordered on `side`, not the default stream
+    side.synchronize()
+    assert fastpath.stats().hits == 1 and torch.equal(y, at.matmul(a, b))
+
+
+def test_hit_inside_a_cuda_graph_after_warm_up() -> None:
+    a, b = _rand(128, 64), _rand(64, 96, seed=1)
+    expected = at.matmul(a, b)  # the warm-up: stores the signature
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = at.matmul(a, b)
+    a.copy_(_rand(128, 64, seed=5))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert not torch.equal(y, expected) and torch.equal(y, at.matmul(a, b))
+
+
+def test_launch_hooks_see_hits() -> None:
+    from triton import knobs
+    seen: list[str] = []
+    a, b = _rand(64, 64), _rand(64, 64, seed=1)
+    at.matmul(a, b)
+    old = knobs.runtime.launch_enter_hook
+    knobs.runtime.launch_enter_hook = lambda meta: seen.append(str(meta.get()["name"]))
+    try:
+        at.matmul(a, b)
+    finally:
+        knobs.runtime.launch_enter_hook = old
+    assert fastpath.stats().hits == 1 and len(seen) == 1
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_hit_on_another_device_than_the_current_one() -> None:
+    a, b = _rand(64, 64).to("cuda:1"), _rand(64, 64, seed=1).to("cuda:1")
+    first = at.matmul(a, b)
+    with torch.cuda.device(0):
+        again = at.matmul(a, b)
+    assert fastpath.stats().hits == 1 and torch.equal(again, first)

@@ -1,0 +1,235 @@
+"""The fast path: a repeated eager call is a cache hit that neither chooses a config nor binds, and
+gives the same result; a flag change, a new database record or another signature misses.
+
+No timing here: the counters of ``alcop_triton.fastpath.stats()`` and instrumented config choice
+and binding say which path a call took.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close, f64, randn
+
+import alcop_triton as at
+from alcop_triton import config, config_choice, fastpath, te
+from alcop_triton.autotune.database import Database, TuningRecord
+from alcop_triton.build import CompiledKernel
+from alcop_triton.records import KernelConfig, Workload
+
+pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    fastpath.invalidate()
+    fastpath.reset_stats()
+    yield
+
+
+def counts() -> tuple[int, int]:
+    s = fastpath.stats()
+    return s.hits, s.misses
+
+
+@pytest.fixture
+def no_slow_path(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Call it after the first call: from then on, choosing a config or binding a kernel raises."""
+    def arm() -> None:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("the slow path ran: a config was chosen or a kernel bound")
+        monkeypatch.setattr(config_choice, "choose_config", refuse)
+        monkeypatch.setattr(CompiledKernel, "bind", refuse)
+    return arm
+
+
+def test_repeated_call_hits_without_config_choice_or_binding(no_slow_path: Callable[[], None]) -> None:
+    a, b = randn(17, 33), randn(33, 9, seed=1)
+    first = at.matmul(a, b)
+    assert counts() == (0, 1) and fastpath.stats().entries == 1
+    no_slow_path()
+    for i in range(3):
+        again = at.matmul(a, b)
+        assert counts() == (i + 1, 1)
+        assert torch.equal(again, first) and again.data_ptr() != first.data_ptr()  # a fresh output each call
+    c = randn(17, 33, seed=2)  # other values, same signature: a hit that reads the new tensor
+    assert_close(at.matmul(c, b), f64(c)[0] @ f64(b)[0])
+    assert counts() == (4, 1)
+
+
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda a, b, v: at.bmm(a.unflatten(0, (1, -1)), b.unflatten(0, (1, -1))), id="bmm"),
+    pytest.param(lambda a, b, v: at.linear(a, b.t(), v, activation="gelu"), id="linear_bias_gelu"),
+    pytest.param(lambda a, b, v: at.addmm(v, a, b, beta=0.5, alpha=2.0), id="addmm"),
+    pytest.param(lambda a, b, v: at.matmul(a.unflatten(0, (3, -1)), b), id="matmul_batched_folds"),
+    pytest.param(lambda a, b, v: torch.ops.alcop.gemm(a, b, v, None, "relu", 1.0, 1.0), id="custom_op_below"),
+])
+def test_gemm_family_hits(call: Callable[..., torch.Tensor], no_slow_path: Callable[[], None]) -> None:
+    a, b, v = randn(12, 10), randn(10, 7, seed=1), randn(7, seed=2)
+    first = call(a, b, v)
+    hits, misses = counts()
+    no_slow_path()
+    assert torch.equal(call(a, b, v), first)
+    assert counts() == (hits + 1, misses)
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+def test_conv_hits(nd: int, no_slow_path: Callable[[], None]) -> None:
+    x, w, b = randn(2, 4, *(5,) * nd), randn(6, 2, *(3,) * nd, seed=1), randn(6, seed=2)
+    conv = (at.conv1d, at.conv2d, at.conv3d)[nd - 1]
+    first = conv(x, w, b, stride=[1] * nd, padding=1, groups=2, activation="relu")  # a list: hashed as a tuple
+    no_slow_path()
+    assert torch.equal(conv(x, w, b, stride=[1] * nd, padding=1, groups=2, activation="relu"), first)
+    assert counts() == (1, 1)
+    ref = F.relu((F.conv1d, F.conv2d, F.conv3d)[nd - 1](*f64(x, w, b), padding=1, groups=2))
+    assert_close(first, ref)
+
+
+@at.op("alcop_test::fast_scaled_mm")
+def scaled_mm(a: te.Tensor, b: te.Tensor, scale: float = 2.0) -> te.Tensor:
+    M, K = a.shape
+    N = b.shape[1]
+    k = te.reduce_axis(K, "k")
+    return te.compute((M, N), lambda i, j: te.sum(a[i, k] * (b[k, j] * scale), axis=k), "c")
+
+
+def test_dsl_op_hits_and_keys_scalars(no_slow_path: Callable[[], None]) -> None:
+    a, b = randn(9, 8), randn(8, 5, seed=1)
+    first = scaled_mm(a, b, 2.0)
+    no_slow_path()
+    assert torch.equal(scaled_mm(a, b, 2.0), first)
+    assert counts() == (1, 1)
+    with pytest.raises(AssertionError, match="slow path"):  # another scalar is another kernel: a miss
+        scaled_mm(a, b, 3.0)
+
+
+def test_flag_changes_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = randn(8, 8), randn(8, 8, seed=1)
+    at.matmul(a, b)
+    at.matmul(a, b)
+    assert counts() == (1, 1)
+    with config.tf32(True):  # float32 inputs: the TF32 switch is part of the signature
+        at.matmul(a, b)
+    assert counts() == (1, 2)
+    monkeypatch.setenv("ALCOP_STRICT", "1")
+    at.matmul(a, b)
+    assert counts() == (1, 3)
+    monkeypatch.delenv("ALCOP_STRICT")
+    at.matmul(a, b)  # back to the first signature: still stored
+    assert counts() == (2, 3)
+
+
+def test_tf32_is_not_part_of_a_half_precision_signature() -> None:
+    a, b = randn(8, 8, dtype=torch.float16), randn(8, 8, dtype=torch.float16, seed=1)
+    at.matmul(a, b)
+    with config.tf32(True):
+        at.matmul(a, b)
+    assert counts() == (1, 1)
+
+
+def test_new_database_record_invalidates(tmp_path: Any) -> None:
+    a, b = randn(8, 8), randn(8, 8, seed=1)
+    at.matmul(a, b)
+    gen = fastpath.stats().generation
+    rec = TuningRecord(Workload("matmul", (8, 8, 8), "float32", "nn"), KernelConfig(), 0.01, None, "H100", "9.0",
+                       "3.6.0", "2.11.0", "0.1.0", "2026-01-01")
+    Database(tmp_path / "db.sqlite").add(rec)
+    assert fastpath.stats().generation == gen + 1 and fastpath.stats().entries == 0
+    at.matmul(a, b)
+    assert counts() == (0, 2)
+
+
+def test_other_strides_dtypes_and_alignment_miss() -> None:
+    a, b = randn(8, 16), randn(16, 8, seed=1)
+    at.matmul(a, b)
+    at.matmul(a, b.t().contiguous().t())  # the same values stored transposed
+    at.matmul(a.half(), b.half())
+    buf = randn(8 * 16 + 1)
+    shifted = buf[1:].view(8, 16)  # 4 bytes past a 16-byte boundary
+    assert shifted.data_ptr() % 16 != a.data_ptr() % 16
+    assert_close(at.matmul(shifted, b), f64(shifted)[0] @ f64(b)[0])
+    assert counts() == (0, 4) and fastpath.stats().entries == 4
+
+
+def test_calls_needing_the_dispatcher_do_not_take_the_cache() -> None:
+    a, b = randn(6, 5).requires_grad_(), randn(5, 4, seed=1)
+    y = at.matmul(a, b)
+    assert y.requires_grad and fastpath.stats().dispatched >= 1
+    y.sum().backward()
+    assert_close(a.grad, torch.ones(6, 4, dtype=torch.float64) @ f64(b)[0].T)
+    with torch.no_grad():  # no autograd needed: the eager route even though a requires grad
+        before = fastpath.stats().dispatched
+        at.matmul(a, b)
+        at.matmul(a, b)
+        assert fastpath.stats().dispatched == before and counts()[0] >= 1
+
+
+def test_use_config_bypasses_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = randn(8, 8), randn(8, 8, seed=1)
+    at.matmul(a, b)
+    cfg = KernelConfig(block_m=16, block_n=16, block_k=16, group_m=1, smem_stages=1)
+    seen: list[KernelConfig] = []
+    real = CompiledKernel.bind
+    monkeypatch.setattr(CompiledKernel, "bind", lambda self, *ts: seen.append(self.config) or real(self, *ts))
+    with at.use_config(cfg):
+        assert_close(at.matmul(a, b), f64(a)[0] @ f64(b)[0])
+    s = fastpath.stats()
+    assert (s.hits, s.bypassed, s.dispatched) == (0, 1, 0) and seen == [cfg]
+
+
+def test_fallback_is_not_stored(fallbacks: list) -> None:
+    a, b = randn(5, 4, dtype=torch.float64), randn(4, 3, dtype=torch.float64, seed=1)
+    at.matmul(a, b)
+    at.matmul(a, b)
+    s = fastpath.stats()
+    assert (s.hits, s.misses, s.uncacheable, s.entries) == (0, 2, 2, 0) and len(fallbacks) == 2
+
+
+def test_aliased_inputs_are_not_confused() -> None:
+    a, b = randn(7, 7), randn(7, 7, seed=1)
+    at.matmul(a, a)  # both kernel operands start at a: not stored, since which input is which is unknowable
+    assert fastpath.stats().uncacheable == 1
+    assert_close(at.matmul(a, b), f64(a)[0] @ f64(b)[0])
+    assert_close(at.matmul(b, a), f64(b)[0] @ f64(a)[0])  # a stored (a, b) entry must not serve (b, a) wrongly
+    assert_close(at.matmul(a, a), f64(a)[0] @ f64(a)[0])
+
+
+def test_copied_operands_are_not_stored() -> None:
+    a = randn(2, 6, 5).transpose(0, 1)  # a batched input whose rows cannot be folded without a copy
+    b = randn(5, 3, seed=1)
+    for _ in range(2):
+        assert_close(at.matmul(a, b), f64(a)[0] @ f64(b)[0])
+    s = fastpath.stats()
+    assert s.hits == 0 and s.uncacheable == 2
+
+
+def test_patch_mode_takes_the_same_fast_path() -> None:
+    a, b = randn(8, 6), randn(6, 5, seed=1)
+    with at.patched():
+        first = torch.matmul(a, b)
+        again = a @ b
+    assert torch.equal(first, again) and counts() == (1, 1)
+
+
+def test_patch_mode_leaves_workloads_torch_runs_faster_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a GPU the dispatcher's records say so (Decision.slower_than_torch); here the config choice says it.
+    real = config_choice.choose_config
+
+    def measured_slower(*args: Any) -> KernelConfig:
+        fastpath.note_slower_than_torch()
+        return real(*args)
+    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+    a, b = randn(8, 6), randn(6, 5, seed=1)
+    expected = a @ b
+    with at.patched():
+        first = torch.matmul(a, b)  # the first call runs alcop while it learns the decision
+        assert fastpath.stats().to_torch == 0
+        assert torch.equal(torch.matmul(a, b), expected)
+    assert fastpath.stats().to_torch == 1
+    assert_close(first, f64(a)[0] @ f64(b)[0])
+    at.matmul(a, b)
+    at.matmul(a, b)  # a direct call asks for alcop: it runs alcop, from its own signature
+    assert fastpath.stats().to_torch == 1 and counts() == (2, 2)
