@@ -197,7 +197,7 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None])
     if forced is not None:
         return forced
     if device.type != "cuda":
-        return INTERPRETER_CONFIG
+        return fit_stages(INTERPRETER_CONFIG, workload())
     w = workload()
     if w is None:  # an empty reduction: nothing to tune, any valid config computes the zeros
         return KernelConfig()
@@ -208,9 +208,23 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None])
             if torch.cuda.is_current_stream_capturing():
                 raise _capture_error(f"choosing a config for {w.key()} (first call of this shape)")
         from .autotune.dispatch import best_config
-        cfg = best_config(w, _gpu_spec(index))
+        cfg = fit_stages(best_config(w, _gpu_spec(index)), w)
         _CONFIGS[(w, index)] = cfg
     return cfg
+
+
+def fit_stages(cfg: KernelConfig, w: Workload | None) -> KernelConfig:
+    """``cfg`` with no more pipeline stages than ``w``'s reduction has chunks (sub-tiles).
+
+    The library's own choice must not ask for depths the shape cannot have: strict mode
+    (``ALCOP_STRICT=1``) judges what the user asked for, and would refuse the clamp otherwise.
+    Persistent kernels pipeline across tiles too, so their depth is left to the planner.
+    """
+    if w is None or cfg.persistent:
+        return cfg
+    chunks = max(1, -(-w.gemm_dims()[3] // cfg.block_k))
+    return cfg.replace(smem_stages=min(cfg.smem_stages, chunks),
+                       reg_stages=min(cfg.reg_stages, chunks * cfg.reg_split))
 
 
 def launch(kern: CompiledKernel, args: Sequence[torch.Tensor]) -> None:
