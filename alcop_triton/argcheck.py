@@ -33,14 +33,21 @@ def index(v: Any) -> int | None:
     return i
 
 
-def number(op: str, name: str, v: Any, dtype: torch.dtype) -> float:
-    """A ``Number`` argument (alpha, beta) as a float, with torch's TypeError/RuntimeError/OverflowError."""
+def number_type(op: str, name: str, v: Any) -> None:
+    """torch's argument parser refuses a non-Number (TypeError) before any shape check."""
     if isinstance(v, torch.Tensor):
         if v.dim() != 0:
             raise TypeError(f"{op}(): argument '{name}' must be Number, not a {v.dim()}-D Tensor")
-        v = v.item()
-    if not isinstance(v, numbers.Number):
+    elif not isinstance(v, numbers.Number):
         raise TypeError(f"{op}(): argument '{name}' must be Number, not {type(v).__name__}")
+
+
+def number(op: str, name: str, v: Any, dtype: torch.dtype) -> float:
+    """A ``Number`` argument (alpha, beta) as a float; values the op's compute type cannot hold raise
+    torch's RuntimeError (its OverflowError for an int beyond any float)."""
+    number_type(op, name, v)
+    if isinstance(v, torch.Tensor):
+        v = v.item()
     if isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real):
         if v.imag != 0:
             raise RuntimeError(f"{op}(): {name}={v!r}: value cannot be converted to type float without overflow "

@@ -204,6 +204,8 @@ def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
 def _add_product(op: str, input: Tensor, m1: Tensor, m2: Tensor, beta: float, alpha: float, out: Tensor | None,
                  ndim: int, torch_fn: Callable[..., Tensor]) -> Tensor:
     names = ("mat1", "mat2") if ndim == 2 else ("batch1", "batch2")
+    argcheck.number_type(op, "beta", beta)
+    argcheck.number_type(op, "alpha", alpha)
     _need_tensor(op, "input", input)
     _check_matrices(op, names, m1, m2, ndim)
     L.check_same(op, ("input", names[0]), (input, m1))
@@ -314,12 +316,7 @@ def _conv(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: A
     _need_tensor(op, "weight", weight)
     if bias is not None:
         _need_tensor(op, "bias", bias)
-    if input.dim() not in (nd + 1, nd + 2):
-        raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {op}, but got input of "
-                           f"size: {list(input.shape)}")
-    if weight.dim() != nd + 2:
-        raise RuntimeError(f"{op}(): weight must be {nd + 2}-D (out_channels, in_channels / groups, *kernel), got "
-                           f"weight.shape={_shape(weight)}")
+    # Arguments of the wrong type fail before any shape check, as in torch's argument parser.
     strides = _ints(op, "stride", stride, nd, 1)
     dilations = _ints(op, "dilation", dilation, nd, 1)
     g = argcheck.index(groups)
@@ -328,6 +325,13 @@ def _conv(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: A
     groups = g
     if groups < 1:
         raise RuntimeError(f"{op}(): non-positive groups is not supported: groups={groups}")
+    pads = None if isinstance(padding, str) else _ints(op, "padding", padding, nd, 0)
+    if input.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {op}, but got input of "
+                           f"size: {list(input.shape)}")
+    if weight.dim() != nd + 2:
+        raise RuntimeError(f"{op}(): weight must be {nd + 2}-D (out_channels, in_channels / groups, *kernel), got "
+                           f"weight.shape={_shape(weight)}")
     batched = input.dim() == nd + 2
     x = input if batched else input.unsqueeze(0)
     if weight.shape[0] == 0:
@@ -356,7 +360,8 @@ def _conv(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: A
         else:
             raise RuntimeError(f"{op}(): Invalid padding string: {padding!r}; expected 'same', 'valid' or ints")
     else:
-        pad_left = pad_right = _ints(op, "padding", padding, nd, 0)
+        assert pads is not None
+        pad_left = pad_right = pads
     for i in range(nd):
         if x.shape[2 + i] + pad_left[i] + pad_right[i] < dilations[i] * (ks[i] - 1) + 1:
             raise RuntimeError(f"{op}(): Calculated padded input size per channel: "
