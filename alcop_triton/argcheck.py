@@ -40,6 +40,8 @@ def number_type(op: str, name: str, v: Any) -> None:
             raise TypeError(f"{op}(): argument '{name}' must be Number, not a {v.dim()}-D Tensor")
     elif not isinstance(v, numbers.Number):
         raise TypeError(f"{op}(): argument '{name}' must be Number, not {type(v).__name__}")
+    elif isinstance(v, numbers.Integral):
+        float(v)  # torch's parser turns an int into a double: OverflowError beyond that range
 
 
 def number(op: str, name: str, v: Any, dtype: torch.dtype) -> float:
@@ -53,7 +55,7 @@ def number(op: str, name: str, v: Any, dtype: torch.dtype) -> float:
             raise RuntimeError(f"{op}(): {name}={v!r}: value cannot be converted to type float without overflow "
                                "(a complex scalar with a real tensor)")
         v = v.real
-    f = float(v)  # an int beyond float's range raises OverflowError, as torch does
+    f = float(v)
     limit = _FLOAT_MAX.get(dtype)
     if limit is not None and math.isfinite(f) and abs(f) > limit:
         raise RuntimeError(f"{op}(): {name}={v!r}: value cannot be converted to type float without overflow "

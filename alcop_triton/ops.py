@@ -213,9 +213,11 @@ def _add_product(op: str, input: Tensor, m1: Tensor, m2: Tensor, beta: float, al
     residual = _broadcast_to(op, "input", input, shape)
     if _falls_back(op, input, m1, m2):
         return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
-    beta, alpha = argcheck.number(op, "beta", beta, m1.dtype), argcheck.number(op, "alpha", alpha, m1.dtype)
-    if alpha == 0:  # torch ignores the product then (NaN or inf in it does not propagate)
-        y = residual * beta if beta != 0 else m1.new_zeros(shape)
+    empty = math.prod(shape) == 0  # torch returns an empty result without reading the scalars' values
+    if not empty:
+        beta, alpha = argcheck.number(op, "beta", beta, m1.dtype), argcheck.number(op, "alpha", alpha, m1.dtype)
+    if empty or alpha == 0:  # torch ignores the product when alpha is 0 (NaN or inf in it does not propagate)
+        y = residual * beta if not empty and beta != 0 else m1.new_zeros(shape)
         if out is None:
             return y
         _check_out(op, out, m1, (input, m1, m2))
