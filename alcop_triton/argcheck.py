@@ -33,21 +33,28 @@ def index(v: Any) -> int | None:
     return i
 
 
-def number_type(op: str, name: str, v: Any) -> None:
-    """torch's argument parser refuses a non-Number (TypeError) before any shape check."""
+def _number_type(op: str, name: str, v: Any) -> None:
     if isinstance(v, torch.Tensor):
         if v.dim() != 0:
             raise TypeError(f"{op}(): argument '{name}' must be Number, not a {v.dim()}-D Tensor")
     elif not isinstance(v, numbers.Number):
         raise TypeError(f"{op}(): argument '{name}' must be Number, not {type(v).__name__}")
-    elif isinstance(v, numbers.Integral):
-        float(v)  # torch's parser turns an int into a double: OverflowError beyond that range
+
+
+def parse_numbers(op: str, **named: Any) -> None:
+    """torch's argument parser, before any shape check: every argument's type first (TypeError),
+    then each int converted to a double (OverflowError beyond that range)."""
+    for name, v in named.items():
+        _number_type(op, name, v)
+    for v in named.values():
+        if isinstance(v, numbers.Integral):
+            float(v)
 
 
 def number(op: str, name: str, v: Any, dtype: torch.dtype) -> float:
     """A ``Number`` argument (alpha, beta) as a float; values the op's compute type cannot hold raise
     torch's RuntimeError (its OverflowError for an int beyond any float)."""
-    number_type(op, name, v)
+    _number_type(op, name, v)
     if isinstance(v, torch.Tensor):
         v = v.item()
     if isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real):

@@ -204,8 +204,7 @@ def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
 def _add_product(op: str, input: Tensor, m1: Tensor, m2: Tensor, beta: float, alpha: float, out: Tensor | None,
                  ndim: int, torch_fn: Callable[..., Tensor]) -> Tensor:
     names = ("mat1", "mat2") if ndim == 2 else ("batch1", "batch2")
-    argcheck.number_type(op, "beta", beta)
-    argcheck.number_type(op, "alpha", alpha)
+    argcheck.parse_numbers(op, beta=beta, alpha=alpha)
     _need_tensor(op, "input", input)
     _check_matrices(op, names, m1, m2, ndim)
     L.check_same(op, ("input", names[0]), (input, m1))

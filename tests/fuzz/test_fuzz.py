@@ -10,7 +10,7 @@ import builtins
 
 import pytest
 import torch
-from fuzz_cases import (HOSTILE_NAMES, OVERLAP_REASON, PAYLOAD, ROLES, NameCase, OpCase, OutSpec, TensorSpec,
+from fuzz_cases import (EMPTY_DTYPE_REASON, HOSTILE_NAMES, OVERLAP_REASON, PAYLOAD, ROLES, NameCase, OpCase, OutSpec, TensorSpec,
                         name_cases, op_cases, run_name_case, run_op_case)
 from hypothesis import HealthCheck, Phase, given, settings
 
@@ -62,3 +62,15 @@ def test_judge_catches_a_wrong_result(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ops, "mm", lambda a, b, **kw: real(a, b, **kw) * (1 + 1e-3))
     case = OpCase("mm", "float32", (TensorSpec((4, 8), "contiguous", 1), TensorSpec((8, 3), "transposed", 2)), ())
     assert run_op_case(case).kind == "wrong"
+
+
+def test_documented_difference_empty_conv_input_with_mixed_dtypes() -> None:
+    """torch returns an empty result for an empty input without checking dtypes; alcop checks."""
+    x, w = torch.randn(0, 6, 9), torch.randn(3, 2, 3, dtype=torch.float16)
+    assert torch.nn.functional.conv1d(x, w, groups=3).shape == (0, 3, 7)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        ops.conv1d(x, w, groups=3)
+    case = OpCase("conv1d", "float16", (TensorSpec((0, 6, 9), "contiguous", 1, "float32"),
+                                        TensorSpec((3, 2, 3), "contiguous", 2), None), (("groups", 3),))
+    o = run_op_case(case)
+    assert (o.kind, o.reason) == ("documented", EMPTY_DTYPE_REASON)
