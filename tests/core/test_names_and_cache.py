@@ -139,3 +139,15 @@ def test_a_long_kernel_name_gets_a_short_file_name(fresh_cache: Path) -> None:
     kern = at.build(at.Schedule.from_config(C, CFG), [A, B, C], name="k" * 300)
     path = Path(kern._shown().path)
     assert path.name == "kernel.py" and f"def {'k' * 300}(" in path.read_text()
+
+
+@pytest.mark.parametrize("name", ["mylib::x(): pass\n__import__('os')", "my/lib::mm", "mylib::a b", "nonamespace",
+                                  "a::b::c", "mylib::class", 3])
+def test_dsl_op_names_are_checked(name: object) -> None:
+    with pytest.raises(ValueError, match=r"expected 'namespace::op_name'"):
+        at.op(name)  # type: ignore[arg-type]
+
+
+def test_dsl_op_name_is_nfkc_normalised() -> None:
+    from alcop_triton.custom_op import _op_name
+    assert _op_name("ｍylib::ｍm") == "mylib::mm"
