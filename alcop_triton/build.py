@@ -90,7 +90,8 @@ class CompiledKernel:
         self.inputs = tuple(args[:-1])
         self.out = schedule.out
         self.config: KernelConfig = schedule.config()
-        self.name = name
+        # The name becomes the kernel's def line and its cache file's name: an identifier, nothing else.
+        self.name = te.check_name(name, "build(name=...): kernel") if name is not None else None
         self.strict = config.strict() if strict is None else strict
         self._gpu = gpu
         known = {v for t in self.inputs for d in t.shape for v in te.free_vars(d)}

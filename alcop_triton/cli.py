@@ -268,7 +268,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                  "import triton", "", "configs = ["]
         for g in groups:
             for rc in g.ranked:
-                lines.append(f"    # {g.label} (cc {g.gpu.cc}) {g.workload.key()}: {rc.time_ms:.4f} ms")
+                # Strings from the database are written with repr: no text of theirs can end the comment.
+                lines.append(f"    # {g.label!r} (cc {g.gpu.cc!r}) {g.workload.key()!r}: {rc.time_ms:.4f} ms")
                 lines.append(f"    {_triton_config_line(rc.config)},")
         text = "\n".join(lines + ["]", ""])
     if args.output:
@@ -280,14 +281,26 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    """Every valid line of every file is imported; rejected lines are listed with their line numbers."""
+    from .autotune.database import scan_jsonl
+
     db = _db(args)
-    total = 0
+    total, rejected_total = 0, 0
     for p in args.files:
-        n = db.import_jsonl(p)
+        try:
+            records, rejected = scan_jsonl(p)
+        except OSError as exc:
+            print(f"{p}: cannot read: {exc}", file=sys.stderr)
+            rejected_total += 1
+            continue
+        n = db.add(records)
         total += n
-        print(f"{p}: {n} record(s) imported")
+        rejected_total += len(rejected)
+        for where, why in rejected:
+            print(f"{p}: {where}: rejected: {why}", file=sys.stderr)
+        print(f"{p}: {n} record(s) imported" + (f", {len(rejected)} line(s) rejected" if rejected else ""))
     print(f"{total} record(s) added to {db.path}")
-    return 0
+    return 1 if rejected_total else 0
 
 
 def _data_files(paths: Sequence[str]) -> list[Path]:

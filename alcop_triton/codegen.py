@@ -7,6 +7,7 @@ header says what the kernel computes, for which config, through which passes.
 
 from __future__ import annotations
 
+import math
 import re
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -22,9 +23,26 @@ RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid
             "group_size_m", "tile_id", "num_tiles", "num_pid_mn", "acc", "k0", "ks", "tl", "triton", "out", "mask_m",
             "mask_n", "mask_out", "offs_m", "offs_n", "a_desc", "b_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K",
             "REG_SPLIT", "GROUP_M", "SPLIT_K", "pid_s", "k_base", "k_chunks", "k_chunks_all", "k_chunks_per_split",
-            "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s"}
+            "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "float"}
 SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
 """Extra pointer parameters of a split-K kernel, after the output: float32 partial tiles, arrival counters."""
+RESERVED_PREFIXES = ("tile_", "offs_", "mask_", "stride_")
+
+
+def reserved_reason(name: str) -> str:
+    """Why ``name`` (NFKC-normalised) would clash with a name the generator emits; "" if it does not."""
+    if name in RESERVED or name.startswith("__"):
+        return "is reserved: the generator emits it"
+    if name.startswith(RESERVED_PREFIXES):
+        return f"starts with one of {RESERVED_PREFIXES}, prefixes the generator uses"
+    return ""
+
+
+def literal(v: int | float) -> str:
+    """Source text of a numeric constant; inf and nan have no literal, so they are spelled as calls."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return f"float({str(v)!r})"  # 'inf', '-inf', 'nan'
+    return repr(v)
 
 
 class CodeWriter:
@@ -78,7 +96,7 @@ class Ctx:
                 and te.free_vars(x) <= set(self.k.static):
             return str(int(te.evaluate(x, self.k.static)))  # fold compile-time sizes: "16", not "(32 // 2)"
         if isinstance(x, te.Const):
-            return repr(x.value)
+            return literal(x.value)
         if isinstance(x, te.Var):
             return str(self.k.static[x.name]) if x.name in self.k.static else x.name
         if isinstance(x, te.BinOp):
@@ -471,7 +489,7 @@ def check_names(k: Kernel) -> None:
     names = [t.name for t in k.inputs] + [k.out.name] + [n for n, _ in k.sizes] + [a for axs in k.axes.values() for a in axs]
     ksub = re.compile("|".join(rf"{re.escape(a)}_p?\d+" for a in k.axes["k"]) or "(?!)")  # k_0, k_p1: sub-tile indices
     for nm in names:
-        if nm in RESERVED or nm.startswith(("tile_", "offs_", "mask_", "stride_")) or ksub.fullmatch(nm):
+        if reserved_reason(nm) or ksub.fullmatch(nm):
             raise ScheduleError(f"name {nm!r} is reserved in generated kernels; rename the tensor, var or axis")
     dup = {x for x in names if names.count(x) > 1}
     if dup:
@@ -482,7 +500,8 @@ def generate(k: Kernel, header: str) -> str:
     """The module text: header docstring, imports, and the @triton.jit kernel."""
     check_names(k)
     w = CodeWriter()
-    w.line('"""' + header.strip().replace('"""', "'''"))
+    # A backslash in the header would start an escape inside the docstring: double it first.
+    w.line('"""' + header.strip().replace("\\", "\\\\").replace('"""', "'''"))
     w.line('"""')
     w.line("import triton")
     w.line("import triton.language as tl")

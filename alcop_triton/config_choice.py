@@ -68,7 +68,7 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None])
     if cfg is not None:
         return cfg
     if device.type != "cuda":
-        return INTERPRETER_CONFIG
+        return fit_stages(INTERPRETER_CONFIG, workload())
     w = workload()
     if w is None:  # an empty reduction: nothing to tune, any valid config computes the zeros
         return KernelConfig()
@@ -81,10 +81,25 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None])
                 raise capture_error(f"choosing a config for {w.key()} (first call of this shape)")
         from .autotune.dispatch import dispatcher
         decision = dispatcher().decide(w, gpu_spec(index))
-        known = (decision.config, decision.slower_than_torch)
+        known = (fit_stages(decision.config, w), decision.slower_than_torch)
         if gen == generation.current():
             _CONFIGS[(w, index)] = known
     if known[1]:
         from .fastpath import note_slower_than_torch
         note_slower_than_torch()
     return known[0]
+
+
+def fit_stages(cfg: KernelConfig, w: Workload | None) -> KernelConfig:
+    """``cfg`` with no more pipeline stages than one program's slice of ``w``'s reduction has chunks
+    (sub-tiles).
+
+    The library's own choice must not ask for depths the shape cannot have: strict mode
+    (``ALCOP_STRICT=1``) judges what the user asked for, and would refuse the clamp otherwise.
+    Persistent kernels pipeline across tiles too, so their depth is left to the planner.
+    """
+    if w is None or cfg.persistent:
+        return cfg
+    chunks = max(1, -(-w.gemm_dims()[3] // (cfg.block_k * cfg.split_k)))
+    return cfg.replace(smem_stages=min(cfg.smem_stages, chunks),
+                       reg_stages=min(cfg.reg_stages, chunks * cfg.reg_split))

@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import keyword
 import typing
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -301,6 +303,19 @@ def op(name: str, *, dims: Mapping[str, str | Sequence[str]] | None = None, conf
         config: a fixed KernelConfig (default: the dispatcher's per shape, or ``use_config``'s).
         m_axes, n_axes: output axes tiled as rows / columns (default: the last two output axes).
     """
+    qualified = _op_name(name)
+
     def wrap(fn: Callable[..., te.Tensor]) -> DslOp:
-        return DslOp(name, fn, dims, config, m_axes, n_axes)
+        return DslOp(qualified, fn, dims, config, m_axes, n_axes)
     return wrap
+
+
+def _op_name(name: Any) -> str:
+    """"namespace::op_name", each part an ASCII identifier once NFKC-normalised (torch's rule for op
+    names, checked here so that a bad name gets a clear ValueError instead of a schema-parser error)."""
+    norm = unicodedata.normalize("NFKC", name) if isinstance(name, str) else None
+    parts = norm.split("::") if norm is not None else []
+    if len(parts) != 2 or not all(p.isascii() and p.isidentifier() and not keyword.iskeyword(p) for p in parts):
+        raise ValueError(f"alcop_triton.op(name={name!r}): expected 'namespace::op_name', both parts ASCII Python "
+                         "identifiers (after NFKC normalisation) and not keywords")
+    return str(norm)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from . import argcheck
 from . import autograd  # noqa: F401  (registers the custom ops' backward formulas)
 from . import custom_ops, fallback
 from . import fastpath as fast
@@ -81,6 +82,10 @@ def _check_out(op: str, out: Any, like: Tensor, inputs: Sequence[Tensor | None])
                            f"out.dtype={dtype_name(out.dtype)}")
     if out.device != like.device:
         raise RuntimeError(f"{op}(): expected out on {like.device}, the inputs' device, but out is on {out.device}")
+    if any(st == 0 and n > 1 for st, n in zip(out.stride(), out.shape)):  # torch's MemOverlap::Yes
+        raise RuntimeError(f"{op}(): unsupported operation: more than one element of the written-to tensor refers to "
+                           f"a single memory location (out.stride()={out.stride()}). Please clone() the tensor before "
+                           "performing the operation.")
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*inputs, out)):
         raise RuntimeError(f"{op}(): functions with out=... arguments don't support automatic differentiation, "
                            "but one of the arguments requires grad.")
@@ -234,6 +239,7 @@ _MM, _BMM = _routes(_mm, torch.mm), _routes(_bmm, torch.bmm)
 def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, beta: float, alpha: float,
                  out: Tensor | None, ndim: int, torch_fn: Callable[..., Tensor]) -> Tensor:
     names = ("mat1", "mat2") if ndim == 2 else ("batch1", "batch2")
+    argcheck.parse_numbers(op, beta=beta, alpha=alpha)
     _need_tensor(op, "input", input)
     _check_matrices(op, names, m1, m2, ndim)
     custom_ops.check_same(op, ("input", names[0]), (input, m1))
@@ -241,6 +247,16 @@ def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, bet
     residual = _broadcast_to(op, "input", input, shape)
     if _falls_back(op, input, m1, m2):
         return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
+    empty = math.prod(shape) == 0  # torch returns an empty result without reading the scalars' values
+    if not empty:
+        beta, alpha = argcheck.number(op, "beta", beta, m1.dtype), argcheck.number(op, "alpha", alpha, m1.dtype)
+    if empty or alpha == 0:  # torch ignores the product when alpha is 0 (NaN or inf in it does not propagate)
+        y = residual * beta if not empty and beta != 0 else m1.new_zeros(shape)
+        if out is None:
+            return y
+        _check_out(op, out, m1, (input, m1, m2))
+        _resize_out(out, shape)
+        return out.copy_(y)
     # beta == 0 ignores input entirely (NaN in it does not propagate), as torch specifies.
     return _gemm(alcop, op, m1, m2, None, residual if beta != 0 else None, None, alpha, beta, shape, out,
                  (input, m1, m2))
@@ -346,12 +362,11 @@ _LINEAR = _routes(_linear, _torch_linear)
 
 def _ints(op: str, name: str, v: Any, nd: int, low: int) -> tuple[int, ...]:
     """An int or a sequence of 1 or nd ints, each >= low (torch's rules and exception types)."""
-    if isinstance(v, int) and not isinstance(v, bool):
-        vals: tuple[Any, ...] | None = (v,)
-    else:
-        vals = tuple(v) if isinstance(v, (tuple, list)) else None
-    if vals is None or any(not isinstance(x, int) or isinstance(x, bool) for x in vals):
+    one = argcheck.index(v)  # numpy ints and one-element integer tensors count, as in torch
+    items = (one,) if one is not None else tuple(map(argcheck.index, v)) if isinstance(v, (tuple, list)) else None
+    if items is None or any(x is None for x in items):
         raise TypeError(f"{op}(): argument '{name}' must be an int or a tuple of {nd} ints, got {v!r}")
+    vals = tuple(x for x in items if x is not None)
     if len(vals) == 1:
         vals = vals * nd
     if len(vals) != nd:
@@ -391,20 +406,27 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
     _need_tensor(op, "weight", weight)
     if bias is not None:
         _need_tensor(op, "bias", bias)
+    # Arguments of the wrong type fail before any shape check, as in torch's argument parser.
+    strides = _ints(op, "stride", stride, nd, 1)
+    dilations = _ints(op, "dilation", dilation, nd, 1)
+    g = argcheck.index(groups)
+    if g is None:
+        raise TypeError(f"{op}(): argument 'groups' must be int, not {type(groups).__name__}")
+    groups = g
+    if groups < 1:
+        raise RuntimeError(f"{op}(): non-positive groups is not supported: groups={groups}")
+    pads = None if isinstance(padding, str) else _ints(op, "padding", padding, nd, 0)
     if input.dim() not in (nd + 1, nd + 2):
         raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to {op}, but got input of "
                            f"size: {list(input.shape)}")
     if weight.dim() != nd + 2:
         raise RuntimeError(f"{op}(): weight must be {nd + 2}-D (out_channels, in_channels / groups, *kernel), got "
                            f"weight.shape={_shape(weight)}")
-    strides = _ints(op, "stride", stride, nd, 1)
-    dilations = _ints(op, "dilation", dilation, nd, 1)
-    if not isinstance(groups, int) or isinstance(groups, bool):
-        raise TypeError(f"{op}(): argument 'groups' must be int, not {type(groups).__name__}")
-    if groups < 1:
-        raise RuntimeError(f"{op}(): non-positive groups is not supported: groups={groups}")
     batched = input.dim() == nd + 2
     x = input if batched else input.unsqueeze(0)
+    if weight.shape[0] == 0:
+        raise RuntimeError(f"{op}(): Given groups={groups}, expected weight to be at least 1 at dimension 0, but got "
+                           f"weight of size {list(weight.shape)} instead")
     if weight.shape[0] % groups:
         raise RuntimeError(f"{op}(): groups={groups} must divide out_channels = weight.shape[0] = {weight.shape[0]}")
     if x.shape[1] != weight.shape[1] * groups:
@@ -428,7 +450,8 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
         else:
             raise RuntimeError(f"{op}(): Invalid padding string: {padding!r}; expected 'same', 'valid' or ints")
     else:
-        pad_left = pad_right = _ints(op, "padding", padding, nd, 0)
+        assert pads is not None
+        pad_left = pad_right = pads
     for i in range(nd):
         if x.shape[2 + i] + pad_left[i] + pad_right[i] < dilations[i] * (ks[i] - 1) + 1:
             raise RuntimeError(f"{op}(): Calculated padded input size per channel: "

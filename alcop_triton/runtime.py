@@ -2,7 +2,9 @@
 
 ``@triton.jit`` reads its source with ``inspect``, so kernels must live in real files. Files are
 content-addressed (sha256 of the source) and written atomically (temp file + ``os.replace``), so
-concurrent processes never see half a kernel.
+concurrent processes never see half a kernel. A cache entry that cannot be read back as exactly
+the source (bytes that are not UTF-8, a directory where the file belongs, a file where a directory
+belongs) is a miss: what is in the way is renamed aside and the kernel is written again.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -22,11 +25,42 @@ _LOADED: dict[str, Any] = {}
 _LOCK = threading.Lock()
 
 
+FILE_STEM_BYTES = 100
+"""Longest kernel file name kept as is; a longer kernel name gets a file named ``kernel.py``
+(the directory is content-addressed, so the name only serves readers of tracebacks)."""
+
+
+def _move_aside(p: Path) -> None:
+    """Rename ``p`` out of the way (never delete: it may be someone's data); losing a race is fine."""
+    try:
+        os.replace(p, p.with_name(f".{p.name}.broken-{os.getpid()}-{time.monotonic_ns()}"))
+    except FileNotFoundError:
+        pass
+
+
+def _make_dirs(d: Path) -> None:
+    """``mkdir -p d``, renaming aside any file that stands where one of its directories belongs."""
+    for parent in reversed([d, *d.parents]):
+        if parent.exists() and not parent.is_dir():
+            _move_aside(parent)
+    d.mkdir(parents=True, exist_ok=True)
+
+
+def _read(path: Path) -> str | None:
+    """The text of a cache entry; None when it is missing or unreadable as UTF-8 text."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_dirs(path.parent)
+    if path.is_dir():
+        _move_aside(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the whole new one
     except BaseException:
@@ -41,8 +75,9 @@ def load_kernel(source: str, name: str) -> tuple[Any, Path]:
     with _LOCK:
         if digest in _LOADED:
             return _LOADED[digest]
-        path = config.cache_dir() / "kernels" / digest / f"{name}.py"
-        if not path.exists() or path.read_text() != source:
+        stem = name if len(name.encode()) <= FILE_STEM_BYTES else "kernel"
+        path = config.cache_dir() / "kernels" / digest / f"{stem}.py"
+        if _read(path) != source:
             write_atomic(path, source)
         if config.debug_level() >= 3:
             print(f"[alcop] kernel {name} at {path}:\n{source}", file=sys.stderr)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, Union
 
@@ -32,10 +33,26 @@ ExprLike = Union["Expr", int, float]
 
 
 def check_name(name: str, what: str) -> str:
-    """Names become Python identifiers in generated kernels: no keywords, no punctuation."""
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise ScheduleError(f"{what} name {name!r} must be a Python identifier and not a keyword")
-    return name
+    """A name as it will appear in generated kernels and cache paths, NFKC-normalised.
+
+    Python folds identifiers with NFKC when it parses them (fullwidth ``ｊ`` is ``j``), so names
+    are compared, and emitted, in that form: two names that Python would read as one must be
+    caught here, not by a kernel that silently aliases two axes. Names the generator emits
+    (``acc``, ``tl``, ``pid``, ``offs_m``, ...) are refused too.
+    """
+    if not isinstance(name, str):
+        raise ScheduleError(f"{what} name {name!r}: expected a str, got {type(name).__name__}")
+    norm = unicodedata.normalize("NFKC", name)
+    if not norm.isidentifier() or keyword.iskeyword(norm):
+        raise ScheduleError(f"{what} name {name!r}: must be a Python identifier (letters, digits, '_'; not "
+                            "starting with a digit) and not a keyword"
+                            + (f" (it reads as {norm!r} once NFKC-normalised)" if norm != name else ""))
+    from .codegen import reserved_reason
+    why = reserved_reason(norm)
+    if why:
+        seen = f" (read as {norm!r} once NFKC-normalised)" if norm != name else ""
+        raise ScheduleError(f"{what} name {name!r}{seen} {why} in generated kernels; rename it")
+    return norm
 
 
 def _check_dtype(dtype: str, what: str) -> str:
@@ -357,7 +374,7 @@ def _shape(shape: Sequence[ExprLike], what: str) -> tuple[Expr, ...]:
 
 def placeholder(shape: Sequence[ExprLike], dtype: str = "float32", name: str = "X") -> Tensor:
     """An input tensor of the given shape (ints or ``te.var`` sizes) and dtype."""
-    check_name(name, "placeholder")
+    name = check_name(name, "placeholder")
     return Tensor(name, _shape(shape, f"placeholder {name!r}"), _check_dtype(dtype, f"placeholder {name!r}"), PlaceholderOp())
 
 
@@ -384,15 +401,15 @@ def compute(shape: Sequence[ExprLike], fcompute: Callable[..., ExprLike], name: 
     """
     shp = _shape(shape, f"compute {name!r}")
     params = list(axis_names) if axis_names is not None else list(inspect.signature(fcompute).parameters)
-    check_name(name, "compute")
-    for p in params:
-        check_name(p, f"compute {name!r}: axis")
+    name = check_name(name, "compute")
+    params = [check_name(p, f"compute {name!r}: axis") for p in params]
     if len(params) != len(shp):
         raise ScheduleError(f"compute {name!r}: fcompute takes {len(params)} axes but the shape has {len(shp)} dims")
     axes = tuple(IterVar(p, e, "spatial") for p, e in zip(params, shp))
     body = as_expr(fcompute(*axes))
     if isinstance(body, Reduce) is False and _contains_reduce(body):
         raise ScheduleError(f"compute {name!r}: te.sum must be the outermost node of the body")
+    _check_body_names(name, axes, body)
     if dtype is not None:
         _check_dtype(dtype, f"compute {name!r}")
         if isinstance(body, Reduce):
@@ -403,6 +420,35 @@ def compute(shape: Sequence[ExprLike], fcompute: Callable[..., ExprLike], name: 
     else:
         out_dtype = body.dtype
     return Tensor(name, shp, out_dtype, ComputeOp(axes, body))
+
+
+def _check_body_names(name: str, axes: tuple[IterVar, ...], body: Expr) -> None:
+    """Every name the kernel of ``name`` declares (output, axes, reduce axes, input tensors, size
+    vars) belongs to one object: two that Python reads as one would alias loop indices or pointers."""
+    owners: dict[str, tuple[object, str]] = {}
+
+    def claim(nm: str, obj: object, what: str) -> None:
+        prev, prev_what = owners.setdefault(nm, (obj, what))
+        if prev is not obj and prev != obj:
+            raise ScheduleError(f"compute {name!r}: {what} and {prev_what} are both named {nm!r}; names must be "
+                                "unique (compared after NFKC normalisation, as Python compares identifiers)")
+
+    claim(name, object(), "the output tensor")
+    sizes = [*(a.extent for a in axes)]
+    for i, a in enumerate(axes):  # by position: two axes of one extent are equal as expressions
+        claim(a.name, i, f"axis {i} ({a.name!r})")
+    for n in walk(body):
+        if isinstance(n, Reduce):
+            if len(set(n.axes)) != len(n.axes):
+                raise ScheduleError(f"compute {name!r}: sum(axis=...) names a reduce axis twice: {list(n.axes)}")
+            for r in n.axes:
+                claim(r.name, r, f"reduce axis {r.name!r}")
+                sizes.append(r.extent)
+        elif isinstance(n, Load):
+            claim(n.tensor.name, n.tensor, f"input tensor {n.tensor.name!r}")
+            sizes += n.tensor.shape
+    for v in (x for e in sizes for x in walk(e) if isinstance(x, Var)):
+        claim(v.name, v, f"size var {v.name!r}")
 
 
 def _contains_reduce(e: Expr) -> bool:

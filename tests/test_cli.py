@@ -63,7 +63,7 @@ def test_export_triton_is_python(db, tmp_path):
     out = tmp_path / "configs.py"
     assert cli.main(["--db", str(db), "export", "--format", "triton", "-o", str(out)]) == 0
     text = out.read_text()
-    assert text.count("triton.Config(") == 2 and "H100 (cc 9.0) matmul:1024x768x3072:float16:nt" in text
+    assert text.count("triton.Config(") == 2 and "'H100' (cc '9.0') 'matmul:1024x768x3072:float16:nt'" in text
     # The export is a valid Python module that only needs triton.Config.
     ns: dict = {}
     fake_triton = type(sys)("triton")

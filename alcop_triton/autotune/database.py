@@ -17,7 +17,11 @@ file and ``os.replace``-d into place, so readers never see half a file.
 Nothing read back is trusted: every record (from SQLite or JSONL) is re-validated on read, and a
 record with bad JSON, an unknown schema, a workload or config that fails ``Workload`` /
 ``KernelConfig`` validation, a negative/NaN time, or index columns that disagree with its JSON is
-skipped with a ``RecordSkipped`` warning, so it never reaches code generation.
+skipped, so it never reaches code generation; each read warns once (``RecordSkipped``) with how many
+records it skipped and where (row ids or line numbers). Reads raise nothing but ``DatabaseError``:
+a file whose SQLite pages are damaged (corrupt pages, a lost table, a directory at the path) is
+renamed aside (``<name>.damaged-<time>-<pid>``, never deleted; ``DatabaseRecovered`` warns) and a
+fresh database takes its place, so a damaged file cannot break kernel calls.
 
 WAL needs a local filesystem (shared memory); on network filesystems SQLite keeps its rollback
 journal, which is slower but still correct.
@@ -32,14 +36,16 @@ import importlib.metadata
 import json
 import math
 import os
+import re
 import sqlite3
 import statistics
 import tempfile
 import threading
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 from .. import generation
 from ..errors import DatabaseError, ScheduleError
@@ -53,8 +59,24 @@ _RECORD_KEYS = frozenset({"schema", "impl", "workload", "config", "time_ms", "er
                           "device", "cc", "mma", "triton", "torch", "alcop", "date", "torch_ms"})
 
 
+LAYOUTS = ("nn", "nt", "tn", "tt", "nhwc", "nchw")
+"""Operand layouts a workload may name (GEMM: A then B, 'n' or 't'; convolution: channels order)."""
+
+MAX_DIM = 2 ** 40
+"""Largest workload dim a record may hold: far beyond any GPU tensor, far below float overflow."""
+
+_STRING_FIELDS = ("gpu", "cc", "triton", "torch", "alcop", "date", "device", "mma", "message", "timer")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+T = TypeVar("T")
+
+
 class RecordSkipped(UserWarning):
-    """A stored record failed validation and was ignored."""
+    """Stored records failed validation and were ignored."""
+
+
+class DatabaseRecovered(UserWarning):
+    """A damaged database file was renamed aside and replaced by a fresh one."""
 
 
 class GpuKey(NamedTuple):
@@ -169,11 +191,13 @@ class TuningRecord:
         schema = d.get("schema", SCHEMA)
         if schema != SCHEMA:
             raise DatabaseError(f"record schema {schema!r} is unknown (this alcop_triton reads schema {SCHEMA})")
+        workload = _workload(d.get("workload"))
+        if not isinstance(d.get("config"), dict):
+            raise DatabaseError(f"config={d.get('config')!r}: expected a JSON object of Triton-style keys")
         try:
-            workload = Workload.from_dict(d["workload"])
             config = KernelConfig.from_dict(d["config"])
-        except (KeyError, TypeError, ValueError, ScheduleError) as exc:
-            raise DatabaseError(f"invalid workload/config: {exc}") from None
+        except (TypeError, ValueError, ScheduleError) as exc:
+            raise DatabaseError(f"invalid config: {exc}") from None
         time_ms, error = d.get("time_ms"), d.get("error")
         if error is None:
             if isinstance(time_ms, bool) or not isinstance(time_ms, (int, float)) or not math.isfinite(time_ms) \
@@ -190,6 +214,8 @@ class TuningRecord:
             v = d.get(k, "")
             if not isinstance(v, str):
                 raise DatabaseError(f"{k}={v!r}: expected a string")
+            if k != "message" and _CONTROL.search(v):  # these are printed in tables and exported code
+                raise DatabaseError(f"{k}={v!r}: control characters (newlines, ...) are not allowed")
             strs[k] = v
         for k in ("gpu", "cc"):
             if not strs[k]:
@@ -203,8 +229,40 @@ class TuningRecord:
                    torch_ms=float(torch_ms) if torch_ms is not None else None, **strs)
 
 
-def _skip(source: str, where: Any, reason: Any) -> None:
-    warnings.warn(f"{source}:{where}: tuning record skipped: {reason}", RecordSkipped, stacklevel=3)
+def _workload(w: Any) -> Workload:
+    """A record's workload, every field checked for its exact JSON type: a shape of 512.9 or "512"
+    is refused, not read as 512 or (5, 1, 2)."""
+    if not isinstance(w, dict):
+        raise DatabaseError(f"workload={w!r}: expected a JSON object")
+    shape, layout = w.get("shape"), w.get("layout", "nn")
+    if not isinstance(shape, list) or not all(type(s) is int and 0 <= s <= MAX_DIM for s in shape):
+        raise DatabaseError(f"workload shape={shape!r}: expected a list of integers in [0, 2**40]")
+    for k in ("op", "dtype"):
+        if not isinstance(w.get(k, "float16"), str):
+            raise DatabaseError(f"workload {k}={w.get(k)!r}: expected a string")
+    if layout not in LAYOUTS:
+        raise DatabaseError(f"workload layout={layout!r}: expected one of {LAYOUTS}")
+    unknown = set(w) - {"op", "shape", "dtype", "layout"}
+    if unknown:
+        raise DatabaseError(f"workload keys {sorted(unknown)} are unknown")
+    try:
+        return Workload.from_dict(w)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatabaseError(f"invalid workload: {exc}") from None
+
+
+SKIPPED_SHOWN = 5
+"""Skipped records a warning describes one by one; the rest are counted."""
+
+
+def warn_skipped(source: str, skipped: Sequence[tuple[Any, Any]], stacklevel: int = 3) -> None:
+    """One warning for every record a read skipped: how many, and where (row id or line number)."""
+    if not skipped:
+        return
+    shown = "; ".join(f"{where}: {reason}" for where, reason in skipped[:SKIPPED_SHOWN])
+    more = f"; and {len(skipped) - SKIPPED_SHOWN} more" if len(skipped) > SKIPPED_SHOWN else ""
+    warnings.warn(f"{source}: {len(skipped)} tuning record(s) skipped: {shown}{more}", RecordSkipped,
+                  stacklevel=stacklevel)
 
 
 def parse_line(line: str) -> TuningRecord | None:
@@ -217,6 +275,8 @@ def parse_line(line: str) -> TuningRecord | None:
         d = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DatabaseError(f"bad JSON ({exc.msg} at column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, nesting beyond the stack
+        raise DatabaseError(f"bad JSON ({type(exc).__name__}: {str(exc)[:100]})") from None
     if isinstance(d, dict) and d.get("impl", "alcop") != "alcop":
         if not isinstance(d["impl"], str):
             raise DatabaseError(f"impl={d['impl']!r}: expected a string")
@@ -224,31 +284,44 @@ def parse_line(line: str) -> TuningRecord | None:
     return TuningRecord.from_dict(d)
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
-    """Valid tuning records of a JSONL file (gzip-compressed when it ends in .gz), in order; bad
-    lines are skipped with a RecordSkipped warning. A torch baseline line (``"impl": "torch"``) is
-    no record, but its time becomes the ``torch_ms`` of that workload's records on that GPU which
-    have none."""
+def scan_jsonl(path: str | os.PathLike[str]) -> tuple[list[TuningRecord], list[tuple[str, str]]]:
+    """Valid tuning records of a JSONL file (gzip-compressed when it ends in .gz), in order, and the
+    rejected lines as ("line N", reason). A file cut short (a truncated .gz) keeps every line read
+    before the cut. A torch baseline line (``"impl": "torch"``) is no record, but its time becomes the
+    ``torch_ms`` of that workload's records on that GPU which have none. Raises OSError if the file
+    cannot be opened."""
     out: list[TuningRecord] = []
+    rejected: list[tuple[str, str]] = []
     torch_ms: dict[tuple[Workload, str, str], float] = {}
+    lineno = 0
     with open_jsonl(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = parse_line(line)
-            except DatabaseError as exc:
-                _skip(str(path), lineno, exc)
-                continue
-            if r is not None:
-                out.append(r)
-            else:
-                baseline = _torch_baseline(line)
-                if baseline is not None:
-                    torch_ms[baseline[0]] = baseline[1]
+        try:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    r = parse_line(line)
+                except DatabaseError as exc:
+                    rejected.append((f"line {lineno}", str(exc)))
+                    continue
+                if r is not None:
+                    out.append(r)
+                else:
+                    baseline = _torch_baseline(line)
+                    if baseline is not None:
+                        torch_ms[baseline[0]] = baseline[1]
+        except (EOFError, OSError, zlib.error) as exc:  # gzip: truncated or corrupt stream
+            rejected.append((f"after line {lineno}", f"file unreadable from here on ({type(exc).__name__}: {exc})"))
     if torch_ms:
         out = [r if r.torch_ms is not None or (r.workload, r.gpu, r.cc) not in torch_ms
                else dataclasses.replace(r, torch_ms=torch_ms[(r.workload, r.gpu, r.cc)]) for r in out]
+    return out, rejected
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[TuningRecord]:
+    """``scan_jsonl``'s records; the rejected lines are reported in one RecordSkipped warning."""
+    out, rejected = scan_jsonl(path)
+    warn_skipped(str(path), rejected)
     return out
 
 
@@ -379,6 +452,7 @@ class Database:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
+        self._ino: int | None = None  # the file the connection opened (set aside only if still there)
 
     def __repr__(self) -> str:
         return f"Database({str(self.path)!r})"
@@ -387,8 +461,12 @@ class Database:
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=self.timeout_s, check_same_thread=False, isolation_level=None)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._ino = os.stat(self.path).st_ino if self.path.exists() else None
+            conn = sqlite3.connect(self.path, timeout=self.timeout_s, check_same_thread=False, isolation_level=None)
+        except (OSError, sqlite3.DatabaseError) as exc:
+            raise DatabaseError(f"{self.path}: cannot open the tuning database: {exc}") from exc
         try:
             conn.execute("PRAGMA busy_timeout = %d" % int(self.timeout_s * 1000))
             # Concurrent creators race on the DDL and on the journal-mode switch; the busy timeout
@@ -411,7 +489,60 @@ class Database:
             conn.close()
             raise DatabaseError(f"{self.path}: not a usable SQLite tuning database: {exc}") from exc
         self._conn, self._pid = conn, os.getpid()
+        if self._ino is None:
+            self._ino = os.stat(self.path).st_ino
         return conn
+
+    def _damaged(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means this file is a damaged tuning database (not busy, not someone else's
+        file): a directory at the path, or an SQLite file whose pages or table are broken."""
+        if self.path.is_dir():
+            return True
+        try:
+            with open(self.path, "rb") as f:
+                if f.read(16) != b"SQLite format 3\x00":
+                    return False  # not an SQLite file: not ours to move; refused with DatabaseError
+        except OSError:
+            return False
+        msg = str(exc).lower()
+        return any(m in msg for m in ("malformed", "not a database", "no such table", "no such column", "corrupt"))
+
+    def _set_aside(self, exc: BaseException) -> None:
+        """Rename the damaged file (with its WAL and shared-memory files) aside; the next connection
+        creates a fresh database. Another process may have done it already: then only reconnect."""
+        if self._conn is not None and self._pid == os.getpid():
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn = None
+        try:
+            if os.stat(self.path).st_ino != self._ino:
+                return
+        except OSError:
+            return
+        aside = self.path.with_name(f"{self.path.name}.damaged-{_dt.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}-"
+                                    f"{os.urandom(3).hex()}")
+        for sfx in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{self.path}{sfx}", f"{aside}{sfx}")
+        warnings.warn(f"tuning database {self.path} is damaged ({exc}); moved it to {aside} and started a new one",
+                      DatabaseRecovered, stacklevel=4)
+
+    def _with_conn(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` under the lock. A damaged file is set aside once and ``fn`` retried on a
+        fresh database; any other SQLite or file-system failure becomes a DatabaseError."""
+        with self._lock:
+            for last in (False, True):
+                try:
+                    return fn(self._connect())
+                except (sqlite3.DatabaseError, DatabaseError, OSError) as exc:
+                    cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
+                    if not last and cause is not None and self._damaged(cause):
+                        self._set_aside(cause)
+                        continue
+                    if isinstance(exc, DatabaseError):
+                        raise
+                    raise DatabaseError(f"{self.path}: tuning database unusable: {exc}") from exc
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._lock:
@@ -434,27 +565,26 @@ class Database:
                  r.workload.layout, r.alcop, r.triton, r.torch, r.time_ms, r.error, r.to_json()) for r in recs]
         if not rows:
             return 0
-        with self._lock:
-            conn = self._connect()
+
+        def insert(conn: sqlite3.Connection) -> None:
             with conn:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany("INSERT INTO measurements (gpu, cc, op, shape, dtype, layout, alcop, triton, "
                                  "torch, time_ms, error, record) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        self._with_conn(insert)
         generation.bump()  # configs chosen and launches prebound from the old records may be stale now
         return len(rows)
 
     def import_jsonl(self, path: str | os.PathLike[str]) -> int:
-        """Add every valid record of a JSONL file (invalid lines warn and are skipped)."""
+        """Add every valid record of a JSONL file (rejected lines are reported in one warning)."""
         return self.add(read_jsonl(path))
 
     # -- reading ---------------------------------------------------------------------------------
 
     def _rows(self, where: str, args: Sequence[Any]) -> Iterator[tuple[int, tuple[Any, ...], str]]:
-        with self._lock:
-            conn = self._connect()
-            rows = conn.execute(
-                "SELECT id, gpu, cc, op, shape, dtype, layout, alcop, triton, torch, record FROM measurements"
-                + (f" WHERE {where}" if where else "") + " ORDER BY id", args).fetchall()
+        rows = self._with_conn(lambda conn: conn.execute(
+            "SELECT id, gpu, cc, op, shape, dtype, layout, alcop, triton, torch, record FROM measurements"
+            + (f" WHERE {where}" if where else "") + " ORDER BY id", args).fetchall())
         for row in rows:
             yield row[0], tuple(row[1:10]), row[10]
 
@@ -476,22 +606,26 @@ class Database:
             conds.append("dtype = ?")
             args.append(dtype)
         out = []
+        skipped: list[tuple[str, Any]] = []
         for rowid, cols, text in self._rows(" AND ".join(conds), args):
             try:
+                if not isinstance(text, str):
+                    raise DatabaseError(f"record column holds a {type(text).__name__}, not JSON text")
                 r = parse_line(text)
                 if r is None:
                     raise DatabaseError("a library baseline line is not a tuning record")
             except DatabaseError as exc:
-                _skip(str(self.path), f"id={rowid}", exc)
+                skipped.append((f"id={rowid}", exc))
                 continue
             want = (r.gpu, r.cc, r.workload.op, "x".join(map(str, r.workload.shape)), r.workload.dtype,
                     r.workload.layout, r.alcop, r.triton, r.torch)
             if cols != want:
                 # The indexed columns drive lookups; if they disagree with the JSON the row was edited
                 # by hand, and neither side can be trusted.
-                _skip(str(self.path), f"id={rowid}", f"index columns {cols} disagree with the record {want}")
+                skipped.append((f"id={rowid}", f"index columns {cols} disagree with the record {want}"))
                 continue
             out.append(r)
+        warn_skipped(str(self.path), skipped)
         return select(out, gpu=gpu) if gpu is not None else out
 
     def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
@@ -505,5 +639,4 @@ class Database:
         return list(seen)
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._connect().execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
+        return int(self._with_conn(lambda conn: conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]))

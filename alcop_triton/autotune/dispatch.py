@@ -210,7 +210,11 @@ class Dispatcher:
         if not self.use_defaults:
             return []
         if self._defaults is None:
-            self._defaults = default_tables()
+            try:
+                self._defaults = default_tables()
+            except OSError as exc:  # an unreadable installed file; its bad lines are skipped by read_jsonl
+                warnings.warn(f"shipped default tuning tables unreadable, ignored: {exc}", stacklevel=4)
+                self._defaults = []
         return self._defaults
 
     def _decide(self, workload: Workload, spec: Any) -> Decision:

@@ -131,15 +131,14 @@ def test_kernel_files_are_content_addressed_in_the_cache_dir() -> None:
     (dict(out_name="num_pid_mn"), "num_pid_mn"),
 ])
 def test_reserved_name_clash_raises_schedule_error(kw: dict, bad: str) -> None:
-    A, B, C = _mm(**kw)
-    with pytest.raises(ScheduleError, match=f"name '{bad}' is reserved in generated kernels"):
+    with pytest.raises(ScheduleError, match=rf"name '{bad}'.*(is reserved|prefixes the generator uses)"):
+        A, B, C = _mm(**kw)
         at.build(Schedule.from_config(C, CFG), [A, B, C])
 
 
 def test_duplicate_names_raise_schedule_error() -> None:
-    A, B, C = _mm(axes=("M", "j"))  # an axis named like the size var M
-    with pytest.raises(ScheduleError, match=r"names \['M'\] are used for more than one"):
-        at.build(Schedule.from_config(C, CFG), [A, B, C])
+    with pytest.raises(ScheduleError, match=r"both named 'M'"):
+        _mm(axes=("M", "j"))  # an axis named like the size var M
 
 
 @pytest.mark.interpreter

@@ -128,9 +128,8 @@ def test_schedule_graph_errors() -> None:
     A = te.placeholder((M, K), "float32", "A")
     A_again = te.placeholder((M, K), "float32", "A")
     k = te.reduce_axis(K, "k")
-    clash = te.compute((M, M), lambda i, j: te.sum(A[i, k] * A_again[j, k], axis=k), "C")
-    with pytest.raises(ScheduleError, match="two different tensors are named 'A'"):
-        Schedule(clash)
+    with pytest.raises(ScheduleError, match="input tensor 'A' and input tensor 'A' are both named 'A'"):
+        te.compute((M, M), lambda i, j: te.sum(A[i, k] * A_again[j, k], axis=k), "C")
     B = te.placeholder((K, N), "float32", "B")
     C1 = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C1")
     k2 = te.reduce_axis(N, "k2")
