@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -90,6 +91,12 @@ def test_suspect_torch_baseline_is_named_and_left_out(tmp_path):
     md = rp.markdown([("a", rp.analyse(runs["a"], path, sus["a"])), ("b", rp.analyse(runs["b"], path, sus["b"]))],
                      {"a": runs["a"], "b": runs["b"]})
     assert "Suspect torch baselines" in md and "smem_and_reg over smem_only" in md
+    # one run alone: a library time over 5x our best is listed once, left out, and given with it too
+    alone = [_rec("matmul", S, 0, 0, 6.0, "torch"), _rec("matmul", S, 64, 3, 1.0),
+             _rec("matmul", (128, 64, 512), 0, 0, 1.0, "torch"), _rec("matmul", (128, 64, 512), 64, 3, 2.0)]
+    s = rp.analyse(alone, path, [])["summary"]
+    assert s["suspect_torch"] == ["matmul 64x64x512 (6.0000 ms, 6.0x our best in this run)"]
+    assert s["best_vs_torch"] == 0.5 and abs(s["best_vs_torch_all_shapes"] - math.sqrt(3.0)) < 1e-12
 
 
 def test_main_writes_both_reports(tmp_path):
