@@ -196,6 +196,26 @@ def reference(case: Case, inputs: tuple[Any, ...]) -> Any:
         return torch_fn(case)(x.float(), w.float(), stride, pad)
 
 
+def alcop_fallback(call: Callable[[], Any]) -> str | None:
+    """Why alcop computed this call with torch, or None: the call is repeated once with
+    ``ALCOP_STRICT=1``, under which a fallback raises instead of happening."""
+    from alcop_triton.errors import UnsupportedError
+
+    old = os.environ.get("ALCOP_STRICT")
+    os.environ["ALCOP_STRICT"] = "1"
+    try:
+        call()
+    except UnsupportedError as exc:
+        if "falling back" in str(exc):
+            return str(exc).splitlines()[0][:300]
+    finally:
+        if old is None:
+            os.environ.pop("ALCOP_STRICT")
+        else:
+            os.environ["ALCOP_STRICT"] = old
+    return None
+
+
 def rel_error(out: Any, ref: Any) -> float:
     """max |out - ref| / max |ref| (float32), inf on a shape mismatch or a non-finite output."""
     if tuple(out.shape) != tuple(ref.shape):
@@ -305,6 +325,8 @@ def measure_case(case: Case, impls: Sequence[str], timers: Timers, device: str,
             row["first_call_s"] = time.perf_counter() - t0
             row["max_rel_err"] = rel_error(out, ref)
             row["correct"] = row["max_rel_err"] <= TOLERANCE
+            if impl == "alcop":
+                row["fallback"] = alcop_fallback(call)
             calls[impl] = call
         except Exception as exc:   # a peer that cannot run this shape is a result, not a crash
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
@@ -455,7 +477,7 @@ def _ms(r: dict[str, Any] | None, timer: str) -> str:
     if timer not in r:
         return "error"
     t = r[timer]
-    txt = f"{t['ms']:.4f}" + ("*" if t["unstable"] else "")
+    txt = f"{t['ms']:.4f}" + ("*" if t["unstable"] else "") + (" (torch fallback)" if r.get("fallback") else "")
     return txt if r.get("correct") else txt + " (wrong)"
 
 
@@ -471,7 +493,7 @@ def markdown(run: dict[str, Any], rows: Sequence[dict[str, Any]], summary: dict[
             "database), **triton_tutorial** (Triton's tutorial matmul, its 16 autotune configs), **inductor** "
             "(`torch.compile` max-autotune, Triton GEMM templates only). Ratio = torch ms / implementation ms "
             "(> 1: faster than torch). Correctness: max abs error / max abs of a float32 reference ≤ 1e-2; "
-            "only correct rows enter ratios. `*`: unstable (the two passes differed by more than 10%; a third "
+            "only correct rows enter ratios. '(torch fallback)': alcop computed the call with torch (the reason is under Errors and fallbacks; the ratio still counts it, as users get it). `*`: unstable (the two passes differed by more than 10%; a third "
             "was taken, the median shown).", ""]
     if progress and progress.get("left"):
         out += [f"**Incomplete**: {progress['left']} workload(s) not yet measured; re-run the same command.", ""]
@@ -506,11 +528,12 @@ def markdown(run: dict[str, Any], rows: Sequence[dict[str, Any]], summary: dict[
                 tf = f"{fl / min(times) / 1e9:.0f}" if times else "-"
                 out.append(f"| {wid} | {tf} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
             out.append("")
-        errs = [(wid, i, r.get("error") or r.get("eager_error") or r.get("graph_error"))
+        errs = [(wid, i, r.get("error") or r.get("eager_error") or r.get("graph_error") or f"fallback: {r['fallback']}")
                 for wid, impls in wls.items() for i, r in impls.items()
-                if (r.get("error") and r["error"] != "not applicable") or "eager_error" in r or "graph_error" in r]
+                if (r.get("error") and r["error"] != "not applicable") or "eager_error" in r or "graph_error" in r
+                or r.get("fallback")]
         if errs:
-            out += ["Errors:", ""] + [f"- {wid}, {i}: {e}" for wid, i, e in errs] + [""]
+            out += ["Errors and fallbacks:", ""] + [f"- {wid}, {i}: {e}" for wid, i, e in errs] + [""]
         comp = [(wid, impls["inductor"]["first_call_s"]) for wid, impls in wls.items()
                 if "first_call_s" in impls.get("inductor", {})]
         if comp:

@@ -217,3 +217,19 @@ def test_dry_run_end_to_end_on_the_interpreter(tmp_path, monkeypatch):
     assert report["summary"]["smoke"]["timers"]["eager"]["alcop"]["n"] == 1
     assert su.main(["--dry-run", "--out", str(tmp_path)]) == 0   # resumed: nothing left to measure
     assert len(su.read_rows(tmp_path / "rows.jsonl")) == 3
+
+
+def test_fallback_is_detected_under_strict_and_env_restored(monkeypatch):
+    import os
+
+    from alcop_triton.errors import UnsupportedError
+
+    monkeypatch.delenv("ALCOP_STRICT", raising=False)
+
+    def falls_back():
+        if os.environ.get("ALCOP_STRICT") == "1":
+            raise UnsupportedError("alcop_triton.matmul: rows not aligned; ALCOP_STRICT=1 forbids falling back to torch")
+
+    assert su.alcop_fallback(falls_back).startswith("alcop_triton.matmul: rows not aligned")
+    assert su.alcop_fallback(lambda: None) is None
+    assert "ALCOP_STRICT" not in os.environ
