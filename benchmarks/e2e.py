@@ -2,6 +2,9 @@
 
     python benchmarks/e2e.py --out OUT [--models bert,gpt2,resnet50] [--no-compile] [--dry-run]
 
+One model per call keeps a call short; calls into the same OUT on the same device and versions add
+their models to the report.
+
 Models (random weights, built from ``torch.nn`` only, no downloads):
 
 * ``bert``: a BERT-base encoder, 12 layers, hidden 768, 12 heads, FFN 3072, GELU, post-LayerNorm;
@@ -279,6 +282,18 @@ def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+def merge(path: Path, meta: dict[str, Any], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """This call's models plus the other models of an earlier call into the same directory, when
+    that call ran on the same device and versions (so one model per call stays within a time limit)."""
+    if not path.is_file():
+        return results
+    old = json.loads(path.read_text())
+    same = all(old["meta"].get(k) == meta[k] for k in ("device", "torch", "triton", "alcop", "reps", "warmup"))
+    mine = {r["model"] for r in results}
+    kept = [r for r in old["results"] if r["model"] not in mine] if same else []
+    return kept + results
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="output directory (e2e.json, e2e.md)")
@@ -308,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     results = [run_model(m, device, modes, reps, warmup, a.dry_run) for m in a.models.split(",") if m]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    results = merge(out / "e2e.json", meta, results)
     (out / "e2e.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (out / "e2e.md").write_text(markdown(meta, results))
     print((out / "e2e.md").read_text())

@@ -123,3 +123,15 @@ class _NoPatch:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_e2e_calls_into_one_directory_merge_their_models(tmp_path):
+    import json
+
+    meta = {"device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "reps": 20, "warmup": 3}
+    path = tmp_path / "e2e.json"
+    path.write_text(json.dumps({"meta": meta, "results": [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 1}]}))
+    got = e2e.merge(path, meta, [{"model": "gpt2", "v": 2}])
+    assert got == [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 2}]
+    assert e2e.merge(path, {**meta, "device": "other"}, [{"model": "gpt2", "v": 2}]) == [{"model": "gpt2", "v": 2}]
+    assert e2e.merge(tmp_path / "none.json", meta, [{"model": "x"}]) == [{"model": "x"}]
