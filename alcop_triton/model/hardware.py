@@ -64,7 +64,10 @@ class GPUSpec:
     smem_bytes_per_clk: int = 128   # shared-memory bandwidth of one SM (32 banks x 4 bytes)
     mma: str = "wgmma"              # which MMA path Triton will emit for eligible tiles
     # Efficiency constants of the analytical model (model.fit.fit_constants refits them). Defaults:
-    # fitted to ~7000 plain Triton 3.6 fp16 matmul timings on an H100 (15 shapes, all tiles/stages).
+    # fitted to ~7000 plain Triton 3.6 fp16 matmul timings on an H100 (15 shapes, all tiles/stages);
+    # those timings were not kept: `python -m alcop_triton.model.fit` re-derives such a set from the
+    # committed measurements (benchmarks/data/h100_wgmma_fit.jsonl.gz) and refits it
+    # (benchmarks/results/fit_h100.md).
     compute_eff: float = 0.97           # steady-state fraction of tc_* a Triton main loop reaches
     single_issuer_util: float = 0.95    # tensor-core utilisation with one MMA issuer per SM sub-partition
     iter_overhead_cycles: float = 45.0  # per main-loop iteration: barrier/mbarrier wait, loop control

@@ -1,0 +1,187 @@
+"""Write README.md's "Measured" section from the committed reports (nothing in it is typed by hand).
+
+    python benchmarks/readme_measured.py [--readme README.md] [--results benchmarks/results] [--check]
+
+Replaces the text between ``<!-- measured:begin -->`` and ``<!-- measured:end -->``. Every number
+is printed with its timer, device and report path; ratios are only ever formed inside one report
+between numbers of one timer in one run (the reports compute them). A report that is not committed
+yet is named with the command that produces it. ``--check`` exits 1 if the section is out of date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
+
+# Where each GPU report lives under --results, and the command that writes it there.
+SUITE = ("suite_h100/report.json", "python benchmarks/suite.py --out benchmarks/results/suite_h100")
+OVERHEAD = ("overhead_h100/overhead.json", "python benchmarks/overhead.py --out benchmarks/results/overhead_h100")
+E2E = ("e2e_h100/e2e.json", "python benchmarks/e2e.py --out benchmarks/results/e2e_h100")
+PIPELINE = ("pipeline_variants.json", "python benchmarks/report_pipeline.py <grids> --out benchmarks/results/pipeline_variants")
+CONV = ("conv_variants.json", "python benchmarks/report_pipeline.py <conv grids> --out benchmarks/results/conv_variants")
+MODEL_EVALS = ("model_eval.json", "model_eval_alcop_space.json", "model_eval_ablation.json")
+
+
+def _x(v: Any) -> str:
+    return f"{v:.3f}x" if isinstance(v, (int, float)) and math.isfinite(v) else "-"
+
+
+def suite_section(r: dict[str, Any], path: str) -> list[str]:
+    run = r["run"]
+    out = [f"### Drop-ins against every peer, one run ({path.replace('.json', '.md')})", "",
+           f"{run['device']}, torch {run['torch']}, Triton {run['triton']}, alcop_triton {run['alcop']}, {run['date']}, "
+           f"run `{run['run_id']}`. Timers: **eager** = {r['timers']['eager']}; **graph** = {r['timers']['graph']}. "
+           "Ratio = torch ms / implementation ms, geomean over the set's workloads (minimum in brackets); "
+           "torch is cuBLAS/cuDNN in the same run with the same timer.", ""]
+    if r.get("progress") and r["progress"].get("left"):
+        out += [f"The run is incomplete: {r['progress']['left']} workloads not measured.", ""]
+    out += ["| set | workloads | timer | alcop | Triton tutorial | Inductor max-autotune |", "|---|---|---|---|---|---|"]
+    for set_, s in r["summary"].items():
+        for timer in ("eager", "graph"):
+            t = s["timers"].get(timer, {})
+
+            def cell(impl: str) -> str:
+                e = t.get(impl)
+                if not e or not e["n"]:
+                    return "-"
+                return f"{_x(e['geomean'])} (min {_x(e['min'])}, {e['n']} workloads)"
+            out.append(f"| {set_} | {s['workloads']} | {timer} | {cell('alcop')} | {cell('triton_tutorial')} | "
+                       f"{cell('inductor')} |")
+    return out + [""]
+
+
+def overhead_section(r: dict[str, Any], path: str) -> list[str]:
+    m = r["meta"]
+    out = [f"### Host time per call ({path.replace('.json', '.md')})", "",
+           f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, {m['date']}. "
+           f"Timer: {m['timer']}.", "",
+           "| op | requires_grad | bare Triton launch µs | torch µs | alcop µs | alcop / torch | patched - direct µs |",
+           "|---|---|---|---|---|---|---|"]
+
+    def us(v: Any) -> str:
+        return f"{v:.1f}" if v is not None else "-"
+    for s in r["summary"]:
+        out.append(f"| {s['op']} | {s['requires_grad']} | {us(s['triton_us'])} | {us(s['torch_us'])} | "
+                   f"{us(s['alcop_us'])} | {_x(s['alcop_over_torch'])} | {us(s['patched_minus_direct_us'])} |")
+    return out + [""]
+
+
+def e2e_section(r: dict[str, Any], path: str) -> list[str]:
+    m = r["meta"]
+    out = [f"### End to end, fp16 inference ({path.replace('.json', '.md')})", "",
+           f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, {m['date']}. "
+           f"Timer: {m['timer']}.", "", "| model | input | mode | ms | vs eager | max rel error |", "|---|---|---|---|---|---|"]
+    for res in r["results"]:
+        for mode, x in res["modes"].items():
+            inp = "x".join(map(str, res["input"]))
+            if "ms" in x:
+                out.append(f"| {res['model']} | {inp} | {mode} | {x['ms']:.2f} | {_x(x.get('speedup_vs_eager'))} | "
+                           f"{x['max_rel_err']:.1e} |")
+            else:
+                out.append(f"| {res['model']} | {inp} | {mode} | error | | |")
+    return out + [""]
+
+
+def pipeline_section(r: dict[str, Any], path: str, title: str) -> list[str]:
+    first = next(iter(r.values()))["meta"]
+    out = [f"### {title} ({path.replace('.json', '.md')})", "",
+           f"{first['device']}, Triton {first['triton']}, torch {first['torch']}. Timer: {first['timer']}. "
+           "Each kind is its best config over the run's grid on a shape; *A over B* = geomean over shapes of B's "
+           "best time / A's; one row per run (each a separate measurement).", "",
+           "| run | MMA | date | smem stages only over one stage | register prefetch only over one stage | "
+           "both levels over smem only | best over one stage | best over double buffering | best kind per shape "
+           "(one stage / smem only / reg only / both / persistent) | best vs torch |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, res in r.items():
+        m, s = res["meta"], res["summary"]
+        sp = s["speedups"]
+        counts = " / ".join(str(v) for v in s["best_kind_counts"].values())
+        excl = (f"; {_x(s['best_vs_torch_all_shapes'])} with the {len(s['suspect_torch'])} suspect torch time(s) "
+                "the report lists" if s["suspect_torch"] else "")
+        out.append(f"| {name} | {m['mma']} | {m['date']} | {_x(sp['smem_only_over_one_stage']['geomean'])} | "
+                   f"{_x(sp['reg_only_over_one_stage']['geomean'])} | {_x(sp['smem_and_reg_over_smem_only']['geomean'])} | "
+                   f"{_x(sp['best_over_one_stage']['geomean'])} | {_x(sp['best_over_double_buffer']['geomean'])} | "
+                   f"{counts} | {_x(s['best_vs_torch'])} ({s['best_vs_torch_shapes']} shapes{excl}) |")
+    return out + [""]
+
+
+def model_section(reports: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    out = ["### Performance model, held out by workload (" + ", ".join(f"`benchmarks/results/{p.replace('.json', '.md')}`"
+                                                                   for p, _ in reports) + ")", "",
+           "Best-in-top-k = best measured time / best measured time among the model's k top-ranked configs (mean "
+           "over workloads); pairwise = share of config pairs ordered as measured (pairs within 1% skipped). "
+           "Random choice is the exact expected value. Measured data: each report's files (H100, wgmma).", "",
+           "| data | model | top-1 | top-10 | pairwise |", "|---|---|---|---|---|"]
+    labels = {"random": ("random choice", None), "analytical": ("analytical alone", "analytical_pairwise"),
+              "xgb": ("XGBoost alone", "xgb_pairwise"), "analytical_xgb": ("analytical + XGBoost", "analytical_xgb_pairwise")}
+    for path, r in reports:
+        s = r["summary"]
+        data = ", ".join(r.get("data", [])) or path
+        for key, (label, pw) in labels.items():
+            if key not in s:
+                continue
+            pairwise = 0.5 if key == "random" else s.get(pw) if pw else None
+            out.append(f"| {data} ({r['n_workloads']} workloads) | {label} | {s[key]['top1']:.3f} | {s[key]['top10']:.3f} | "
+                       + (f"{pairwise:.3f} |" if isinstance(pairwise, float) else "- |"))
+    return out + [""]
+
+
+def section(results: Path) -> str:
+    out = ["Generated by `python benchmarks/readme_measured.py` from the committed reports named in each heading; "
+           "every number carries its timer and device there, and ratios compare numbers of one timer within one run.", ""]
+
+    def load(rel: str) -> dict[str, Any] | None:
+        p = results / rel
+        return json.loads(p.read_text()) if p.is_file() else None
+
+    gpu: list[tuple[tuple[str, str], Callable[[dict[str, Any], str], list[str]]]] = [
+        (SUITE, suite_section), (OVERHEAD, overhead_section), (E2E, e2e_section)]
+    for (rel, cmd), render in gpu:
+        r = load(rel)
+        if r is None:
+            out += [f"- `benchmarks/results/{rel.replace('.json', '.md')}`: not committed yet; `{cmd}` on the GPU writes it.", ""]
+        else:
+            out += render(r, f"`benchmarks/results/{rel}`")
+    for (rel, _), title in ((PIPELINE, "Pipelining ablation, ALCOP dense + bmm suite"),
+                            (CONV, "Pipelining ablation, conv2d (ResNet layers, partial grids)")):
+        r = load(rel)
+        if r is not None:
+            out += pipeline_section(r, f"`benchmarks/results/{rel}`", title)
+    evals = [(p, r) for p in MODEL_EVALS if (r := load(p)) is not None]
+    if evals:
+        out += model_section(evals)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def rewrite(readme: str, body: str) -> str:
+    if readme.count(BEGIN) != 1 or readme.count(END) != 1 or readme.index(BEGIN) > readme.index(END):
+        raise ValueError(f"README must hold one {BEGIN} ... {END} block")
+    head, rest = readme.split(BEGIN)
+    _, tail = rest.split(END)
+    return f"{head}{BEGIN}\n{body}{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--check", action="store_true", help="exit 1 if the section differs from the reports")
+    a = ap.parse_args(argv)
+    path = Path(a.readme)
+    old = path.read_text()
+    new = rewrite(old, section(Path(a.results)))
+    if a.check:
+        return int(new != old)
+    path.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

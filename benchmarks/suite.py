@@ -1,0 +1,622 @@
+"""One benchmark run: alcop as dispatched against cuBLAS/cuDNN, Triton's tutorial matmul and Inductor.
+
+    python benchmarks/suite.py --out OUT [--sets alcop,heldout,models,conv2d] [--inductor-sets alcop,heldout]
+                               [--budget-s 480] [--quick] [--dry-run]
+
+For every workload of the named sets it times each implementation both ways users see it:
+
+* ``eager``: one call at a time, timed with CUDA events after an L2 flush. The host is
+  synchronised after the flush, so the start event fires at once and the elapsed time includes
+  the host work of the call (argument checks, dispatch, launch) as well as the kernel. Median of
+  ``--reps`` calls.
+* ``graph``: the same call captured in a CUDA graph (``triton.testing.do_bench_cudagraph``,
+  median): the kernel alone, launch cost hidden. No L2 flush (the graph replays back to back).
+
+Implementations: ``torch`` (cuBLAS / cuDNN), ``alcop`` (the drop-ins ``alcop_triton.matmul``, ``bmm``,
+``conv2d``, ``conv3d`` with a fresh tuning database, so configs come from the shipped table, the
+nearest tuned shape or the model), ``triton_tutorial`` (``benchmarks/tutorial_matmul.py``: Triton's
+tutorial kernel with its autotune configs; GEMMs only), ``inductor`` (``torch.compile`` in
+``max-autotune-no-cudagraphs`` mode with Triton GEMM templates only; sets named in
+``--inductor-sets``; compile time recorded; after one compile exceeds ``--inductor-cap-s`` the rest
+of that set runs without it).
+
+Every output is checked against a float32 torch reference on the same fp16 inputs (max abs error
+over max abs reference ≤ 1e-2); a failed check keeps the time but marks the row. Each thing is timed
+in two passes; one that moves by more than 10% between them is timed a third time, and all passes
+are recorded (the reported time is their median, the row marked unstable).
+
+Resumable: each workload's rows are appended to ``OUT/rows.jsonl`` as soon as they are measured, and a
+re-run with the same ``OUT`` skips the workloads already there (same device and versions, else it
+refuses). ``--budget-s`` stops before the next workload once the elapsed time plus the slowest
+workload so far would pass it. ``OUT/report.md`` and ``OUT/report.json`` are rewritten at the end of
+every call from all rows. ``--dry-run`` runs the same code on CPU (Triton's interpreter, wall-clock
+timers, the tiny ``smoke`` set) to test the pipeline, not to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+ALCOP_SUITE = ROOT / "tests" / "data" / "alcop_suite.json"
+
+IMPLS = ("torch", "alcop", "triton_tutorial", "inductor")
+TIMERS = ("eager", "graph")
+TIMER_TEXT = {"eager": "eager call, CUDA events after an L2 flush, host cost included (median)",
+              "graph": "kernel under a CUDA graph, triton.testing.do_bench_cudagraph (median)",
+              "wall": "wall clock, CPU interpreter (dry run: not a measurement)"}
+UNSTABLE = 0.10
+TOLERANCE = 1e-2
+SETS = ("alcop", "heldout", "models", "conv2d", "conv3d", "smoke")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload of a set: op, shape ([M, N, K], [B, M, N, K] or the conv tuple), layout, reason."""
+
+    set: str
+    op: str
+    shape: tuple[int, ...]
+    layout: str
+    reason: str
+    dtype: str = "float16"
+
+    @property
+    def id(self) -> str:
+        return f"{self.op} {'x'.join(map(str, self.shape))} {self.layout}"
+
+    @property
+    def gemm(self) -> bool:
+        return self.op in ("matmul", "bmm")
+
+    def flops(self) -> float:
+        if self.op == "matmul":
+            m, n, k = self.shape
+            return 2.0 * m * n * k
+        if self.op == "bmm":
+            b, m, n, k = self.shape
+            return 2.0 * b * m * n * k
+        nd = 2 if self.op == "conv2d" else 3
+        n_, *sp, ci, co = self.shape[:nd + 3]
+        win, stride, pad = self.shape[nd + 3:2 * nd + 3], self.shape[-2], self.shape[-1]
+        out = [(s + 2 * pad - w) // stride + 1 for s, w in zip(sp, win)]
+        return 2.0 * n_ * math.prod(out) * co * ci * math.prod(win)
+
+
+def load_set(name: str) -> list[Case]:
+    """The workloads of a named set: the ALCOP suite's (``tests/data/alcop_suite.json``) or a JSON
+    file in ``benchmarks/workloads/`` (each workload with its reason)."""
+    if name in ("alcop", "conv2d", "conv3d"):
+        suite = json.loads(ALCOP_SUITE.read_text())
+        src = "ALCOP artifact's single-operator suite"
+        if name == "alcop":
+            return ([Case(name, "matmul", tuple(s), "nt", f"{src}, dense") for s in suite["dense"]["shapes_MNK"]]
+                    + [Case(name, "bmm", tuple(s), "nt", f"{src}, bmm") for s in suite["bmm"]["shapes_BMNK"]])
+        layout = "nhwc" if name == "conv2d" else "ndhwc"
+        return [Case(name, name, tuple(s), layout, f"{src}, {name}") for s in suite[name]["shapes"]]
+    path = WORKLOADS / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"--sets: unknown set {name!r}; known: {', '.join(SETS)}")
+    doc = json.loads(path.read_text())
+    return [Case(name, w["op"], tuple(w["shape"]), w["layout"], w["reason"], doc.get("dtype", "float16"))
+            for w in doc["workloads"]]
+
+
+# --- inputs, implementations, checks -------------------------------------------------------------
+
+def make_inputs(case: Case, device: str, seed: int = 0) -> tuple[Any, ...]:
+    """fp16 inputs in the case's layout: (a, b) as the product's operands (b a transposed view for
+    ``nt``), or (x, w, stride, pad) for a convolution in channels-last memory."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+
+    def rand(*shape: int) -> Any:
+        return (torch.randn(*shape, generator=g) / math.sqrt(shape[-1])).to(device=device, dtype=torch.float16)
+
+    if case.op == "matmul":
+        m, n, k = case.shape
+        return (rand(m, k), rand(n, k).t() if case.layout == "nt" else rand(k, n))
+    if case.op == "bmm":
+        z, m, n, k = case.shape
+        return (rand(z, m, k), rand(z, n, k).transpose(1, 2) if case.layout == "nt" else rand(z, k, n))
+    nd = 2 if case.op == "conv2d" else 3
+    n_, *sp, ci, co = case.shape[:nd + 3]
+    win, stride, pad = case.shape[nd + 3:2 * nd + 3], case.shape[-2], case.shape[-1]
+    fmt = torch.channels_last if nd == 2 else torch.channels_last_3d
+    x = rand(n_, ci, *sp).contiguous(memory_format=fmt)
+    w = (rand(co, ci, *win) / math.sqrt(math.prod(win))).contiguous(memory_format=fmt)
+    return x, w, stride, pad
+
+
+def torch_fn(case: Case) -> Callable[..., Any]:
+    import torch
+    import torch.nn.functional as F
+
+    if case.op == "matmul":
+        return torch.matmul
+    if case.op == "bmm":
+        return torch.bmm
+    conv = F.conv2d if case.op == "conv2d" else F.conv3d
+    return lambda x, w, stride, pad: conv(x, w, None, stride, pad)
+
+
+def impl_fn(impl: str, case: Case) -> Callable[..., Any] | None:
+    """The call an implementation makes on the case's inputs, or None where it does not apply."""
+    if impl == "torch":
+        return torch_fn(case)
+    if impl == "alcop":
+        import alcop_triton as at
+
+        if case.gemm:
+            return at.matmul if case.op == "matmul" else at.bmm
+        conv = at.conv2d if case.op == "conv2d" else at.conv3d
+        return lambda x, w, stride, pad: conv(x, w, None, stride, pad)
+    if impl == "triton_tutorial":
+        if not case.gemm:
+            return None
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import tutorial_matmul
+
+        return tutorial_matmul.matmul
+    if impl == "inductor":
+        import torch
+
+        # Inductor's GEMM autotuning over its Triton templates only (no cuBLAS/ATen choice), and
+        # no CUDA graphs of its own: the graph timer captures it like everything else.
+        import torch._inductor.config as ic
+        ic.max_autotune_gemm_backends = "TRITON"
+        ic.max_autotune_conv_backends = "TRITON"
+        return torch.compile(torch_fn(case), mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
+    raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(IMPLS)}")
+
+
+def reference(case: Case, inputs: tuple[Any, ...]) -> Any:
+    """The float32 torch result on the same fp16 inputs (TF32 off)."""
+    import alcop_triton.config as cfg
+
+    with cfg.tf32(False):
+        if case.gemm:
+            return torch_fn(case)(inputs[0].float(), inputs[1].float())
+        x, w, stride, pad = inputs
+        return torch_fn(case)(x.float(), w.float(), stride, pad)
+
+
+def alcop_fallback(call: Callable[[], Any]) -> str | None:
+    """Why alcop computed this call with torch, or None: the call is repeated once with
+    ``ALCOP_STRICT=1``, under which a fallback raises instead of happening."""
+    from alcop_triton.errors import UnsupportedError
+
+    old = os.environ.get("ALCOP_STRICT")
+    os.environ["ALCOP_STRICT"] = "1"
+    try:
+        call()
+    except UnsupportedError as exc:
+        if "falling back" in str(exc):
+            return str(exc).splitlines()[0][:300]
+    finally:
+        if old is None:
+            os.environ.pop("ALCOP_STRICT")
+        else:
+            os.environ["ALCOP_STRICT"] = old
+    return None
+
+
+def rel_error(out: Any, ref: Any) -> float:
+    """max |out - ref| / max |ref| (float32), inf on a shape mismatch or a non-finite output."""
+    if tuple(out.shape) != tuple(ref.shape):
+        return math.inf
+    diff = (out.float() - ref).abs().max().item()
+    scale = ref.abs().max().item()
+    return diff / scale if scale > 0 else diff
+
+
+# --- timers --------------------------------------------------------------------------------------
+
+class Timers(Protocol):
+    """Both timers; each takes a zero-argument call and returns its time in ms."""
+
+    names: dict[str, str]   # timer -> how it times (for the report)
+
+    def eager(self, fn: Callable[[], Any]) -> float: ...
+
+    def graph(self, fn: Callable[[], Any]) -> float: ...
+
+
+class CudaTimers:
+    def __init__(self, reps: int = 100, graph_rep_ms: int = 100) -> None:
+        import torch
+
+        self.reps, self.graph_rep_ms = reps, graph_rep_ms
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        # Twice the L2 size, written before every eager call, so every call starts cold.
+        self._flush = torch.empty(2 * int(props.L2_cache_size) // 4 + 1, dtype=torch.int32, device="cuda")
+        self.names = {"eager": TIMER_TEXT["eager"], "graph": TIMER_TEXT["graph"]}
+
+    def eager(self, fn: Callable[[], Any]) -> float:
+        import torch
+
+        fn()
+        torch.cuda.synchronize()
+        pairs = []
+        for _ in range(self.reps):
+            self._flush.zero_()
+            torch.cuda.synchronize()   # the GPU is idle when the start event is recorded: host time counts
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            pairs.append((s, e))
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in pairs)
+
+    def graph(self, fn: Callable[[], Any]) -> float:
+        import triton.testing
+
+        return float(triton.testing.do_bench_cudagraph(fn, rep=self.graph_rep_ms, return_mode="median"))
+
+
+class WallTimers:
+    """CPU (dry run): both timers are the median wall time of a few calls in the interpreter."""
+
+    def __init__(self, reps: int = 2) -> None:
+        self.reps = reps
+        self.names = {"eager": TIMER_TEXT["wall"], "graph": TIMER_TEXT["wall"]}
+
+    def _time(self, fn: Callable[[], Any]) -> float:
+        out = []
+        for _ in range(self.reps):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(out)
+
+    eager = graph = _time
+
+
+def timed_passes(first: float, second: float, again: Callable[[], float],
+                 threshold: float = UNSTABLE) -> dict[str, Any]:
+    """Two passes; a third (``again()``) when they differ by more than ``threshold`` relative to the
+    faster. The time reported is the median of the passes."""
+    passes = [first, second]
+    unstable = max(passes) / min(passes) - 1 > threshold
+    if unstable:
+        passes.append(again())
+    return {"ms": statistics.median(passes), "passes": passes, "unstable": unstable}
+
+
+def measure_case(case: Case, impls: Sequence[str], timers: Timers, device: str,
+                 build: Callable[[str, Case], Callable[..., Any] | None] = impl_fn,
+                 threshold: float = UNSTABLE) -> list[dict[str, Any]]:
+    """One row per implementation: correctness, both timers over two passes, errors as text.
+
+    The passes interleave the implementations (pass 1 of all, then pass 2 of all), so a baseline
+    that drifts while one implementation runs shows as instability rather than as a ratio."""
+    inputs = make_inputs(case, device)
+    ref = reference(case, inputs)
+    rows: dict[str, dict[str, Any]] = {}
+    calls: dict[str, Callable[[], Any]] = {}
+    for impl in impls:
+        row: dict[str, Any] = {"set": case.set, "id": case.id, "op": case.op, "shape": list(case.shape),
+                               "layout": case.layout, "dtype": case.dtype, "impl": impl, "error": None}
+        rows[impl] = row
+        t0 = time.perf_counter()
+        try:
+            fn = build(impl, case)
+            if fn is None:
+                row["error"] = "not applicable"
+                continue
+            call = (lambda fn=fn: fn(*inputs))
+            out = call()   # first call: compiles (and autotunes, for the tutorial and Inductor)
+            row["first_call_s"] = time.perf_counter() - t0
+            row["max_rel_err"] = rel_error(out, ref)
+            row["correct"] = row["max_rel_err"] <= TOLERANCE
+            if impl == "alcop":
+                row["fallback"] = alcop_fallback(call)
+            calls[impl] = call
+        except Exception as exc:   # a peer that cannot run this shape is a result, not a crash
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    for timer in TIMERS:
+        measure = getattr(timers, timer)
+        first: dict[str, float] = {}
+        for impl, call in calls.items():   # pass 1 for every implementation
+            first[impl] = _try(measure, call, rows[impl], timer)
+        for impl, call in calls.items():   # pass 2, and a third where the two differ
+            if math.isnan(first[impl]):
+                continue
+            second = _try(measure, call, rows[impl], timer)
+            if math.isnan(second):
+                continue
+            rows[impl][timer] = timed_passes(first[impl], second, lambda: measure(call), threshold)
+    return [rows[i] for i in impls]
+
+
+def _try(measure: Callable[[Callable[[], Any]], float], call: Callable[[], Any], row: dict[str, Any],
+         timer: str) -> float:
+    try:
+        return measure(call)
+    except Exception as exc:   # e.g. a call that cannot be captured in a CUDA graph
+        row[f"{timer}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        return math.nan
+
+
+# --- the run: metadata, resume, budget -----------------------------------------------------------
+
+def run_meta(device: str) -> dict[str, Any]:
+    import torch
+    import triton
+
+    import alcop_triton
+
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or platform.machine()})"
+    return {"device": name, "torch": torch.__version__, "triton": triton.__version__, "alcop": alcop_triton.__version__,
+            "cuda": torch.version.cuda if device == "cuda" else None, "python": platform.python_version()}
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def done_keys(rows: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(r["set"], r["id"]) for r in rows}
+
+
+def start_or_resume(out: Path, meta: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """``OUT/run.json``: the run's id, date, device, versions and settings. A resumed run must be on
+    the same device and versions and with the same timer settings, else its rows would not compare."""
+    path = out / "run.json"
+    if path.exists():
+        run = json.loads(path.read_text())
+        fixed = {k: meta[k] for k in ("device", "torch", "triton", "alcop")}
+        if {k: run[k] for k in fixed} != fixed or run["settings"] != args:
+            raise SystemExit(f"suite: {out} holds run {run['run_id']} on {run['device']} (torch {run['torch']}, "
+                             f"Triton {run['triton']}, settings {run['settings']}); this call is "
+                             f"{fixed} with {args}: use another --out")
+        run["calls"] = run.get("calls", 1) + 1
+    else:
+        now = _dt.datetime.now(_dt.timezone.utc)
+        run = {"run_id": now.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6], "date": now.date().isoformat(),
+               **meta, "settings": args, "calls": 1}
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run, indent=1))
+    return run
+
+
+def run_cases(cases: Sequence[Case], out: Path, impls_for: Callable[[Case], list[str]],
+              measure: Callable[[Case, list[str]], list[dict[str, Any]]], budget_s: float,
+              clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Measure every case not yet in ``OUT/rows.jsonl``, appending its rows at once; stop before a
+    case that would likely run past ``budget_s`` (the slowest case so far is the estimate)."""
+    rows_path = out / "rows.jsonl"
+    have = done_keys(read_rows(rows_path))
+    t0, slowest, measured = clock(), 0.0, 0
+    todo = [c for c in cases if (c.set, c.id) not in have]
+    for i, case in enumerate(todo):
+        if clock() - t0 + slowest * 1.2 > budget_s:
+            return {"measured": measured, "left": len(todo) - i, "stopped": "budget"}
+        c0 = clock()
+        rows = measure(case, impls_for(case))
+        with open(rows_path, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        slowest = max(slowest, clock() - c0)
+        measured += 1
+    return {"measured": measured, "left": 0, "stopped": None}
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+def geomean(xs: Sequence[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+def usable(row: dict[str, Any] | None, timer: str) -> bool:
+    return bool(row) and not row.get("error") and row.get("correct", False) and timer in row  # type: ignore[union-attr]
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per set and timer, for each implementation: speedup over torch (torch ms / its ms) per
+    workload, geomean and minimum over the workloads where both ran and were correct; counts of
+    failures, wrong answers and unstable timings. Comparisons stay within one timer."""
+    by: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault((r["set"], r["id"]), {})[r["impl"]] = r
+    sets: dict[str, Any] = {}
+    for (set_, wid), impls in by.items():
+        s = sets.setdefault(set_, {"workloads": 0, "timers": {}})
+        s["workloads"] += 1
+        for timer in TIMERS:
+            t = s["timers"].setdefault(timer, {})
+            base = impls.get("torch")
+            for impl, r in impls.items():
+                if impl == "torch":
+                    continue
+                e = t.setdefault(impl, {"ratios": {}, "errors": 0, "wrong": 0, "unstable": 0, "not_applicable": 0})
+                if r.get("error") == "not applicable":
+                    e["not_applicable"] += 1
+                    continue
+                e["errors"] += bool(r.get("error") or f"{timer}_error" in r)
+                e["wrong"] += not r.get("error") and not r.get("correct", False)
+                e["unstable"] += bool(r.get(timer, {}).get("unstable"))
+                if usable(r, timer) and usable(base, timer):
+                    e["ratios"][wid] = base[timer]["ms"] / r[timer]["ms"]  # type: ignore[index]
+    for s in sets.values():
+        for t in s["timers"].values():
+            for e in t.values():
+                v = list(e["ratios"].values())
+                e.update(n=len(v), geomean=geomean(v), min=min(v) if v else math.nan,
+                         min_at=min(e["ratios"], key=e["ratios"].get) if v else None,
+                         faster=sum(x > 1 for x in v))
+    return sets
+
+
+def _ms(r: dict[str, Any] | None, timer: str) -> str:
+    if not r:
+        return "-"
+    if r.get("error"):
+        return "n/a" if r["error"] == "not applicable" else "error"
+    if timer not in r:
+        return "error"
+    t = r[timer]
+    txt = f"{t['ms']:.4f}" + ("*" if t["unstable"] else "") + (" (torch fallback)" if r.get("fallback") else "")
+    return txt if r.get("correct") else txt + " (wrong)"
+
+
+def markdown(run: dict[str, Any], rows: Sequence[dict[str, Any]], summary: dict[str, Any],
+             timer_text: dict[str, str], progress: dict[str, Any] | None = None) -> str:
+    out = [f"# alcop_triton benchmark suite, run {run['run_id']}", "",
+           f"Produced by `benchmarks/suite.py` in {run.get('calls', 1)} call(s) of one run. Device: **{run['device']}**; "
+           f"torch {run['torch']}, Triton {run['triton']}, alcop_triton {run['alcop']}"
+           + (f", CUDA {run['cuda']}" if run.get("cuda") else "") + f"; date {run['date']}; run id `{run['run_id']}`.", "",
+           "Timers (every number below names its timer; ratios compare numbers of one timer in this run only):", ""]
+    out += [f"- **{t}**: {timer_text[t]}" for t in TIMERS]
+    out += ["", "Implementations: **torch** (cuBLAS / cuDNN), **alcop** (drop-in as dispatched, fresh tuning "
+            "database), **triton_tutorial** (Triton's tutorial matmul, its 16 autotune configs), **inductor** "
+            "(`torch.compile` max-autotune, Triton GEMM templates only). Ratio = torch ms / implementation ms "
+            "(> 1: faster than torch). Correctness: max abs error / max abs of a float32 reference ≤ 1e-2; "
+            "only correct rows enter ratios. '(torch fallback)': alcop computed the call with torch (the reason is under Errors and fallbacks; the ratio still counts it, as users get it). `*`: unstable (the two passes differed by more than 10%; a third "
+            "was taken, the median shown).", ""]
+    if progress and progress.get("left"):
+        out += [f"**Incomplete**: {progress['left']} workload(s) not yet measured; re-run the same command.", ""]
+    out += ["## Summary", "", "| set | workloads | timer | implementation | geomean vs torch | min (workload) | "
+            "faster than torch | errors | wrong | unstable |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for set_, s in summary.items():
+        for timer in TIMERS:
+            for impl in IMPLS[1:]:
+                e = s["timers"].get(timer, {}).get(impl)
+                if not e or (e["n"] == 0 and e["not_applicable"] == s["workloads"]):
+                    continue
+                mn = f"{e['min']:.3f}x ({e['min_at']})" if e["n"] else "-"
+                gm = f"**{e['geomean']:.3f}x**" if e["n"] else "-"
+                out.append(f"| {set_} | {s['workloads']} | {timer} | {impl} | {gm} | {mn} | "
+                           f"{e['faster']} / {e['n']} | {e['errors']} | {e['wrong']} | {e['unstable']} |")
+    by: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    for r in rows:
+        by.setdefault(r["set"], {}).setdefault(r["id"], {})[r["impl"]] = r
+    for set_, wls in by.items():
+        out += ["", f"## {set_}", ""]
+        for timer in TIMERS:
+            out += [f"Timer **{timer}** (ms):", "", "| workload | TFLOP/s (best) | " + " | ".join(IMPLS) + " | "
+                    + " | ".join(f"{i} vs torch" for i in IMPLS[1:]) + " |", "|---|---|" + "---|" * (2 * len(IMPLS) - 1)]
+            for wid, impls in wls.items():
+                cells = [_ms(impls.get(i), timer) for i in IMPLS]
+                base = impls.get("torch")
+                ratios = [f"{base[timer]['ms'] / impls[i][timer]['ms']:.3f}x"  # type: ignore[index]
+                          if usable(impls.get(i), timer) and usable(base, timer) else "-" for i in IMPLS[1:]]
+                times = [impls[i][timer]["ms"] for i in IMPLS if usable(impls.get(i), timer)]
+                any_row = next(iter(impls.values()))
+                fl = Case(set_, any_row["op"], tuple(any_row["shape"]), any_row["layout"], "").flops()
+                tf = f"{fl / min(times) / 1e9:.0f}" if times else "-"
+                out.append(f"| {wid} | {tf} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+            out.append("")
+        errs = [(wid, i, r.get("error") or r.get("eager_error") or r.get("graph_error") or f"fallback: {r['fallback']}")
+                for wid, impls in wls.items() for i, r in impls.items()
+                if (r.get("error") and r["error"] != "not applicable") or "eager_error" in r or "graph_error" in r
+                or r.get("fallback")]
+        if errs:
+            out += ["Errors and fallbacks:", ""] + [f"- {wid}, {i}: {e}" for wid, i, e in errs] + [""]
+        comp = [(wid, impls["inductor"]["first_call_s"]) for wid, impls in wls.items()
+                if "first_call_s" in impls.get("inductor", {})]
+        if comp:
+            out += [f"Inductor compile + autotune time (first call): total {sum(c for _, c in comp):.0f} s, "
+                    f"max {max(c for _, c in comp):.0f} s over {len(comp)} workloads.", ""]
+    return "\n".join(out) + "\n"
+
+
+def write_report(out: Path, run: dict[str, Any], timer_text: dict[str, str],
+                 progress: dict[str, Any] | None = None) -> dict[str, Any]:
+    rows = read_rows(out / "rows.jsonl")
+    summary = summarize(rows)
+    report = {"run": run, "timers": timer_text, "progress": progress, "summary": summary}
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=float))
+    (out / "report.md").write_text(markdown(run, rows, summary, timer_text, progress))
+    return report
+
+
+# --- command line --------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="run directory (rows.jsonl, run.json, report.md/json)")
+    ap.add_argument("--sets", default="alcop,heldout,models,conv2d", help=f"comma list of {', '.join(SETS)}")
+    ap.add_argument("--inductor-sets", default="alcop,heldout",
+                    help="sets that also time Inductor max-autotune (compile time is large); '' for none")
+    ap.add_argument("--inductor-cap-s", type=float, default=120.0,
+                    help="after one Inductor compile takes longer than this, skip Inductor for the rest of its set")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="stop cleanly before this many seconds")
+    ap.add_argument("--reps", type=int, default=100, help="eager calls per pass")
+    ap.add_argument("--quick", action="store_true", help="smoke test: 3 workloads per set, 20 reps, no Inductor")
+    ap.add_argument("--dry-run", action="store_true", help="CPU: interpreter, wall-clock timers, the smoke set")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the report from rows.jsonl")
+    a = ap.parse_args(argv)
+
+    # A fresh tuning database: configs come from the shipped table, the nearest shape or the model,
+    # as for a new user. Set before alcop_triton reads it; call-time tuning stays off.
+    os.environ["ALCOP_DB"] = os.path.join(tempfile.mkdtemp(prefix="alcop_suite_"), "tuning.sqlite")
+    os.environ.pop("ALCOP_AUTOTUNE", None)
+    import torch
+
+    device = "cpu" if a.dry_run else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("suite: no CUDA device (use --dry-run to test the pipeline on CPU)", file=sys.stderr)
+        return 2
+    sets = ["smoke"] if a.dry_run else [s for s in a.sets.split(",") if s]
+    cases = [c for s in sets for c in (load_set(s)[:3] if a.quick else load_set(s))]
+    ind_sets = set() if (a.quick or a.dry_run) else {s for s in a.inductor_sets.split(",") if s}
+    reps = 20 if a.quick else a.reps
+    settings = {"sets": sets, "inductor_sets": sorted(ind_sets), "reps": reps, "quick": a.quick, "dry_run": a.dry_run}
+    out = Path(a.out)
+    run = start_or_resume(out, run_meta(device), settings)
+    timers: Timers = WallTimers() if a.dry_run else CudaTimers(reps=reps)
+    if a.report_only:
+        write_report(out, run, timers.names)
+        return 0
+    torch.manual_seed(0)
+    # Sets where an Inductor compile already took longer than the cap (in this call or an earlier one).
+    slow_inductor = {r["set"] for r in read_rows(out / "rows.jsonl")
+                     if r["impl"] == "inductor" and r.get("first_call_s", 0) > a.inductor_cap_s}
+
+    def impls_for(case: Case) -> list[str]:
+        use_ind = case.set in ind_sets and case.set not in slow_inductor
+        return [i for i in IMPLS if i != "inductor" or use_ind]
+
+    def measure(case: Case, impls: list[str]) -> list[dict[str, Any]]:
+        rows = measure_case(case, impls, timers, device)
+        for r in rows:
+            if r["impl"] == "inductor" and r.get("first_call_s", 0) > a.inductor_cap_s:
+                slow_inductor.add(case.set)
+        print(f"[{case.set}] {case.id}: " + ", ".join(
+            f"{r['impl']} {r['eager']['ms']:.4f}/{r['graph']['ms']:.4f}" if "eager" in r and "graph" in r
+            else f"{r['impl']} {r.get('error') or 'timer error'}" for r in rows), flush=True)
+        return rows
+
+    progress = run_cases(cases, out, impls_for, measure, a.budget_s)
+    if slow_inductor:
+        progress["inductor_skipped_after_cap"] = sorted(slow_inductor)
+    write_report(out, run, timers.names, progress)
+    print(f"suite: {progress['measured']} workloads measured this call, {progress['left']} left; "
+          f"report in {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""benchmarks/overhead.py and benchmarks/e2e.py on CPU: the host timer's method with a fake clock,
+the summaries and reports, the models' structure and the mode runner with a scripted timer."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[f"bench_{name}"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+oh = _load("overhead")
+e2e = _load("e2e")
+
+
+def test_host_timer_times_each_call_and_syncs_outside_the_intervals():
+    events: list[str] = []
+    now = [0]
+
+    def clock() -> int:
+        now[0] += 1000   # every clock read advances 1 µs
+        events.append("clock")
+        return now[0]
+
+    def call() -> None:
+        events.append("call")
+
+    us = oh.host_times_us(call, calls=10, warmup=2, sync=lambda: events.append("sync"), clock=clock, sync_every=4)
+    assert us == [1.0] * 10
+    # warm-up, a sync, then clock-call-clock per call, a sync before calls 4 and 8 (never inside a
+    # timed interval), a final sync
+    assert events[:3] == ["call", "call", "sync"]
+    timed = events[3:-1]
+    assert timed.count("call") == 10 and timed.count("sync") == 2
+    for i, e in enumerate(timed):
+        if e == "call":
+            assert timed[i - 1] == "clock" and timed[i + 1] == "clock"
+    assert events[-1] == "sync"
+
+
+def test_overhead_stats_and_summary():
+    s = oh.stats([float(x) for x in range(1, 101)])
+    assert (s["median_us"], s["p10_us"], s["p90_us"], s["calls"]) == (50.5, 11.0, 91.0, 100)
+    def row(op, impl, grad, us):
+        return {"op": op, "impl": impl, "requires_grad": grad, **oh.stats([us] * 10)}
+
+    rows = [row("matmul", "torch", False, 20.0), row("matmul", "alcop", False, 30.0),
+            row("matmul", "alcop_patched", False, 31.5), row("matmul", "triton", False, 25.0),
+            row("conv2d", "torch", True, 40.0),
+            {"op": "conv2d", "impl": "alcop", "requires_grad": True, "error": "RuntimeError: x"}]
+    mm, conv = oh.summarize(rows)
+    assert mm["alcop_over_torch"] == 1.5 and mm["patched_minus_direct_us"] == 1.5 and mm["triton_us"] == 25.0
+    assert conv["alcop_over_torch"] is None and conv["alcop_us"] is None
+    meta = {"device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d", "calls": 3000, "warmup": 200}
+    md = oh.markdown(meta, rows, [mm, conv])
+    assert "perf_counter_ns" in md and "| matmul | False | 25.0 | 20.0 | 30.0 | 31.5 | **1.50x** | 1.5 |" in md
+    assert "conv2d alcop (requires_grad=True): RuntimeError: x" in md
+
+
+def test_models_have_the_stated_sizes():
+    bert = e2e.BertEncoder()
+    assert sum(p.numel() for p in bert.parameters()) == 12 * (4 * 768 * 768 + 2 * 768 * 3072 + 4 * 768 + 3072 + 768 + 4 * 768)
+    gpt2 = e2e.GPT2()
+    n = sum(p.numel() for p in gpt2.parameters())
+    assert 124_000_000 < n < 125_000_000   # GPT-2 small: 124M parameters (LM head tied)
+    rn = e2e.ResNet50()
+    assert 25_500_000 < sum(p.numel() for p in rn.parameters()) < 25_600_000   # torchvision's 25,557,032
+    y = e2e.ResNet50(base=8, blocks=(1, 1, 1, 1), classes=10)(torch.randn(2, 3, 32, 32))
+    assert y.shape == (2, 10)
+
+
+def test_causal_attention_ignores_the_future():
+    torch.manual_seed(0)
+    att = e2e.SelfAttention(16, 2, causal=True)
+    x = torch.randn(1, 5, 16)
+    x2 = x.clone()
+    x2[:, 3:] += 1.0
+    assert torch.allclose(att(x)[:, :3], att(x2)[:, :3], atol=1e-6)
+
+
+def test_run_model_modes_errors_and_speedups(monkeypatch):
+    pytest.importorskip("triton")
+    times = {"eager": 10.0, "patched": 5.0}
+    calls = []
+
+    def timer(fn, reps, warmup, device):
+        calls.append(reps)
+        return times.pop("eager" if len(times) == 2 else "patched")
+
+    import alcop_triton as at
+
+    # patch mode replaced by a context that changes nothing, so the test needs no interpreter run
+    monkeypatch.setattr(at, "patched", lambda: _NoPatch())
+    res = e2e.run_model("bert", "cpu", ["eager", "patched"], reps=3, warmup=0, tiny=True, timer=timer)
+    eager, patched = res["modes"]["eager"], res["modes"]["patched"]
+    assert eager["speedup_vs_eager"] == 1.0 and eager["max_rel_err"] == 0.0 and eager["within_tolerance"]
+    assert patched["speedup_vs_eager"] == 2.0 and patched["max_rel_err"] == 0.0 and calls == [3, 3]
+    md = e2e.markdown({"device": "D", "torch": "t", "triton": "tr", "alcop": "a", "date": "d", "reps": 3, "warmup": 0,
+                       "timer": "T"}, [res])
+    assert "| bert | 2x16x64 | patched | 5.00 | **2.00x** |" in md
+    with pytest.raises(ValueError, match="unknown model 'vgg'"):
+        e2e.build("vgg", "cpu", tiny=True)
+
+
+class _NoPatch:
+    """Stands in for patched(): a context that routes nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_e2e_calls_into_one_directory_merge_their_models(tmp_path):
+    import json
+
+    meta = {"device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "reps": 20, "warmup": 3}
+    path = tmp_path / "e2e.json"
+    path.write_text(json.dumps({"meta": meta, "results": [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 1}]}))
+    got = e2e.merge(path, meta, [{"model": "gpt2", "v": 2}])
+    assert got == [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 2}]
+    assert e2e.merge(path, {**meta, "device": "other"}, [{"model": "gpt2", "v": 2}]) == [{"model": "gpt2", "v": 2}]
+    assert e2e.merge(tmp_path / "none.json", meta, [{"model": "x"}]) == [{"model": "x"}]

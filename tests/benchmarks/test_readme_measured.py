@@ -1,0 +1,68 @@
+"""benchmarks/readme_measured.py on small synthetic reports: the section names timers and reports,
+says which GPU reports are missing, and replaces only the text between the markers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("readme_measured", ROOT / "benchmarks" / "readme_measured.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["readme_measured"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+rm = _load()
+
+
+def _suite_report() -> dict:
+    ratio = {"n": 2, "geomean": 0.9, "min": 0.5, "min_at": "w", "faster": 1, "errors": 0, "wrong": 0, "unstable": 0,
+             "not_applicable": 0, "ratios": {}}
+    return {"run": {"run_id": "r7", "device": "GPU X", "torch": "2.11", "triton": "3.6.0", "alcop": "0.1.0",
+                    "date": "2026-01-01"},
+            "timers": {"eager": "EAGER TIMER TEXT", "graph": "GRAPH TIMER TEXT"}, "progress": {"left": 0},
+            "summary": {"heldout": {"workloads": 2, "timers": {"eager": {"alcop": ratio}, "graph": {"alcop": ratio}}}}}
+
+
+def test_section_from_reports(tmp_path):
+    res = tmp_path / "results"
+    (res / "suite_h100").mkdir(parents=True)
+    (res / "suite_h100" / "report.json").write_text(json.dumps(_suite_report()))
+    evals = {"summary": {"random": {"top1": 0.5, "top10": 0.8}, "analytical": {"top1": 0.9, "top10": 0.97},
+                         "analytical_pairwise": 0.75},
+             "n_workloads": 3, "data": ["grid.jsonl.gz"]}
+    (res / "model_eval.json").write_text(json.dumps(evals))
+    text = rm.section(res)
+    assert "GPU X" in text and "run `r7`" in text and "EAGER TIMER TEXT" in text and "GRAPH TIMER TEXT" in text
+    assert "| heldout | 2 | eager | 0.900x (min 0.500x, 2 workloads) | - | - |" in text
+    assert "not committed yet; `python benchmarks/overhead.py" in text
+    assert "| grid.jsonl.gz (3 workloads) | random choice | 0.500 | 0.800 | 0.500 |" in text
+    assert "| grid.jsonl.gz (3 workloads) | analytical alone | 0.900 | 0.970 | 0.750 |" in text
+
+
+def test_rewrite_only_between_markers(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# t\n\n## Measured\n\n{rm.BEGIN}\nold numbers\n{rm.END}\n\nkept\n")
+    res = tmp_path / "results"
+    res.mkdir()
+    assert rm.main(["--readme", str(readme), "--results", str(res), "--check"]) == 1
+    assert rm.main(["--readme", str(readme), "--results", str(res)]) == 0
+    text = readme.read_text()
+    assert "old numbers" not in text and text.startswith("# t\n\n## Measured\n\n") and text.endswith(f"{rm.END}\n\nkept\n")
+    assert rm.main(["--readme", str(readme), "--results", str(res), "--check"]) == 0
+    with pytest.raises(ValueError, match="one <!-- measured:begin -->"):
+        rm.rewrite("no markers", "x")
+
+
+def test_committed_readme_is_up_to_date():
+    """README's section is what the script writes from the committed reports (nothing typed by hand)."""
+    assert rm.main(["--check"]) == 0

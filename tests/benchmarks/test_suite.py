@@ -1,0 +1,235 @@
+"""benchmarks/suite.py on CPU with scripted timers: ratios, geomeans, instability, resume, budget,
+the held-out set's contract. No GPU, no wall-clock assertions."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("suite", ROOT / "benchmarks" / "suite.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["suite"] = mod   # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+su = _load()
+
+
+class ScriptedTimers:
+    """Times a call by running it once and returning the next scripted time of the implementation
+    that ran (the fake implementations below log their name)."""
+
+    names = {"eager": "scripted", "graph": "scripted"}
+
+    def __init__(self, script: dict[tuple[str, str], list[float]], log: list[str]) -> None:
+        self.script = {k: list(v) for k, v in script.items()}
+        self.log = log
+        self.calls: list[tuple[str, str]] = []
+
+    def _time(self, timer: str, fn) -> float:
+        fn()
+        self.calls.append((timer, self.log[-1]))
+        return self.script[(timer, self.log[-1])].pop(0)
+
+    def eager(self, fn):
+        return self._time("eager", fn)
+
+    def graph(self, fn):
+        return self._time("graph", fn)
+
+
+def _builder(log: list[str], wrong=frozenset(), absent=frozenset()):
+    """Each implementation computes torch's product (or a wrong one for those in ``wrong``)."""
+    import torch
+
+    def build(impl: str, case):
+        if impl in absent:
+            return None
+
+        def call(a, b):
+            log.append(impl)
+            out = torch.matmul(a.float(), b.float())
+            return out + 1.0 if impl in wrong else out
+
+        return call
+
+    return build
+
+
+@pytest.fixture
+def case():
+    return su.Case("tiny", "matmul", (8, 6, 4), "nt", "test")
+
+
+def _measure(case, script, **kw):
+    log: list[str] = []
+    timers = ScriptedTimers(script, log)
+    rows = su.measure_case(case, ["torch", "alcop", "triton_tutorial"], timers, "cpu", build=_builder(log, **kw))
+    return rows, timers
+
+
+def test_two_passes_interleaved_and_a_third_only_when_unstable(case):
+    script = {("eager", "torch"): [1.0, 1.05], ("eager", "alcop"): [2.0, 2.5, 2.1],
+              ("eager", "triton_tutorial"): [4.0, 4.0],
+              ("graph", "torch"): [0.5, 0.5], ("graph", "alcop"): [0.4, 0.4], ("graph", "triton_tutorial"): [1.0, 1.0]}
+    rows, timers = _measure(case, script)
+    eager_calls = [c for c in timers.calls if c[0] == "eager"]
+    # pass 1 of every implementation before pass 2 of any; the unstable one retimed last
+    assert [i for _, i in eager_calls] == ["torch", "alcop", "triton_tutorial", "torch", "alcop", "alcop",
+                                          "triton_tutorial"]
+    torch_r, alcop_r, tut_r = rows
+    assert torch_r["eager"] == {"ms": 1.025, "passes": [1.0, 1.05], "unstable": False}
+    assert alcop_r["eager"] == {"ms": 2.1, "passes": [2.0, 2.5, 2.1], "unstable": True}
+    assert all(r["correct"] for r in rows) and all(r["error"] is None for r in rows)
+    assert all(not s for s in timers.script.values())   # every scripted time consumed, no more
+
+
+def test_timed_passes_threshold():
+    assert not su.timed_passes(1.0, 1.09, lambda: pytest.fail("no third pass"), threshold=0.1)["unstable"]
+    r = su.timed_passes(1.0, 1.2, lambda: 5.0, threshold=0.1)
+    assert r["unstable"] and r["passes"] == [1.0, 1.2, 5.0] and r["ms"] == 1.2
+
+
+def test_wrong_answers_and_not_applicable_stay_out_of_ratios(case):
+    script = {("eager", "torch"): [1.0, 1.0], ("eager", "alcop"): [0.5, 0.5],
+              ("graph", "torch"): [1.0, 1.0], ("graph", "alcop"): [0.5, 0.5]}
+    rows, _ = _measure(case, script, wrong={"alcop"}, absent={"triton_tutorial"})
+    assert rows[1]["correct"] is False and rows[1]["max_rel_err"] > su.TOLERANCE
+    assert rows[2]["error"] == "not applicable"
+    s = su.summarize(rows)["tiny"]["timers"]["eager"]
+    assert s["alcop"]["n"] == 0 and s["alcop"]["wrong"] == 1
+    assert s["triton_tutorial"]["not_applicable"] == 1
+
+
+def _row(set_, wid, impl, eager, graph=None, **extra):
+    r = {"set": set_, "id": wid, "op": "matmul", "shape": [64, 64, 64], "layout": "nt", "impl": impl,
+         "error": None, "correct": True}
+    r["eager"] = {"ms": eager, "passes": [eager, eager], "unstable": False}
+    r["graph"] = {"ms": graph or eager, "passes": [graph or eager] * 2, "unstable": False}
+    r.update(extra)
+    return r
+
+
+def test_summary_ratios_geomean_minimum_per_timer():
+    rows = [_row("s", "a", "torch", 1.0, 1.0), _row("s", "a", "alcop", 2.0, 0.5),
+            _row("s", "b", "torch", 4.0, 1.0), _row("s", "b", "alcop", 1.0, 1.0),
+            _row("s", "c", "torch", 1.0), _row("s", "c", "alcop", 1.0, error="RuntimeError: boom")]
+    s = su.summarize(rows)["s"]
+    e, g = s["timers"]["eager"]["alcop"], s["timers"]["graph"]["alcop"]
+    assert e["ratios"] == {"a": 0.5, "b": 4.0} and math.isclose(e["geomean"], math.sqrt(2.0))
+    assert (e["min"], e["min_at"], e["faster"], e["errors"]) == (0.5, "a", 1, 1)
+    assert g["ratios"] == {"a": 2.0, "b": 1.0} and math.isclose(g["geomean"], math.sqrt(2.0))
+    md = su.markdown({"run_id": "r1", "device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d"},
+                     rows, su.summarize(rows), {"eager": "EAGER TIMER", "graph": "GRAPH TIMER"})
+    assert "EAGER TIMER" in md and "GRAPH TIMER" in md and "run r1" in md
+    assert "| s | 3 | eager | alcop | **1.414x** | 0.500x (a) | 1 / 2 | 1 | 0 | 0 |" in md
+
+
+def test_resume_skips_measured_workloads_and_budget_stops(tmp_path):
+    cases = [su.Case("s", "matmul", (n, 8, 8), "nt", "") for n in (8, 16, 32, 64)]
+    seen = []
+    clock = iter(range(0, 10_000, 10)).__next__   # every clock read advances 10 s
+
+    def measure(case, impls):
+        seen.append(case.id)
+        return [_row(case.set, case.id, i, 1.0) for i in impls]
+
+    p = su.run_cases(cases, tmp_path, lambda c: ["torch", "alcop"], measure, budget_s=60, clock=clock)
+    # clock reads: start 0; case 1 checked at 10, runs 20-30 (slowest 10); case 2 checked at 40 (40 + 12 <= 60),
+    # runs 50-60; case 3 checked at 70: 70 + 12 > 60, stop
+    assert p == {"measured": 2, "left": 2, "stopped": "budget"} and seen == [cases[0].id, cases[1].id]
+    p = su.run_cases(cases, tmp_path, lambda c: ["torch", "alcop"], measure, budget_s=1e9)
+    assert p["measured"] == 2 and seen[2:] == [cases[2].id, cases[3].id]
+    assert len(su.read_rows(tmp_path / "rows.jsonl")) == 8
+    assert su.run_cases(cases, tmp_path, lambda c: ["torch"], measure, budget_s=1e9)["measured"] == 0
+
+
+def test_resume_refuses_another_device_or_settings(tmp_path):
+    meta = {"device": "GPU A", "torch": "2.11", "triton": "3.6.0", "alcop": "0.1.0"}
+    run = su.start_or_resume(tmp_path, meta, {"reps": 100})
+    again = su.start_or_resume(tmp_path, meta, {"reps": 100})
+    assert again["run_id"] == run["run_id"] and again["calls"] == 2
+    with pytest.raises(SystemExit, match="use another --out"):
+        su.start_or_resume(tmp_path, {**meta, "device": "GPU B"}, {"reps": 100})
+    with pytest.raises(SystemExit, match="use another --out"):
+        su.start_or_resume(tmp_path, meta, {"reps": 10})
+
+
+def test_sets_load_with_reasons_and_flops():
+    alcop = su.load_set("alcop")
+    assert len(alcop) == 47 and {c.op for c in alcop} == {"matmul", "bmm"}
+    conv = su.load_set("conv2d")
+    assert len(conv) == 20 and conv[0].flops() > 0
+    c = su.Case("x", "conv2d", (1, 8, 8, 4, 16, 3, 3, 1, 1), "nhwc", "")
+    assert c.flops() == 2 * 1 * 8 * 8 * 16 * 4 * 9
+    with pytest.raises(ValueError, match="unknown set 'nope'"):
+        su.load_set("nope")
+
+
+def _seen_workloads() -> set[tuple[str, tuple[int, ...]]]:
+    pat = re.compile(r'"op": "(\w+)", "shape": \[([0-9, ]+)\]')
+    seen = set()
+    files = list((ROOT / "benchmarks" / "data").glob("*.jsonl*")) + [ROOT / "alcop_triton" / "data" / "default_h100.jsonl"]
+    for p in files:
+        with (gzip.open(p, "rt") if p.suffix == ".gz" else open(p)) as f:
+            for line in f:
+                m = pat.search(line)
+                if m:
+                    seen.add((m.group(1), tuple(int(x) for x in m.group(2).split(","))))
+    return seen
+
+
+def test_heldout_set_is_unseen_and_as_specified():
+    held = su.load_set("heldout")
+    assert len(held) >= 30 and all(c.reason for c in held)
+    seen = _seen_workloads()
+    assert seen and not {(c.op, c.shape) for c in held} & seen
+    odd = [c for c in held if all(d % 8 and d >= 256 for d in c.shape)]
+    assert len(odd) >= 5
+    decode = {(c.shape[0], c.shape[1], c.shape[2]) for c in held if c.op == "matmul" and c.shape[0] in (1, 8, 16, 64)}
+    assert {m for m, _, _ in decode} == {1, 8, 16, 64}
+    assert all({n, k} <= {4096, 11008, 14336} for _, n, k in decode)
+    assert {c.shape[3] for c in held if c.op == "bmm" and c.layout == "nt"} >= {64, 128}
+
+
+def test_dry_run_end_to_end_on_the_interpreter(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(su, "load_set", lambda name: [su.Case("smoke", "matmul", (20, 12, 16), "nt", "tiny")])
+    assert su.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    rows = su.read_rows(tmp_path / "rows.jsonl")
+    assert {r["impl"] for r in rows} == {"torch", "alcop", "triton_tutorial"}
+    assert all(r["correct"] for r in rows), rows
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["summary"]["smoke"]["timers"]["eager"]["alcop"]["n"] == 1
+    assert su.main(["--dry-run", "--out", str(tmp_path)]) == 0   # resumed: nothing left to measure
+    assert len(su.read_rows(tmp_path / "rows.jsonl")) == 3
+
+
+def test_fallback_is_detected_under_strict_and_env_restored(monkeypatch):
+    import os
+
+    from alcop_triton.errors import UnsupportedError
+
+    monkeypatch.delenv("ALCOP_STRICT", raising=False)
+
+    def falls_back():
+        if os.environ.get("ALCOP_STRICT") == "1":
+            raise UnsupportedError("alcop_triton.matmul: rows not aligned; ALCOP_STRICT=1 forbids falling back to torch")
+
+    assert su.alcop_fallback(falls_back).startswith("alcop_triton.matmul: rows not aligned")
+    assert su.alcop_fallback(lambda: None) is None
+    assert "ALCOP_STRICT" not in os.environ
