@@ -18,6 +18,7 @@ A configuration that failed on this GPU in any recorded run is never returned (`
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import math
 import os
@@ -67,8 +68,10 @@ def default_tables() -> list[TuningRecord]:
     return out
 
 
+@functools.lru_cache(maxsize=256)
 def model_shortlist(workload: Workload, spec: Any) -> list[KernelConfig]:
-    """The analytical model's ranking of ``space.DISPATCH_KNOBS`` for ``workload`` (fastest first)."""
+    """The analytical model's ranking of ``space.DISPATCH_KNOBS`` for ``workload`` (fastest first; cached,
+    do not modify the list)."""
     from .space import DISPATCH_KNOBS, ConfigSpace
 
     return ConfigSpace.build(workload, spec, knobs=DISPATCH_KNOBS).ranked()
