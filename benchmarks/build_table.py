@@ -232,6 +232,7 @@ class _TorchRunner:
     def __init__(self, w: Workload) -> None:
         from alcop_triton.kernels.runner import make_runner
         self._r = make_runner(w, KernelConfig(), "cuda")
+        self.workload = w  # the timer's rotating input sets are shared with alcop's runs of this workload
 
     def inputs(self, seed: int) -> tuple[Any, ...]:
         return self._r.inputs(seed)
