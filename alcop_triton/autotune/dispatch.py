@@ -11,13 +11,17 @@ a dict lookup):
    source, see ``transfer``: their fastest configs and the model's own shortlist for *this* shape
    (split-K included) are scored by the analytical model for this shape, each corrected by how far
    the model was off where the config was measured;
-5. the analytical model's top-1 over its shortlist (``space.DISPATCH_KNOBS``).
+5. with nothing measured on this GPU: the same scoring over the shipped tables of other GPUs of the
+   same MMA path, each measurement's error read against the model of the GPU it was measured on
+   (an H200 without a table transfers the H100's through the calibrated model);
+6. the analytical model's top-1 over its shortlist (``space.DISPATCH_KNOBS``).
 
 A configuration that failed on this GPU in any recorded run is never returned (``rank_configs``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import math
 import os
@@ -41,14 +45,14 @@ NEIGHBOUR_TOP = 6
 """Fastest configs taken from each neighbour."""
 MODEL_TOP = 8
 """The model's own candidates for the untuned shape (configs no neighbour measured, e.g. split-K)."""
-UNMEASURED_PENALTY = 1.15
+UNMEASURED_PENALTY = 1.25
 """A candidate measured on no neighbour must beat the measured ones by this factor: the model's error
 for it is unknown, while a measured config's error is read off its neighbour."""
 
 
 @dataclass(frozen=True)
 class Decision:
-    """A dispatched config and where it came from ("db", "default", "tuned", "nearest", "analytical").
+    """A dispatched config and where it came from ("db", "default", "tuned", "nearest", "transfer", "analytical").
 
     ``alcop_ms`` and ``torch_ms``: the measured times of this config and of torch on this workload,
     where records hold them (None: not measured).
@@ -90,15 +94,18 @@ def shape_distance(a: Workload, b: Workload) -> float:
     return math.sqrt(sum((math.log(x) - math.log(y)) ** 2 for x, y in zip(a.gemm_dims(), b.gemm_dims())))
 
 
+@functools.lru_cache(maxsize=256)
 def model_shortlist(workload: Workload, spec: Any) -> list[KernelConfig]:
-    """The analytical model's ranking of ``space.DISPATCH_KNOBS`` for ``workload`` (fastest first)."""
+    """The analytical model's ranking of ``space.DISPATCH_KNOBS`` for ``workload`` (fastest first; cached,
+    do not modify the list)."""
     from .space import DISPATCH_KNOBS, ConfigSpace
 
     return ConfigSpace.build(workload, spec, knobs=DISPATCH_KNOBS).ranked()
 
 
 def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> tuple[KernelConfig, str] | None:
-    """A config for an unmeasured ``workload`` from measurements of nearby shapes on this GPU.
+    """A config for an unmeasured ``workload`` from measurements of nearby shapes (on this GPU, or on
+    others: each record's error is taken against the model of the GPU it was measured on).
 
     Candidates: the ``NEIGHBOUR_TOP`` fastest configs of each of the ``NEIGHBOURS`` nearest measured
     shapes (same op and dtype; same layout preferred), and the model's ``MODEL_TOP`` for this shape.
@@ -111,24 +118,26 @@ def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> 
     from ..model import analytical
     from .space import shape_reason
 
-    by_wl: dict[Workload, list[TuningRecord]] = {}
+    by_wl: dict[tuple[str, Workload], list[TuningRecord]] = {}
     failed: set[KernelConfig] = set()
     for r in records:
         if r.workload.op == workload.op and r.workload.dtype == workload.dtype:
-            by_wl.setdefault(r.workload, []).append(r)
+            by_wl.setdefault((r.gpu, r.workload), []).append(r)
             if not r.ok:
                 failed.add(r.config)
-    order = sorted(by_wl, key=lambda w: (shape_distance(w, workload) + 0.5 * (w.layout != workload.layout), w.key()))
+    order = sorted(by_wl, key=lambda gw: (shape_distance(gw[1], workload) + 0.5 * (gw[1].layout != workload.layout),
+                                          gw[0] != getattr(spec, "name", ""), gw[1].key(), gw[0]))
     ratios: dict[KernelConfig, list[tuple[float, float]]] = {}
-    used: list[Workload] = []
-    for w in order:
-        ranked = rank_configs(current_version_group(by_wl[w]))[:NEIGHBOUR_TOP]
-        if not ranked:
+    used: list[str] = []
+    for gpu, w in order:
+        ranked = rank_configs(current_version_group(by_wl[(gpu, w)]))[:NEIGHBOUR_TOP]
+        measured_on = _spec_of(gpu, spec)
+        if not ranked or measured_on is None:
             continue
-        used.append(w)
+        used.append(w.key() + ("" if gpu == getattr(spec, "name", gpu) else f" on {gpu}"))
         weight = 1.0 / (1.0 + shape_distance(w, workload))
         for rc in ranked:
-            e = analytical.estimate(w, rc.config, spec)
+            e = analytical.estimate(w, rc.config, measured_on)
             if e.valid and math.isfinite(e.time_s) and e.time_s > 0:
                 ratios.setdefault(rc.config, []).append((weight, math.log(rc.time_ms * 1e-3 / e.time_s)))
         if len(used) == NEIGHBOURS:
@@ -155,7 +164,20 @@ def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> 
         return None
     c = candidates[best[1]]
     how = "measured near" if c in ratios else "model shortlist"
-    return c, f"{how}; scored over {len(candidates)} candidates from {', '.join(w.key() for w in used)}"
+    return c, f"{how}; scored over {len(candidates)} candidates from {', '.join(used)}"
+
+
+def _spec_of(gpu: str, spec: Any) -> Any:
+    """The model spec of the GPU a record was measured on (same MMA path as ``spec``); None if unknown."""
+    if gpu == getattr(spec, "name", None):
+        return spec
+    from ..errors import UnsupportedError
+    from ..model import hardware
+
+    try:
+        return hardware.get_spec(gpu, mma=getattr(spec, "mma", None))
+    except (UnsupportedError, ValueError):
+        return None
 
 
 class Dispatcher:
@@ -237,6 +259,12 @@ class Dispatcher:
         picked = transfer(workload, select(pool, gpu=spec), spec)
         if picked is not None:
             return Decision(picked[0], "nearest", picked[1])
+        # No measurement on this GPU: other GPUs' (same MMA path), their errors read against their own model.
+        mma = mma_of(spec)
+        foreign = [r for r in self._default_records() if r.gpu_key != gpu_key(spec) and (not mma or r.mma in ("", mma))]
+        picked = transfer(workload, foreign, spec)
+        if picked is not None:
+            return Decision(picked[0], "transfer", picked[1])
         return Decision(model_shortlist(workload, spec)[0], "analytical", "model top-1")
 
     def _tune(self, workload: Workload, spec: Any) -> Decision | None:

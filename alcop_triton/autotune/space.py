@@ -206,9 +206,17 @@ class ConfigSpace:
         knobs = knobs or default_knobs(workload.op)
         pruned: Counter[str] = Counter()
         candidates: list[KernelConfig] = []
-        batch, m, n, _ = workload.gemm_dims()
+        batch, m, n, k = workload.gemm_dims()
         splits = [s for s in knobs.split_k if s > 1]
-        for values in itertools.product(*knobs.values()[:-1]):
+        # The tile rule on its own knobs first: on small problems it removes most of the product, which
+        # then is never built config by config (the count covers every combination it removes).
+        axes = knobs.values()[:-1]
+        fits = [tuple(v for v in axes[i] if v <= max(16, _next_pow2(dim))) for i, dim in enumerate((m, n, k))]
+        whole = math.prod(len(v) for v in axes) * len(knobs.split_k)
+        kept = math.prod(len(v) for v in fits + axes[3:]) * len(knobs.split_k)
+        if whole > kept:
+            pruned["tile larger than the problem"] += whole - kept
+        for values in itertools.product(*fits, *axes[3:]):
             kw = dict(zip(KNOB_NAMES, values))
             tiles = batch * math.ceil(m / kw["block_m"]) * math.ceil(n / kw["block_n"])
             if 1 in knobs.split_k:

@@ -153,3 +153,17 @@ def test_decision_says_when_torch_is_faster(tmp_path, no_defaults, alcop_ms, tor
     db.add(dataclasses.replace(rec(W, KernelConfig(), alcop_ms), torch_ms=torch_ms))
     d = Dispatcher(db).decide(W, SPEC)
     assert (d.alcop_ms, d.torch_ms, d.slower_than_torch) == (alcop_ms, torch_ms, slower)
+
+
+def test_a_gpu_without_measurements_transfers_another_gpus_through_its_model(tmp_path, monkeypatch):
+    h200 = get_spec("H200")
+    tuned = Workload("matmul", (2048, 2048, 2048), "float16", "nt")
+    space = ConfigSpace.build(tuned, SPEC, top_k=6)
+    winner = space.ranked()[-1]  # the H100 measured the model's last pick 10x faster than estimated
+    h100_records = [rec(tuned, c, analytical.estimate(tuned, c, SPEC).time_s * 1e3 * (0.1 if c == winner else 1.0))
+                    for c in space.configs]
+    monkeypatch.setattr(dmod, "default_tables", lambda: h100_records)
+    dec = Dispatcher(Database(tmp_path / "absent.sqlite")).decide(tuned, h200)
+    assert dec.source == "transfer" and dec.config == winner and "on H100" in dec.detail
+    # the H100 itself still finds its own measurement first
+    assert Dispatcher(Database(tmp_path / "absent.sqlite")).decide(tuned, SPEC).source == "default"

@@ -125,3 +125,14 @@ def test_split_schedule_step_validation_and_unroll_conflict() -> None:
     s2.unroll("k")
     with pytest.raises(ScheduleError, match="unroll with split_k"):
         at.build(s2, [A2, B2, C])
+
+
+@pytest.mark.interpreter
+def test_split_conv2d_as_implicit_gemm() -> None:
+    from alcop_triton.kernels.runner import make_runner
+    w = at.Workload("conv2d", (1, 8, 8, 16, 16, 3, 3, 1, 1), "float32", "nhwc")  # K = 144: 9 chunks of 16
+    r = make_runner(w, _cfg(3), "cpu")
+    x = r.inputs(0)
+    out, ref = r.run(x), r.reference(x)
+    assert ((out.double() - ref.double()).norm() / ref.double().norm()).item() <= 1e-5
+    assert _counters_are_zero()
