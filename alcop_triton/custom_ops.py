@@ -39,7 +39,7 @@ import torch
 from . import config_choice, fallback
 from . import fastpath as fast
 from .dsl_kernels import bind, dsl_output, dsl_te, run_dsl
-from .fastpath import launch_kernel
+from .fastpath import launch_kernel, prepare
 from .records import Workload, dtype_name
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def run_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
         fallback.use_torch(op, reason)
         out.copy_(fallback.torch_gemm(a, b, bias, residual, activation, alpha, beta))
         return out
-    a, b = kmatmul.aligned_operands(a, b)  # rows that 16-byte loads cannot read are copied (K zero-padded)
+    a, b = prepare(kmatmul.aligned_operands, a, b)  # rows 16-byte loads cannot read are copied (K zero-padded)
     k = a.shape[-1]
     cfg = config_choice.choose_config(a.device, lambda: kmatmul.workload_of(a, b) if k > 0 else None)
     ep = kmatmul.Epilogue(bias is not None, activation, residual is not None, float(alpha), float(beta))

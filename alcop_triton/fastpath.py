@@ -81,6 +81,7 @@ class _Recording:
     the records say torch is faster on a workload it ran."""
 
     def __init__(self) -> None:
+        self.preps: list[tuple[Callable[..., tuple[Tensor, ...]], tuple[Tensor, ...], tuple[Tensor, ...]]] = []
         self.launches: list[tuple[Callable[..., None], tuple[Tensor, ...]]] = []
         self.torch_computed = False
         self.slower_than_torch = False
@@ -94,19 +95,25 @@ class _Local(threading.local):
 _local = _Local()
 
 
+Pick = Callable[[tuple[Any, ...]], Any]
+
+
 class Entry:
-    """A stored signature: allocate the output like the first call's, run its launches."""
+    """A stored signature: allocate the output like the first call's, run its operand preparations
+    (each appends its results to the arguments), then its launches."""
 
-    __slots__ = ("shape", "stride", "dtype", "device", "launches")
+    __slots__ = ("shape", "stride", "dtype", "device", "preps", "launches")
 
-    def __init__(self, out: Tensor, launches: tuple[tuple[Callable[..., None], Callable[[tuple[Any, ...]], Any]], ...]
-                 ) -> None:
+    def __init__(self, out: Tensor, preps: tuple[tuple[Callable[..., tuple[Tensor, ...]], Pick], ...],
+                 launches: tuple[tuple[Callable[..., None], Pick], ...]) -> None:
         self.shape, self.stride, self.dtype, self.device = tuple(out.shape), out.stride(), out.dtype, out.device
-        self.launches = launches
+        self.preps, self.launches = preps, launches
 
     def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
         out = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
-        args = (*tensors, out)
+        args: tuple[Any, ...] = (*tensors, out)
+        for prep, pick in self.preps:
+            args += prep(*pick(args))
         for run, pick in self.launches:
             run(*pick(args))
         return out
@@ -232,7 +239,7 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
     if rec.torch_computed or type(out) is not torch.Tensor or out.storage_offset() != 0:
         return None
     if out.numel() == 0:
-        return Entry(out, ()) if not rec.launches else None
+        return Entry(out, (), ()) if not rec.launches else None
     starts: dict[int, int] = {}
     ambiguous: set[int] = set()
     for i, t in enumerate(tensors):
@@ -242,6 +249,22 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
                 ambiguous.add(p)
             starts[p] = i
     out_ptr, out_span, n = out.data_ptr(), span(out), len(tensors)
+    preps = []
+    made = n + 1  # a preparation's results follow the inputs and the output in the arguments
+    for prep, inputs, results in rec.preps:
+        # A preparation reads its inputs' shapes and strides, not only their addresses: replay it on
+        # views of the call's tensors with the first call's geometry.
+        views = []
+        for a in inputs:
+            p = a.data_ptr()
+            if p not in starts or p in ambiguous or a.numel() == 0:
+                return None
+            views.append((starts[p], tuple(a.shape), a.stride()))
+        preps.append((prep, _viewer(views)))
+        for r in results:
+            if r.numel() > 0:
+                starts[r.data_ptr()] = made
+            made += 1
     launches = []
     writes_out = False
     for run, args in rec.launches:
@@ -256,7 +279,22 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
             else:
                 return None
         launches.append((run, _picker(picks)))
-    return Entry(out, tuple(launches)) if writes_out else None
+    return Entry(out, tuple(preps), tuple(launches)) if writes_out else None
+
+
+def _viewer(views: list[tuple[int, tuple[int, ...], tuple[int, ...]]]) -> Pick:
+    return lambda args: tuple(args[i].as_strided(shape, stride) for i, shape, stride in views)
+
+
+def prepare(prep: Callable[..., tuple[Tensor, ...]], *tensors: Tensor) -> tuple[Tensor, ...]:
+    """``prep(*tensors)``: operands made ready for a kernel (e.g. copied to aligned buffers). A first
+    call records it, so that its stored entry repeats it: the preparation must depend only on what the
+    signature holds (shapes, strides, dtypes, devices, alignment) and on the tensors' values."""
+    results = prep(*tensors)
+    rec = _local.recording
+    if rec is not None and any(r is not t for r, t in zip(results, tensors)):
+        rec.preps.append((prep, tensors, results))
+    return results
 
 
 def _picker(picks: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:

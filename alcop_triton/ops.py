@@ -113,7 +113,7 @@ def _gemm(alcop: Any, op: str, a: Tensor, b: Tensor, bias: Tensor | None, residu
           activation: str | None, alpha: float, beta: float, shape: tuple[int, ...], out: Tensor | None,
           inputs: Sequence[Tensor]) -> Tensor:
     """Run the 2-D/3-D GEMM ``a @ b`` (+ epilogue) through ``alcop`` (``torch.ops.alcop`` or, for eager
-    calls that torch's dispatcher need not see, ``library.EAGER``) and give it ``shape``."""
+    calls that torch's dispatcher need not see, ``custom_ops.EAGER``) and give it ``shape``."""
     plain = bias is None and residual is None and activation is None and alpha == 1.0
     if out is None:
         if plain:

@@ -28,16 +28,15 @@ python3 - "$SHAPE" <<'PY' 2>&1 | tee "$out/dispatch_check.txt"
 import sys, time, torch, triton
 import alcop_triton as at
 from alcop_triton.autotune.dispatch import Dispatcher
-from alcop_triton.kernels import matmul as mm
 from alcop_triton.model.hardware import detect
 m, n, k = map(int, sys.argv[1].split("x"))
 w = at.Workload("matmul", (m, n, k), "float16", "nt")
 t0 = time.perf_counter(); d = Dispatcher().decide(w, detect()); t1 = time.perf_counter()
 print(f"dispatch: {d.config} from {d.source} in {1e3 * (t1 - t0):.2f} ms (first lookup)")
 a = torch.randn(m, k, device="cuda", dtype=torch.float16); b = torch.randn(n, k, device="cuda", dtype=torch.float16).t()
-out = mm.gemm(a, b)
+out = at.matmul(a, b)
 err = ((out.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()).item()
-ms = triton.testing.do_bench(lambda: mm.gemm(a, b, config=d.config), return_mode="median")
+ms = triton.testing.do_bench(lambda: at.matmul(a, b), return_mode="median")
 ms_t = triton.testing.do_bench(lambda: torch.matmul(a, b), return_mode="median")
 print(f"rel err {err:.2e}; alcop {ms:.4f} ms vs torch {ms_t:.4f} ms")
 PY

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .. import generation
-from ..errors import DatabaseError
+from ..errors import DatabaseError, TuningError
 from ..records import KernelConfig, Workload
 from .database import (Database, GpuKey, TuningRecord, best_of, current_version_group, gpu_key, mma_of, rank_configs,
                        read_jsonl, select)
@@ -96,11 +96,14 @@ def shape_distance(a: Workload, b: Workload) -> float:
 
 @functools.lru_cache(maxsize=256)
 def model_shortlist(workload: Workload, spec: Any) -> list[KernelConfig]:
-    """The analytical model's ranking of ``space.DISPATCH_KNOBS`` for ``workload`` (fastest first; cached,
-    do not modify the list)."""
-    from .space import DISPATCH_KNOBS, ConfigSpace
+    """The analytical model's ranking of ``space.dispatch_knobs`` for ``workload`` (fastest first; cached,
+    do not modify the list); the small-problem shortlist where none of those fits."""
+    from .space import ConfigSpace, dispatch_knobs
 
-    return ConfigSpace.build(workload, spec, knobs=DISPATCH_KNOBS).ranked()
+    try:
+        return ConfigSpace.build(workload, spec, knobs=dispatch_knobs(workload.op)).ranked()
+    except TuningError:
+        return ConfigSpace.build(workload, spec, knobs=dispatch_knobs(workload.op, small=True)).ranked()
 
 
 def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> tuple[KernelConfig, str] | None:

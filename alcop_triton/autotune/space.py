@@ -21,6 +21,7 @@ smallest shared-memory footprint is kept and compilation gets the last word.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -63,6 +64,19 @@ DISPATCH_KNOBS = Knobs(block_m=(16, 32, 64, 128), block_n=(32, 64, 128, 256), bl
 """The model's own shortlist when a call finds no measurement of its shape: the knobs that decide most
 of the time on the GPUs measured so far (the register level never won there), small enough that
 ranking it stays well under a second on a first call."""
+
+SMALL_PROBLEM_KNOBS = Knobs(block_m=(16, 32), block_n=(16, 32, 64), block_k=(16, 32, 64), group_m=(8,),
+                            num_warps=(2, 4), smem_stages=(1, 2, 3), reg_stages=(1,), reg_split=(1,),
+                            persistent=(False,), split_k=(1,))
+"""The shortlist of problems no ``DISPATCH_KNOBS`` config fits: a dim below its smallest tile, a
+reduction of one or two chunks."""
+
+
+def dispatch_knobs(op: str, small: bool = False) -> Knobs:
+    """``DISPATCH_KNOBS`` (or ``SMALL_PROBLEM_KNOBS``) restricted to what ``op`` can run (no TMA for
+    convolutions)."""
+    knobs, allowed = (SMALL_PROBLEM_KNOBS if small else DISPATCH_KNOBS), default_knobs(op).async_copy
+    return dataclasses.replace(knobs, async_copy=tuple(a for a in knobs.async_copy if a in allowed))
 
 
 def default_knobs(op: str) -> Knobs:

@@ -206,6 +206,20 @@ def test_copied_operands_are_not_stored() -> None:
     assert s.hits == 0 and s.uncacheable == 2
 
 
+def test_operands_copied_to_aligned_buffers_are_copied_again_on_a_hit(monkeypatch: pytest.MonkeyPatch,
+                                                                     no_slow_path: Callable[[], None]) -> None:
+    from alcop_triton.kernels import matmul as km
+    monkeypatch.setattr(km, "PAD_MIN_MACS", 1)  # pad even this small product (rows of 45 halves: 90 bytes)
+    a, b = randn(19, 45, dtype=torch.float16), randn(21, 45, dtype=torch.float16, seed=1).t()
+    assert_close(at.matmul(a, b), f64(a)[0] @ f64(b)[0])
+    assert counts() == (0, 1) and fastpath.stats().entries == 1
+    no_slow_path()
+    for seed in (2, 3):  # new values through the stored copies, not the first call's buffers
+        c = randn(19, 45, dtype=torch.float16, seed=seed)
+        assert_close(at.matmul(c, b), f64(c)[0] @ f64(b)[0])
+    assert counts() == (2, 1)
+
+
 def test_patch_mode_takes_the_same_fast_path() -> None:
     a, b = randn(8, 6), randn(6, 5, seed=1)
     with at.patched():
