@@ -226,6 +226,8 @@ def rel_error(out: Any, ref: Any) -> float:
     if tuple(out.shape) != tuple(ref.shape):
         return math.inf
     diff = (out.float() - ref).abs().max().item()
+    if not math.isfinite(diff):
+        return math.inf
     scale = ref.abs().max().item()
     return diff / scale if scale > 0 else diff
 
