@@ -239,6 +239,6 @@ def test_rel_error():
     import torch
 
     ref = torch.tensor([[2.0, -4.0]])
-    assert su.rel_error(torch.tensor([[2.0, -3.96]]).half(), ref) == pytest.approx(0.04 / 4, rel=1e-2)
+    assert su.rel_error(torch.tensor([[2.0, -3.96]]).half(), ref) == pytest.approx(0.04 / 4, rel=0.05)   # fp16 rounding
     assert su.rel_error(torch.tensor([[float("nan"), 0.0]]), ref) == math.inf
     assert su.rel_error(torch.zeros(2, 1), ref) == math.inf
