@@ -4,9 +4,17 @@
 
 Per workload (all measured configs of it form its schedule space):
 
-* best-in-top-k (k = 1, 5, 10, 50) of the analytical model and of the bottleneck baseline:
-  best measured time / best measured time among the model's k top-ranked configs (a failed run
-  in the top k contributes nothing; 0 if all k failed), as in ALCOP Fig. 12;
+* best-in-top-k (k = 1, 5, 10, 50): best measured time / best measured time among a model's k
+  top-ranked configs (a failed run in the top k contributes nothing; 0 if all k failed), as in
+  ALCOP Fig. 12, side by side for
+  - random choice: the expected value of k configs drawn uniformly without replacement,
+    computed exactly (``random_top_k``), not sampled; its pairwise accuracy is 0.5 by definition;
+  - the bottleneck baseline and the analytical model alone;
+  - XGBoost alone: trained only on the other workloads' measurements (leave one workload out;
+    its features include the analytical model's terms, but no pseudo-label);
+  - analytical + XGBoost, as the tuner starts a new workload: pretrained on analytical
+    pseudo-labels (every workload, no measurement) and updated with the other workloads'
+    measurements (leave one workload out);
 * the same for the analytical model with constants fitted on the *other* workloads
   (``--folds`` groups of workloads, leave-one-group-out; honest: no workload is scored with
   constants fitted on its own measurements);
@@ -66,6 +74,24 @@ def best_in_top_k(pred: Sequence[float], meas: Sequence[float | None], ks: Seque
     return out
 
 
+def random_top_k(meas: Sequence[float | None], ks: Sequence[int] = KS) -> dict[int, float]:
+    """Expected best-in-top-k of k configs drawn uniformly without replacement, exactly.
+
+    With the n times sorted ascending (failures last, worth 0), the i-th fastest (1-based) is the
+    fastest of the draw with probability C(n - i, k - 1) / C(n, k)."""
+    t = sorted(x if x is not None else math.inf for x in meas)
+    n, best = len(t), t[0]
+    out: dict[int, float] = {}
+    for k in ks:
+        kk = min(k, n)
+        if not math.isfinite(best):
+            out[k] = 0.0
+            continue
+        ways = sum(math.comb(n - i, kk - 1) * (best / t[i - 1]) for i in range(1, n - kk + 2) if math.isfinite(t[i - 1]))
+        out[k] = float(ways / math.comb(n, kk))
+    return out
+
+
 def _topk_for(groups: dict[Workload, list[Measurement]],
               predict: Callable[[Workload, Measurement], float]) -> dict[str, dict[int, float]]:
     return {wl.key(): best_in_top_k([predict(wl, m) for m in ms], [m.time_s for m in ms]) for wl, ms in groups.items()}
@@ -93,6 +119,7 @@ def evaluate(measurements: list[Measurement], spec: GPUSpec, *, folds: int = 5, 
                                       for wl, ms in groups.items()}
     result["analytical"] = _topk_for(groups, lambda wl, m: estimate(wl, m.config, spec).time_s)
     result["bottleneck"] = _topk_for(groups, lambda wl, m: bottleneck_estimate(wl, m.config, spec))
+    result["random"] = {wl.key(): random_top_k([m.time_s for m in ms]) for wl, ms in groups.items()}
 
     # Constants fitted on the other folds' workloads only.
     by_key = {wl.key(): wl for wl in groups}
@@ -112,30 +139,38 @@ def evaluate(measurements: list[Measurement], spec: GPUSpec, *, folds: int = 5, 
     if xgb:
         from alcop_triton.model.xgb_model import XGBCostModel
 
-        def held_out_scores(wl: Workload, ok: list[Measurement], model: Any) -> dict[str, float]:
-            return _pairwise_all(model.predict(wl, [m.config for m in ok]), [m.time_s for m in ok])
+        def held_out(wl: Workload, ms: list[Measurement], model: Any) -> tuple[dict[int, float], dict[str, float]]:
+            """Best-in-top-k over all the workload's configs and pairwise accuracy over its successful ones."""
+            scores = model.predict(wl, [m.config for m in ms])
+            ok = [i for i, m in enumerate(ms) if m.ok]
+            return (best_in_top_k(-scores, [m.time_s for m in ms]),
+                    _pairwise_all(scores[ok], [ms[i].time_s for i in ok]))
 
-        # Leave one workload out. Every fold starts from the same untrained model, whose feature
-        # cache (shared by copy(), keyed by workload and config) featurizes each record once.
+        # Leave one workload out. Every fold starts from the same model (blank, or pretrained on
+        # analytical pseudo-labels), whose feature cache (shared by copy(), keyed by workload and
+        # config) featurizes each record once.
         rng = random.Random(0)
         train_sample = {w: rs if not train_per_workload or len(rs) <= train_per_workload
                         else rng.sample(rs, train_per_workload) for w, rs in groups.items()}
-        blank = XGBCostModel(spec, nthread=nthread, n_estimators=xgb_rounds)
-        acc: dict[str, dict[str, float]] = {}
-        for wl, ms in groups.items():
-            if xgb_held_out is not None and wl.key() not in xgb_held_out:
-                continue   # (tests) score only these workloads; every model still trains on all others
-            others = [m for w, rs in groups.items() if w != wl for m in train_sample[w]]
-            if len(others) >= 2:
-                acc[wl.key()] = held_out_scores(wl, [m for m in ms if m.ok], blank.copy().update(others))
-        _store_pairwise(result, "xgb_pairwise", acc)
-
         configs = sorted({m.config for ms in groups.values() for m in ms})
         if len(configs) > pretrain_configs:
             configs = sorted(random.Random(0).sample(configs, pretrain_configs))
+        blank = XGBCostModel(spec, nthread=nthread, n_estimators=xgb_rounds)
         pre = XGBCostModel(spec, nthread=nthread, n_estimators=xgb_rounds).pretrain(list(groups), configs)
-        _store_pairwise(result, "xgb_pretrained_only_pairwise",
-                        {wl.key(): held_out_scores(wl, [m for m in ms if m.ok], pre) for wl, ms in groups.items()})
+        for name, start in (("xgb", blank), ("analytical_xgb", pre)):
+            topk: dict[str, dict[int, float]] = {}
+            acc: dict[str, dict[str, float]] = {}
+            for wl, ms in groups.items():
+                if xgb_held_out is not None and wl.key() not in xgb_held_out:
+                    continue   # (tests) score only these workloads; every model still trains on all others
+                others = [m for w, rs in groups.items() if w != wl for m in train_sample[w]]
+                if len(others) >= 2:
+                    topk[wl.key()], acc[wl.key()] = held_out(wl, ms, start.copy().update(others))
+            result[name] = topk
+            _store_pairwise(result, f"{name}_pairwise", acc)
+        scored = {wl.key(): held_out(wl, ms, pre) for wl, ms in groups.items()}
+        result["xgb_pretrained_only"] = {k: v[0] for k, v in scored.items()}
+        _store_pairwise(result, "xgb_pretrained_only_pairwise", {k: v[1] for k, v in scored.items()})
     _store_pairwise(result, "analytical_pairwise", {wl.key(): _pairwise_analytical(wl, ms, spec)
                                                     for wl, ms in groups.items()})
 
@@ -144,10 +179,10 @@ def evaluate(measurements: list[Measurement], spec: GPUSpec, *, folds: int = 5, 
         return float(np.mean(vals)) if vals else float("nan")
 
     summary: dict[str, Any] = {}
-    for name in ("analytical", "bottleneck", "analytical_fitted"):
+    for name in TOPK_MODELS:
         if name in result:
             summary[name] = {f"top{k}": mean({w: v[k] for w, v in result[name].items()}) for k in KS}
-    for name in ("xgb_pairwise", "xgb_pretrained_only_pairwise", "analytical_pairwise"):
+    for name in ("xgb_pairwise", "analytical_xgb_pairwise", "xgb_pretrained_only_pairwise", "analytical_pairwise"):
         if name in result:
             summary[name] = mean(result[name])
             for tag in TOL_TAGS:
@@ -159,6 +194,19 @@ def evaluate(measurements: list[Measurement], spec: GPUSpec, *, folds: int = 5, 
     result["seconds"] = time.perf_counter() - t0
     return result
 
+
+# The models scored by best-in-top-k, in the order the report shows them, with their labels.
+TOPK_MODELS: dict[str, str] = {
+    "random": "random choice (expected value, exact)",
+    "bottleneck": "bottleneck baseline",
+    "analytical": "analytical model alone (preset constants)",
+    "analytical_fitted": "analytical, constants fitted on the other workloads",
+    "xgb_pretrained_only": "XGBoost on analytical pseudo-labels only",
+    "xgb": "XGBoost alone (other workloads' measurements)",
+    "analytical_xgb": "analytical + XGBoost (pretrained, then the other workloads' measurements)",
+}
+PAIRWISE_OF = {"analytical": "analytical_pairwise", "xgb_pretrained_only": "xgb_pretrained_only_pairwise",
+               "xgb": "xgb_pairwise", "analytical_xgb": "analytical_xgb_pairwise"}
 
 # Pairwise accuracy tolerances: the headline (1%) is stored as "<metric>", the others as
 # "<metric>_<tag>" (per workload and in the summary).
@@ -191,35 +239,40 @@ def to_markdown(r: dict[str, Any]) -> str:
     s = r["summary"]
     lines = [f"# Performance model evaluation ({r['gpu']})", "",
              f"{r['n_workloads']} workloads, {r['n_records']} records; spec: {r['spec_source']}; "
-             f"{r['seconds']:.1f} s.", "",
-             "## Best-in-top-k (mean over workloads, 1.0 = exhaustive-search best)", "",
-             "| model | " + " | ".join(f"top-{k}" for k in KS) + " |", "|---|" + "---|" * len(KS)]
-    for name in ("analytical", "analytical_fitted", "bottleneck"):
+             f"{r['seconds']:.1f} s. Produced by `benchmarks/eval_model.py`" + (f" from {', '.join(r['data'])}"
+                                                                                if r.get("data") else "") + "."
+             + (" Settings: " + ", ".join(f"{k} {v}" for k, v in r["settings"].items()) + "." if r.get("settings") else ""),
+             "",
+             "## Models side by side (mean over workloads)", "",
+             "Best-in-top-k: the best measured time over the best measured time among the model's k top-ranked "
+             "configs (1.0 = the exhaustive-search best). Pairwise: share of a workload's pairs of successful "
+             "configs ordered as measured (pairs within 1% skipped as noise). Held out by workload: no model "
+             "is scored on a workload whose measurements it was trained or fitted on; random choice is the "
+             "exact expected value.", "",
+             "| model | " + " | ".join(f"top-{k}" for k in KS) + " | pairwise (1%) |", "|---|" + "---|" * (len(KS) + 1)]
+    for name, label in TOPK_MODELS.items():
         if name in s:
-            lines.append(f"| {name} | " + " | ".join(f"{s[name][f'top{k}']:.3f}" for k in KS) + " |")
-    lines += ["", "## Pairwise ranking accuracy (mean over workloads)", "",
-              "Share of pairs of a workload's successful runs that the model orders as measured. "
-              "Headline: pairs whose times differ by at most 1% (of the faster) are skipped as noise; "
-              "also shown with every pair of distinct times, and skipping pairs within 5%. "
-              "XGBoost leave-one-workload-out: trained only on the other workloads' measurements "
-              "(pointwise regression on per-workload percentile labels), scored on the held-out one.", "",
+            pw = s.get(PAIRWISE_OF.get(name, ""), 0.5 if name == "random" else None)
+            lines.append(f"| {label} | " + " | ".join(f"{s[name][f'top{k}']:.3f}" for k in KS)
+                         + (f" | {pw:.3f} |" if pw is not None else " | - |"))
+    lines += ["", "## Pairwise ranking accuracy at other tolerances (mean over workloads)", "",
               "| model | 1% (headline) | all pairs | 5% |", "|---|---|---|---|"]
-    for name, label in (("analytical_pairwise", "analytical model"),
-                        ("xgb_pretrained_only_pairwise", "XGBoost, analytical pretraining only"),
-                        ("xgb_pairwise", "XGBoost, leave-one-workload-out")):
-        if name in s:
-            lines.append(f"| {label} | {s[name]:.3f} | {s[f'{name}_all_pairs']:.3f} | {s[f'{name}_tol5pct']:.3f} |")
+    for name, key in PAIRWISE_OF.items():
+        if key in s:
+            lines.append(f"| {TOPK_MODELS[name]} | {s[key]:.3f} | {s[f'{key}_all_pairs']:.3f} | {s[f'{key}_tol5pct']:.3f} |")
     lines += ["", "## Per workload", "",
-              "| workload | configs | ok | anal top-1 | anal top-10 | bottleneck top-10 | anal pairwise | "
-              "xgb pairwise | xgb pairwise 5% |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| workload | configs | ok | random top-10 | anal top-1 | anal top-10 | xgb top-10 | anal+xgb top-10 | "
+              "anal pairwise | xgb pairwise | anal+xgb pairwise |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     nan = float("nan")
     for key, p in r["per_workload"].items():
-        xg = r.get("xgb_pairwise", {}).get(key, nan)
-        xg5 = r.get("xgb_pairwise_tol5pct", {}).get(key, nan)
-        lines.append(f"| {key} | {p['n_configs']} | {p['n_ok']} | {r['analytical'][key]['1']:.3f} | "
-                     f"{r['analytical'][key]['10']:.3f} | {r['bottleneck'][key]['10']:.3f} | "
-                     f"{r['analytical_pairwise'][key]:.3f} | {xg:.3f} | {xg5:.3f} |")
+        def top(name: str, k: str) -> str:
+            v = r.get(name, {}).get(key, {}).get(k, nan)
+            return f"{v:.3f}"
+        lines.append(f"| {key} | {p['n_configs']} | {p['n_ok']} | {top('random', '10')} | {top('analytical', '1')} | "
+                     f"{top('analytical', '10')} | {top('xgb', '10')} | {top('analytical_xgb', '10')} | "
+                     f"{r['analytical_pairwise'][key]:.3f} | {r.get('xgb_pairwise', {}).get(key, nan):.3f} | "
+                     f"{r.get('analytical_xgb_pairwise', {}).get(key, nan):.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -256,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     r = _jsonable(evaluate(ms, spec, folds=args.folds, xgb=not args.no_xgb, nthread=args.nthread,
                              xgb_rounds=args.xgb_rounds, train_per_workload=args.train_per_workload,
                              fit_records=args.fit_records))
+    r["data"] = [Path(p).name for p in paths]
+    r["settings"] = {"folds": args.folds, "fit_records": args.fit_records, "xgb": not args.no_xgb,
+                     "xgb_rounds": args.xgb_rounds, "train_per_workload": args.train_per_workload, "mma": spec.mma}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(r, indent=2, sort_keys=True))

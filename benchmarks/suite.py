@@ -181,7 +181,12 @@ def impl_fn(impl: str, case: Case) -> Callable[..., Any] | None:
         import torch._inductor.config as ic
         ic.max_autotune_gemm_backends = "TRITON"
         ic.max_autotune_conv_backends = "TRITON"
-        return torch.compile(torch_fn(case), mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
+        op = torch_fn(case)
+
+        def product(*args: Any) -> Any:   # a Python function for Dynamo to trace (not a builtin)
+            return op(*args)
+
+        return torch.compile(product, mode="max-autotune-no-cudagraphs", dynamic=False, fullgraph=True)
     raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(IMPLS)}")
 
 
@@ -221,6 +226,8 @@ def rel_error(out: Any, ref: Any) -> float:
     if tuple(out.shape) != tuple(ref.shape):
         return math.inf
     diff = (out.float() - ref).abs().max().item()
+    if not math.isfinite(diff):
+        return math.inf
     scale = ref.abs().max().item()
     return diff / scale if scale > 0 else diff
 

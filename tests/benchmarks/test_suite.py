@@ -233,3 +233,12 @@ def test_fallback_is_detected_under_strict_and_env_restored(monkeypatch):
     assert su.alcop_fallback(falls_back).startswith("alcop_triton.matmul: rows not aligned")
     assert su.alcop_fallback(lambda: None) is None
     assert "ALCOP_STRICT" not in os.environ
+
+
+def test_rel_error():
+    import torch
+
+    ref = torch.tensor([[2.0, -4.0]])
+    assert su.rel_error(torch.tensor([[2.0, -3.96]]).half(), ref) == pytest.approx(0.04 / 4, rel=0.05)   # fp16 rounding
+    assert su.rel_error(torch.tensor([[float("nan"), 0.0]]), ref) == math.inf
+    assert su.rel_error(torch.zeros(2, 1), ref) == math.inf
