@@ -288,7 +288,7 @@ def launch_kernel(kern: CompiledKernel, args: Sequence[Tensor]) -> None:
     """Run a kernel on ``args`` (inputs then output), on the tensors' device, through its prebound
     launch for this (dtype, shape, strides, alignment) signature; binds and compiles on first use."""
     dev = args[0].device
-    sig = (kern, config.allow_tf32(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
+    sig = (kern, dev, config.allow_tf32(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
     run = _prebound.get(sig)
     if run is None:
         gen = generation.current()
