@@ -5,7 +5,8 @@ Two caches, both keyed by everything that decides what a call runs:
 ``call(op, tensors, params, eager, dispatched)`` (the drop-ins, the custom ops' implementations
 and ``@alcop_triton.op`` ops go through it). The call's *signature* is one tuple: the op and its
 non-tensor parameters, each tensor's shape, strides, dtype, device and 16-byte alignment, the
-``ALCOP_STRICT`` setting and, for float32 inputs, the TF32 switch. The first call of a signature
+``ALCOP_STRICT`` setting, whether the call comes through patch mode and, for float32 inputs, the
+TF32 switch. The first call of a signature
 runs ``eager`` (argument checks, fallback policy, config choice, binding, compilation) while
 recording the launches it makes; if they account for the whole result (each kernel tensor is a
 view of an input or of the output, nothing was computed by torch) it stores an ``Entry``: the
@@ -15,7 +16,8 @@ lookup, binding or Triton specialisation. A call that needs torch's dispatcher (
 tensor requiring grad, ``torch.compile`` tracing, tensor subclasses such as fake or functional
 tensors, an active TorchDispatchMode or functorch transform) runs ``dispatched`` instead: the
 registered custom op, whose implementation comes back here below autograd. ``use_config`` blocks
-bypass the cache.
+bypass the cache. In patch mode, a signature whose workload the measurements say torch runs faster
+is stored as a call to torch (``TorchEntry``).
 
 ``launch_kernel(kernel, tensors)`` (every kernel launch of the torch layer). A compiled kernel on tensors
 of one (dtype, shape, strides, alignment) signature is bound once into a ``runtime.prebind``
@@ -324,7 +326,7 @@ def launch_kernel(kern: CompiledKernel, args: Sequence[Tensor]) -> None:
     """Run a kernel on ``args`` (inputs then output), on the tensors' device, through its prebound
     launch for this (dtype, shape, strides, alignment) signature; binds and compiles on first use."""
     dev = args[0].device
-    sig = (kern, config.allow_tf32(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
+    sig = (kern, dev, config.allow_tf32(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
     run = _prebound.get(sig)
     if run is None:
         gen = generation.current()

@@ -7,6 +7,12 @@ type torch raises, with a message naming the argument, its value and the rule. K
 extensions fuse epilogues into the kernel: ``linear(..., activation=, residual=)`` and
 ``convNd(..., activation=)``.
 
+A call without ``out=`` enters through ``fastpath.call``: a repeated signature (shapes, strides,
+dtypes, device, alignment, flags) allocates the output and launches, skipping everything below.
+Otherwise a drop-in checks its arguments (``_matmul`` and friends) and runs the GEMM or the
+convolution through an op namespace ``alcop``: ``torch.ops.alcop`` (``custom_ops``) when autograd
+or tracing must see the op, else ``custom_ops.EAGER``, the same implementations called directly.
+
 Inputs alcop does not handle fall back to torch (logged once per reason; ``ALCOP_STRICT=1`` raises
 ``UnsupportedError``): dtypes other than float16/bfloat16/float32, devices other than CUDA and CPU,
 non-strided layouts, CUDA tensors while ``TRITON_INTERPRET=1``. CPU tensors run in Triton's
