@@ -6,11 +6,16 @@ Gradients: dA = dZ @ B^T and dB = A^T @ dZ are ``alcop::mm``/``bmm``/``gemm`` ca
 ``beta * grad`` for a residual, and the activation's derivative (an elementwise product); with an
 activation other than relu the pre-activation is recomputed by one more alcop kernel rather than
 kept from the forward.
+
+The same formulas also make ``GRAD``: ``torch.autograd.Function``s over the cached implementations, for
+eager calls that need autograd but no tracing. Their per-call cost is a fraction of torch.library's
+autograd wrapper; ``torch.compile``, functorch transforms and dispatch modes keep the registered ops.
 """
 
 from __future__ import annotations
 
 import math
+import types
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -122,3 +127,25 @@ custom_ops.bmm_op.register_autograd(_mm_backward, setup_context=_mm_setup)
 custom_ops.gemm_op.register_autograd(_gemm_backward, setup_context=_gemm_setup)
 custom_ops.linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 custom_ops.conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
+
+
+def _function(name: str, forward: Callable[..., torch.Tensor], setup_context: Callable[..., None],
+              backward: Callable[..., tuple[Any, ...]]) -> Callable[..., torch.Tensor]:
+    """``apply`` of an autograd.Function that runs ``forward`` and differentiates it with a custom op's
+    formula (its ``setup_context(ctx, inputs, output)`` and ``backward(ctx, grad)``)."""
+    fn = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
+                                                  "setup_context": staticmethod(setup_context),
+                                                  "backward": staticmethod(backward)})
+    return fn.apply  # type: ignore[attr-defined]
+
+
+GRAD = types.SimpleNamespace(
+    mm=_function("AlcopMm", custom_ops.cached_mm, _mm_setup, _mm_backward),
+    bmm=_function("AlcopBmm", custom_ops.cached_bmm, _mm_setup, _mm_backward),
+    gemm=_function("AlcopGemm", custom_ops.cached_gemm, _gemm_setup, _gemm_backward),
+    gemm_out=custom_ops.EAGER.gemm_out,  # out= with autograd is refused before it gets here
+    linear=_function("AlcopLinear", custom_ops.cached_linear, _linear_setup, _linear_backward),
+    conv=_function("AlcopConv", custom_ops.cached_conv, _conv_setup, _conv_backward),
+    dsl_call=torch.ops.alcop.dsl_call)
+"""``torch.ops.alcop``'s names for eager calls with autograd: the same implementations and formulas,
+without torch.library's per-call autograd wrapper (``fastpath.call``'s ``grad`` route)."""

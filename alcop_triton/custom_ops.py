@@ -164,15 +164,28 @@ def _gemm_out(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, resid
 
 # The registered implementations go through the fast path too: below autograd (grad mode is off
 # there) and in compiled graphs, a repeated signature is a cache hit.
+def cached_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return fast.call("alcop::mm", (a, b), (), _mm)
+
+
+def cached_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return fast.call("alcop::bmm", (a, b), (), _bmm)
+
+
+def cached_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+                residual: torch.Tensor | None = None, activation: str | None = None, alpha: float = 1.0,
+                beta: float = 1.0) -> torch.Tensor:
+    return fast.call("alcop::gemm", (a, b, bias, residual), (activation, alpha, beta), _gemm)
+
+
 mm_op = torch.library.custom_op(
-    "alcop::mm", lambda a, b: fast.call("alcop::mm", (a, b), (), _mm),
+    "alcop::mm", cached_mm,
     mutates_args=(), schema="(Tensor a, Tensor b) -> Tensor")
 bmm_op = torch.library.custom_op(
-    "alcop::bmm", lambda a, b: fast.call("alcop::bmm", (a, b), (), _bmm),
+    "alcop::bmm", cached_bmm,
     mutates_args=(), schema="(Tensor a, Tensor b) -> Tensor")
 gemm_op = torch.library.custom_op(
-    "alcop::gemm", lambda a, b, bias=None, residual=None, activation=None, alpha=1.0, beta=1.0: fast.call(
-        "alcop::gemm", (a, b, bias, residual), (activation, alpha, beta), _gemm),
+    "alcop::gemm", cached_gemm,
     mutates_args=(), schema=("(Tensor a, Tensor b, Tensor? bias=None, Tensor? residual=None, str? activation=None, "
                              "float alpha=1.0, float beta=1.0) -> Tensor"))
 gemm_out_op = torch.library.custom_op(
@@ -239,9 +252,13 @@ def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
     return run_gemm("linear", x2, w.t(), bias, r2, activation, 1.0, 1.0, None).view(shape)
 
 
+def cached_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                  residual: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
+    return fast.call("alcop::linear", (x, w, bias, residual), (activation,), _linear)
+
+
 linear_op = torch.library.custom_op(
-    "alcop::linear", lambda x, w, bias=None, residual=None, activation=None: fast.call(
-        "alcop::linear", (x, w, bias, residual), (activation,), _linear),
+    "alcop::linear", cached_linear,
     mutates_args=(), schema=("(Tensor input, Tensor weight, Tensor? bias=None, Tensor? residual=None, "
                              "str? activation=None) -> Tensor"))
 
@@ -318,10 +335,15 @@ def _conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: S
     return out
 
 
+def cached_conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
+                pad_left: Sequence[int], pad_right: Sequence[int], dilation: Sequence[int], groups: int,
+                activation: str | None = None) -> torch.Tensor:
+    return fast.call("alcop::conv", (x, w, bias), (tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation),
+                                                   groups, activation), _conv)
+
+
 conv_op = torch.library.custom_op(
-    "alcop::conv", lambda x, w, bias, stride, pad_left, pad_right, dilation, groups, activation=None: fast.call(
-        "alcop::conv", (x, w, bias), (tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation), groups,
-                                      activation), _conv),
+    "alcop::conv", cached_conv,
     mutates_args=(), schema=("(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] pad_left, "
                              "int[] pad_right, int[] dilation, int groups, str? activation=None) -> Tensor"))
 

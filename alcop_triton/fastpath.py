@@ -181,11 +181,13 @@ def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any,
 
 
 def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], eager: Callable[..., Tensor],
-         dispatched: Callable[..., Tensor] | None = None, torch_fn: Callable[..., Tensor] | None = None) -> Tensor:
+         dispatched: Callable[..., Tensor] | None = None, torch_fn: Callable[..., Tensor] | None = None,
+         grad: Callable[..., Tensor] | None = None) -> Tensor:
     """``eager(*tensors, *params)`` through the signature cache; ``dispatched`` (default ``eager``)
-    when torch's dispatcher must see the call (module docstring). ``torch_fn(*tensors, *params)``
-    computes the same with torch: in patch mode, a signature whose workload the records say torch
-    runs faster is stored as a call to it."""
+    when torch's dispatcher must see the call (module docstring), or ``grad`` where only autograd
+    must (plain tensors requiring grad, no tracing, no dispatch mode or functorch transform).
+    ``torch_fn(*tensors, *params)`` computes the same with torch: in patch mode, a signature whose
+    workload the records say torch runs faster is stored as a call to it."""
     if _local.recording is not None:  # inside another call's first run: that one records the launches
         return eager(*tensors, *params)
     try:
@@ -194,6 +196,9 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         key = None
     if key is None:
         _counters.dispatched += 1
+        if grad is not None and not _needs_dispatcher() and all(
+                t is None or type(t) in _PLAIN_TYPES for t in tensors):
+            return grad(*tensors, *params)
         return (dispatched or eager)(*tensors, *params)
     if forced.get() is not None:  # use_config's block: its config, not the stored launches
         _counters.bypassed += 1

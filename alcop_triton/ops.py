@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from . import argcheck
-from . import autograd  # noqa: F401  (registers the custom ops' backward formulas)
+from . import autograd  # also registers the custom ops' backward formulas
 from . import custom_ops, fallback
 from . import fastpath as fast
 from .records import dtype_name
@@ -143,8 +143,10 @@ def _gemm(alcop: Any, op: str, a: Tensor, b: Tensor, bias: Tensor | None, residu
 
 def _routes(fn: Callable[..., Tensor], torch_fn: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], ...]:
     """``fastpath.call``'s routes: ``fn(alcop, ...)`` bound to the eager route and to torch's dispatcher,
-    and the same computation in torch (where patch mode sends workloads torch runs faster)."""
-    return functools.partial(fn, custom_ops.EAGER), functools.partial(fn, torch.ops.alcop), torch_fn
+    the same computation in torch (where patch mode sends workloads torch runs faster), and ``fn`` bound
+    to the eager autograd route (``autograd.GRAD``)."""
+    return (functools.partial(fn, custom_ops.EAGER), functools.partial(fn, torch.ops.alcop), torch_fn,
+            functools.partial(fn, autograd.GRAD))
 
 
 def matmul(input: Tensor, other: Tensor, *, out: Tensor | None = None) -> Tensor:

@@ -167,6 +167,34 @@ def test_calls_needing_the_dispatcher_do_not_take_the_cache() -> None:
         assert fastpath.stats().dispatched == before and counts()[0] >= 1
 
 
+@pytest.mark.parametrize("ours, theirs", [
+    pytest.param(lambda x, w, b: at.matmul(x, w.t()), lambda x, w, b: x @ w.t(), id="matmul"),
+    pytest.param(lambda x, w, b: at.linear(x, w, b, activation="gelu"), lambda x, w, b: F.gelu(F.linear(x, w, b)),
+                 id="linear_gelu"),
+    pytest.param(lambda x, w, b: at.addmm(b, x, w.t(), beta=0.5, alpha=2.0),
+                 lambda x, w, b: torch.addmm(b, x, w.t(), beta=0.5, alpha=2.0), id="addmm"),
+])
+def test_eager_autograd_takes_an_autograd_function_not_the_registered_op(
+        ours: Callable[..., torch.Tensor], theirs: Callable[..., torch.Tensor]) -> None:
+    x, w, b = randn(7, 5).requires_grad_(), randn(6, 5, seed=1).requires_grad_(), randn(6, seed=2).requires_grad_()
+    y = ours(x, w, b)
+    # an autograd.Function's node (AlcopMm, AlcopGemm, ...), not torch.library's wrapper of alcop::*
+    nodes, frontier = [], [y.grad_fn]
+    while frontier:
+        node = frontier.pop()
+        nodes.append(type(node).__name__)
+        frontier += [n for n, _ in node.next_functions if n is not None]
+    assert any(n.startswith("Alcop") for n in nodes), nodes
+    y.square().sum().backward()
+    ref = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    z = theirs(*ref)
+    z.square().sum().backward()
+    assert_close(y, z.detach())
+    for t, r in zip((x, w, b), ref):
+        if r.grad is not None:
+            assert_close(t.grad, r.grad)
+
+
 def test_use_config_bypasses_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = randn(8, 8), randn(8, 8, seed=1)
     at.matmul(a, b)
