@@ -102,7 +102,13 @@ def markdown(s: dict[str, Any]) -> str:
              f"| wrong result | {s['wrong_results']} |", f"| crash (alcop raised, torch returned) | {s['crashes']} |",
              f"| exception type differs from torch's | {s['exception_type_mismatches']} |",
              f"| documented difference | {sum(s['documented_differences'].values())} |", "",
-             "Cases per op and dtype: " + ", ".join(f"{k} {v}" for k, v in s["cases_per_op"].items()) + ".", ""]
+             "Cases per op and dtype: " + ", ".join(f"{k} {v}" for k, v in s["cases_per_op"].items()) + ".", "",
+             "Results are judged against torch's result in float64 (fp32 error <= 1e-5, fp16 <= 1e-2, relative to the "
+             "largest magnitude; NaN and inf positions exactly). addmm/baddbmm are judged against "
+             "`beta * input + alpha * (A @ B)` with the term of a zero factor left out, as torch's addmm and its CUDA "
+             "path compute it; torch's CPU baddbmm lets NaN through alpha = 0, and its CPU addmm returns NaN for "
+             "alpha = inf where alpha * (A @ B) is +-inf; alcop does not copy either "
+             "(`tests/ops/test_parity_scalars_and_args.py`).", ""]
     if s["documented_differences"]:
         lines += ["## Documented differences", ""]
         lines += [f"* {n} case(s): {r} (tested in `tests/fuzz/test_fuzz.py`)" for r, n in
@@ -126,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     state = out / "chunks.jsonl"
     chunks = [json.loads(line) for line in state.read_text().splitlines() if line.strip()] if state.exists() else []
     done = {c["chunk"] for c in chunks}
+    def write() -> dict[str, Any]:
+        s = summarise(chunks, args)
+        (out / "fuzz_summary.json").write_text(json.dumps(s, indent=1) + "\n")
+        (out / "fuzz_summary.md").write_text(markdown(s))
+        return s
+
     for i in range(-(-args.cases // args.chunk)):
         if i in done:
             continue
@@ -133,12 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         chunks.append(c)
         with state.open("a") as f:
             f.write(json.dumps(c) + "\n")
-        s = summarise(chunks, args)
-        (out / "fuzz_summary.json").write_text(json.dumps(s, indent=1) + "\n")
-        (out / "fuzz_summary.md").write_text(markdown(s))
+        s = write()
         print(f"chunk {i}: {c['counts']} ({c['seconds']} s); total {s['cases']} cases, "
               f"{s['wrong_results']} wrong, {s['crashes']} crashes, {s['exception_type_mismatches']} type "
               "mismatches", flush=True)
+    write()  # also when every chunk was already done: the summary follows this script's format
     return 0
 
 
