@@ -129,12 +129,19 @@ custom_ops.linear_op.register_autograd(_linear_backward, setup_context=_linear_s
 custom_ops.conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
 
 
-def _function(name: str, forward: Callable[..., torch.Tensor], setup_context: Callable[..., None],
+def _function(name: str, impl: Callable[..., torch.Tensor], setup_context: Callable[..., None],
               backward: Callable[..., tuple[Any, ...]]) -> Callable[..., torch.Tensor]:
-    """``apply`` of an autograd.Function that runs ``forward`` and differentiates it with a custom op's
-    formula (its ``setup_context(ctx, inputs, output)`` and ``backward(ctx, grad)``)."""
+    """``apply`` of an autograd.Function that runs ``impl`` and differentiates it with a custom op's
+    formula (its ``setup_context(ctx, inputs, output)`` and ``backward(ctx, grad)``).
+
+    The context is set up inside ``forward``: a Function with a ``setup_context`` of its own binds its
+    arguments through ``inspect.signature`` on every call, which costs more than the rest of the call.
+    """
+    def forward(ctx: Any, *inputs: Any) -> torch.Tensor:
+        out = impl(*inputs)
+        setup_context(ctx, inputs, out)
+        return out
     fn = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
-                                                  "setup_context": staticmethod(setup_context),
                                                   "backward": staticmethod(backward)})
     return fn.apply  # type: ignore[attr-defined]
 

@@ -370,8 +370,9 @@ _LINEAR = _routes(_linear, _torch_linear)
 
 def _ints(op: str, name: str, v: Any, nd: int, low: int) -> tuple[int, ...]:
     """An int or a sequence of 1 or nd ints, each >= low (torch's rules and exception types)."""
-    one = argcheck.index(v)  # numpy ints and one-element integer tensors count, as in torch
-    items = (one,) if one is not None else tuple(map(argcheck.index, v)) if isinstance(v, (tuple, list)) else None
+    # numpy ints and one-element integer tensors count, as in torch; a sequence is never an index
+    # (asking operator.index first would raise inside torch.compile's tracing on torch 2.11)
+    items = tuple(map(argcheck.index, v)) if isinstance(v, (tuple, list)) else (argcheck.index(v),)
     if items is None or any(x is None for x in items):
         raise TypeError(f"{op}(): argument '{name}' must be an int or a tuple of {nd} ints, got {v!r}")
     vals = tuple(x for x in items if x is not None)
