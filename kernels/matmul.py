@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import torch
+import torch.nn.functional as F
+
 import alcop_triton as at
 from alcop_triton import te
 from alcop_triton.records import dtype_name
@@ -110,9 +113,9 @@ def aligned_operands(a: Any, b: Any) -> tuple[Any, Any]:
 
     def k_major(x: Any, rows_first: bool) -> Any:  # x: (..., R, K) when rows_first, else (..., K, R)
         x = x if rows_first else x.transpose(-1, -2)
-        buf = x.new_empty(tuple(x.shape[:-1]) + (kp,))
-        buf[..., k:].zero_()
-        buf[..., :k].copy_(x)
+        # One op per operand (a fresh K-contiguous buffer, zeros after K): this runs on every call of
+        # the shape, where each torch op costs host time.
+        buf = F.pad(x, (0, kp - k)) if kp != k else x.clone(memory_format=torch.contiguous_format)
         return buf if rows_first else buf.transpose(-1, -2)
 
     pad = kp != k
