@@ -2,7 +2,7 @@
 on TMA matmuls of the ALCOP suite? Standalone kernels (not alcop codegen), so the answer
 decides whether the knob is worth adding to the schedule space.
 
-    python benchmarks/probes/ws_probe.py                      # on the GPU: $OUT/ws_probe.jsonl
+    python benchmarks/probes/ws_probe.py --dir OUT_DIR        # on the GPU: OUT_DIR/ws_probe.jsonl
     python benchmarks/probes/ws_probe.py --report data.jsonl --out results/ws_probe.md
 """
 from __future__ import annotations
@@ -116,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--report", type=Path, help="summarise a measured JSONL file instead of measuring")
     ap.add_argument("--out", type=Path, help="markdown output of --report")
+    ap.add_argument("--dir", default=".", help="where measuring writes ws_probe.jsonl")
     a = ap.parse_args(argv)
     if a.report is None:
-        measure(os.environ.get("OUT", "."))
+        measure(a.dir)
         return 0
     md = report(a.report)
     if a.out:
