@@ -122,11 +122,25 @@ def _conv_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return dx, dw, dbias, None, None, None, None, None, None
 
 
+def _dsl_call_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    ctx.kernel = inputs[0]
+
+
+def _dsl_call_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    # The kernels called by key compute gradients (a convolution's, an @alcop_triton.op's): reaching this
+    # formula means a second derivative was asked for.
+    raise NotImplementedError(
+        f"alcop_triton: kernel {ctx.kernel!r} computes a gradient; differentiating it again (double backward, "
+        "e.g. a gradient penalty through a convolution) is not supported. Compute that part with torch's own "
+        "ops (outside alcop_triton.patched()).")
+
+
 custom_ops.mm_op.register_autograd(_mm_backward, setup_context=_mm_setup)
 custom_ops.bmm_op.register_autograd(_mm_backward, setup_context=_mm_setup)
 custom_ops.gemm_op.register_autograd(_gemm_backward, setup_context=_gemm_setup)
 custom_ops.linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 custom_ops.conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
+custom_ops.dsl_call_op.register_autograd(_dsl_call_backward, setup_context=_dsl_call_setup)
 
 
 def _function(name: str, impl: Callable[..., torch.Tensor], setup_context: Callable[..., None],

@@ -134,3 +134,12 @@ def test_double_backward_of_mm() -> None:
     (ga64,) = torch.autograd.grad((a64 @ b64).pow(2).sum(), a64, create_graph=True)
     (gb64,) = torch.autograd.grad(ga64.sum(), b64)
     assert_close(gb, gb64)
+
+
+def test_double_backward_of_conv_says_it_is_not_supported() -> None:
+    x, w = randn(1, 2, 5, 5).requires_grad_(), randn(2, 2, 3, 3, seed=1).requires_grad_()
+    y = ops.conv2d(x, w, padding=1)
+    (gx,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)  # first order still works
+    assert_close(gx, torch.autograd.grad(F.conv2d(x.double(), w.double(), padding=1).square().sum(), x)[0])
+    with pytest.raises(NotImplementedError, match="double backward"):
+        gx.sum().backward()
