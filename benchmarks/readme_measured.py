@@ -57,11 +57,16 @@ def suite_section(r: dict[str, Any], path: str) -> list[str]:
     return out + [""]
 
 
+def _meta_line(m: dict[str, Any]) -> str:
+    """Device, versions, date and timer of a report's ``meta``."""
+    return (f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, {m['date']}. "
+            f"Timer: {m['timer']}.")
+
+
 def overhead_section(r: dict[str, Any], path: str) -> list[str]:
     m = r["meta"]
     out = [f"### Host time per call ({path.replace('.json', '.md')})", "",
-           f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, {m['date']}. "
-           f"Timer: {m['timer']}.", "",
+           _meta_line(m), "",
            "| op | requires_grad | bare Triton launch µs | torch µs | alcop µs | alcop / torch | patched - direct µs |",
            "|---|---|---|---|---|---|---|"]
 
@@ -76,8 +81,7 @@ def overhead_section(r: dict[str, Any], path: str) -> list[str]:
 def e2e_section(r: dict[str, Any], path: str) -> list[str]:
     m = r["meta"]
     out = [f"### End to end, fp16 inference ({path.replace('.json', '.md')})", "",
-           f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, {m['date']}. "
-           f"Timer: {m['timer']}.", "", "| model | input | mode | ms | vs eager | max rel error |", "|---|---|---|---|---|---|"]
+           _meta_line(m), "", "| model | input | mode | ms | vs eager | max rel error |", "|---|---|---|---|---|---|"]
     for res in r["results"]:
         for mode, x in res["modes"].items():
             inp = "x".join(map(str, res["input"]))
