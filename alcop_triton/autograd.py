@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from . import custom_ops
+from . import fastpath as fast
 from .fallback import TORCH_ACTIVATIONS, vjp_fn
 
 if TYPE_CHECKING:
@@ -154,10 +155,12 @@ def _function(name: str, impl: Callable[..., torch.Tensor], setup_context: Calla
     def forward(ctx: Any, *inputs: Any) -> torch.Tensor:
         out = impl(*inputs)
         setup_context(ctx, inputs, out)
+        fast.note_applied(apply, inputs, out)  # a first call stores this apply for its signature
         return out
     fn = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
                                                   "backward": staticmethod(backward)})
-    return fn.apply  # type: ignore[attr-defined]
+    apply: Callable[..., torch.Tensor] = fn.apply  # type: ignore[attr-defined]
+    return apply
 
 
 GRAD = types.SimpleNamespace(

@@ -2,22 +2,25 @@
 
 Two caches, both keyed by everything that decides what a call runs:
 
-``call(op, tensors, params, eager, dispatched)`` (the drop-ins, the custom ops' implementations
-and ``@alcop_triton.op`` ops go through it). The call's *signature* is one tuple: the op and its
-non-tensor parameters, each tensor's shape, strides, dtype, device and 16-byte alignment, the
-``ALCOP_STRICT`` setting, whether the call comes through patch mode and, for float32 inputs, the
-TF32 switch. The first call of a signature
-runs ``eager`` (argument checks, fallback policy, config choice, binding, compilation) while
-recording the launches it makes; if they account for the whole result (each kernel tensor is a
-view of an input or of the output, nothing was computed by torch) it stores an ``Entry``: the
-output's shape, strides, dtype and device, and the prebound launches with the argument order.
-Later calls with that signature allocate the output and launch: no environment read, config
-lookup, binding or Triton specialisation. A call that needs torch's dispatcher (autograd with a
-tensor requiring grad, ``torch.compile`` tracing, tensor subclasses such as fake or functional
-tensors, an active TorchDispatchMode or functorch transform) runs ``dispatched`` instead: the
-registered custom op, whose implementation comes back here below autograd. ``use_config`` blocks
-bypass the cache. In patch mode, a signature whose workload the measurements say torch runs faster
-is stored as a call to torch (``TorchEntry``).
+``call(op, tensors, params, eager, dispatched)`` (the drop-ins, the custom ops' implementations and
+``@alcop_triton.op`` ops go through it). The call's *signature* is one tuple: the op and its
+non-tensor parameters, each tensor's shape, strides, dtype, device, 16-byte alignment and whether it
+requires grad (in grad mode), the ``ALCOP_STRICT`` setting, whether the call comes through patch
+mode and, for float32 inputs, the TF32 switch. The first call of a signature runs ``eager``
+(argument checks, fallback policy, config choice, binding, compilation) while recording the launches
+it makes; if they account for the whole result (each kernel tensor is a view of an input or of the
+output, nothing was computed by torch) it stores an ``Entry``: the output's shape, strides, dtype
+and device, and the prebound launches with the argument order. Later calls with that signature
+allocate the output and launch: no environment read, config lookup, binding or Triton
+specialisation. A call whose tensors require grad (in grad mode) takes the ``grad`` route: autograd
+Functions over these same implementations; a first call that applied one Function to the call's own
+tensors and returned its output is stored as that apply (``GradEntry``), so a repeat skips the front
+end's checks. A call that needs torch's dispatcher (``torch.compile`` tracing, tensor subclasses
+such as fake or functional tensors, an active TorchDispatchMode or functorch transform), or needs
+autograd where no ``grad`` route exists, runs ``dispatched`` instead: the registered custom op,
+whose implementation comes back here below autograd. ``use_config`` blocks bypass the cache. In
+patch mode, a signature whose workload the measurements say torch runs faster is stored as a call to
+torch (``TorchEntry``).
 
 ``launch_kernel(kernel, tensors)`` (every kernel launch of the torch layer). A compiled kernel on tensors
 of one (dtype, shape, strides, alignment) signature is bound once into a ``runtime.prebind``
@@ -91,6 +94,8 @@ class _Recording:
 
 class _Local(threading.local):
     recording: _Recording | None = None
+    # A first call on the autograd route: the autograd Functions it applied (``note_applied``).
+    applying: list[tuple[Callable[..., Tensor], tuple[Any, ...], Tensor]] | None = None
     patched = False  # the call comes through patch mode (``patch.AlcopMode``)
 
 
@@ -134,7 +139,21 @@ class TorchEntry:
         return self.torch_fn(*tensors, *self.params)
 
 
-_entries: dict[tuple[Any, ...], Entry | TorchEntry] = {}
+class GradEntry:
+    """A stored signature whose tensors require grad: the one autograd Function its first call applied,
+    on the call's tensors and that call's other arguments. The front end's checks and rewrites are
+    skipped (they depend only on the signature); the Function's forward runs the no-grad fast path."""
+
+    __slots__ = ("apply", "constants")
+
+    def __init__(self, apply: Callable[..., Tensor], constants: tuple[Any, ...]) -> None:
+        self.apply, self.constants = apply, constants
+
+    def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
+        return self.apply(*tensors, *self.constants)
+
+
+_entries: dict[tuple[Any, ...], Entry | TorchEntry | GradEntry] = {}
 _prebound: dict[tuple[Any, ...], Callable[..., None]] = {}
 
 
@@ -170,11 +189,11 @@ def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any,
         if t is None:
             key.append(None)
             continue
-        if type(t) not in _PLAIN_TYPES or (grad and t.requires_grad):
+        if type(t) not in _PLAIN_TYPES:
             return None
         dtype = t.dtype
         fp32 = fp32 or dtype is torch.float32
-        key += (t.shape, t.stride(), dtype, t.device, t.data_ptr() & 15)
+        key += (t.shape, t.stride(), dtype, t.device, t.data_ptr() & 15, grad and t.requires_grad)
     if fp32:
         key.append(config.allow_tf32())
     return tuple(key)
@@ -196,18 +215,32 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         key = None
     if key is None:
         _counters.dispatched += 1
-        if grad is not None and not _needs_dispatcher() and all(
-                t is None or type(t) in _PLAIN_TYPES for t in tensors):
-            return grad(*tensors, *params)
         return (dispatched or eager)(*tensors, *params)
+    hit = _entries.get(key)
+    if hit is not None and forced.get() is None:
+        _counters.hits += 1
+        return hit(tensors)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        if grad is None:  # no autograd route of its own: the registered op's
+            _counters.dispatched += 1
+            return (dispatched or eager)(*tensors, *params)
+        if forced.get() is not None:
+            _counters.bypassed += 1
+            return grad(*tensors, *params)
+        return _first_grad_call(key, tensors, params, grad)
     if forced.get() is not None:  # use_config's block: its config, not the stored launches
         _counters.bypassed += 1
         return eager(*tensors, *params)
-    hit = _entries.get(key)
-    if hit is not None:
-        _counters.hits += 1
-        return hit(tensors)
     return _first_call(key, tensors, params, eager, torch_fn if _local.patched else None)
+
+
+def _store(key: tuple[Any, ...], entry: Entry | TorchEntry | GradEntry | None, gen: int) -> None:
+    if entry is None:
+        _counters.uncacheable += 1
+    elif gen == generation.current():
+        if len(_entries) >= MAX_ENTRIES:
+            _entries.clear()
+        _entries[key] = entry
 
 
 def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params: tuple[Any, ...],
@@ -222,13 +255,42 @@ def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params
     entry: Entry | TorchEntry | None = _entry(rec, tensors, out)
     if entry is not None and rec.slower_than_torch and torch_fn is not None:
         entry = TorchEntry(torch_fn, params)
-    if entry is None:
-        _counters.uncacheable += 1
-    elif gen == generation.current():
-        if len(_entries) >= MAX_ENTRIES:
-            _entries.clear()
-        _entries[key] = entry
+    _store(key, entry, gen)
     return out
+
+
+def _first_grad_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params: tuple[Any, ...],
+                     grad: Callable[..., Tensor]) -> Tensor:
+    """The autograd route's first call of a signature. It is stored when the route applied exactly one
+    autograd Function, to the call's own tensors (same objects, same positions, then non-tensor
+    arguments), and returned that Function's output itself: then a repeat is that one apply."""
+    gen = generation.current()
+    outer, applied = _local.applying, []
+    _local.applying = applied
+    try:
+        out = grad(*tensors, *params)
+    finally:
+        _local.applying = outer
+    _counters.misses += 1
+    entry = None
+    distinct = len({id(t) for t in tensors if t is not None}) == sum(t is not None for t in tensors)
+    if len(applied) == 1 and distinct:
+        apply, inputs, result = applied[0]
+        n = len(tensors)
+        constants = inputs[n:]
+        if result is out and len(inputs) >= n and all(x is t for x, t in zip(inputs, tensors)) \
+                and not any(isinstance(c, torch.Tensor) for c in constants):
+            entry = GradEntry(apply, constants)
+    _store(key, entry, gen)
+    return out
+
+
+def note_applied(apply: Callable[..., Tensor], inputs: tuple[Any, ...], out: Tensor) -> None:
+    """An autograd Function's forward ran (``apply(*inputs)`` gave ``out``): a first call on the
+    autograd route stores it (``_first_grad_call``)."""
+    applying = _local.applying
+    if applying is not None:
+        applying.append((apply, inputs, out))
 
 
 def span(t: Tensor) -> int:

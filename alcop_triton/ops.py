@@ -78,7 +78,8 @@ def _broadcast_to(op: str, name: str, t: Tensor, shape: tuple[int, ...]) -> Tens
     """``t`` expanded to ``shape`` (a stride-0 view), or torch's RuntimeError naming the argument."""
     if _broadcast(_shape(t), shape) != shape:
         raise RuntimeError(f"{op}(): {name}.shape={_shape(t)} does not broadcast to the output's shape {shape}")
-    return t.expand(shape)
+    # The tensor itself where it already has the shape: an expand would be one more autograd node.
+    return t if _shape(t) == shape else t.expand(shape)
 
 
 def _check_out(op: str, out: Any, like: Tensor, inputs: Sequence[Tensor | None]) -> None:
@@ -126,7 +127,9 @@ def _gemm(alcop: Any, op: str, a: Tensor, b: Tensor, bias: Tensor | None, residu
             y = alcop.mm(a, b) if a.dim() == 2 else alcop.bmm(a, b)
         else:
             y = alcop.gemm(a, b, bias, residual, activation, float(alpha), float(beta))
-        return y.view(shape)
+        # No view of a result already in shape: on the autograd route a view would be one more node,
+        # and the kernel's own output is what the fast path stores a repeat of (fastpath.GradEntry).
+        return y if y.shape == shape else y.view(shape)
     _check_out(op, out, a, inputs)
     _resize_out(out, shape)
     gemm_shape = _shape(a)[:-1] + (b.shape[-1],)
@@ -183,12 +186,21 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
     if _falls_back(op, input, other):
         return torch.matmul(input, other, out=out)
     if b.dim() == 2:
-        a2, b2 = a.reshape(math.prod(_shape(a)[:-1]), k), b
+        a2, b2 = (a if a.dim() == 2 else a.reshape(math.prod(_shape(a)[:-1]), k)), b
     else:
-        nb = math.prod(batch)
-        a2 = a.expand(*batch, m, k).reshape(nb, m, k)
-        b2 = b.expand(*batch, k, n).reshape(nb, k, n)
+        a2, b2 = fast.prepare(_fold_batch, a, b)
     return _gemm(alcop, op, a2, b2, None, None, None, 1.0, 1.0, shape, out, (input, other))
+
+
+def _fold_batch(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """``a`` (..., m, k) and ``b`` (..., k, n) broadcast over their batch dims and folded into one:
+    (nb, m, k) and (nb, k, n). Views where the strides allow; otherwise torch copies (e.g. heads
+    permuted ahead of the sequence), and the fast path repeats that copy on later calls."""
+    batch = _broadcast(_shape(a)[:-2], _shape(b)[:-2])
+    assert batch is not None  # checked by the caller
+    nb = math.prod(batch)
+    return (a.expand(*batch, *a.shape[-2:]).reshape(nb, *a.shape[-2:]),
+            b.expand(*batch, *b.shape[-2:]).reshape(nb, *b.shape[-2:]))
 
 
 _MATMUL = _routes(_matmul, torch.matmul)

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -180,21 +181,41 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
         raise TypeError(f"prebind: kernel parameters {missing} are neither positional arguments nor constexprs")
     # The launcher takes every parameter positionally, constexprs included (it skips them).
     tail += tuple(kwargs[p.name] for p in jit.params[len(args):])
-    launcher_fn, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
+    launcher, function, metadata = compiled.run, compiled.function, compiled.packed_metadata
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
     index = device.index if device.index is not None else torch.cuda.current_device()
     active: Any = driver.active  # the CUDA driver, whose stream getter the base class does not declare
-    stream_of, current_device, hooks = active.get_current_stream, torch.cuda.current_device, knobs.runtime
+    stream_of, current_device, hooks = active.get_current_stream, torch._C._cuda_getDevice, knobs.runtime
+    c_launch = getattr(launcher, "launch", None)
+    if tma or not isinstance(c_launch, types.BuiltinFunctionType) or launcher.global_scratch_size \
+            or launcher.profile_scratch_size:
+        # Triton's launcher object: it allocates scratch buffers (device-side TMA descriptors) per
+        # launch and unpacks host tensor descriptors (then ``launch`` is a Python wrapper).
+        def launch(*tensors: Any) -> None:
+            if tma:
+                ensure_allocator()
+            if current_device() != index:  # the kernel was loaded into this device's context
+                with torch.cuda.device(index):
+                    launch(*tensors)
+                return
+            stream = stream_of(index)
+            enter = hooks.launch_enter_hook
+            meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors, *tail)
+            launcher(g0, g1, g2, stream, function, metadata, meta, enter, hooks.launch_exit_hook, *tensors, *tail)
+        return launch
+    # No scratch: call the compiled C launcher itself, with the tensors' addresses. Triton's Python
+    # wrapper around it only allocates scratch, and an address (unlike a tensor) spares the C launcher
+    # a data_ptr() call and a cuPointerGetAttribute per tensor: the signature already fixed the device.
+    coop, pdl, address = launcher.launch_cooperative_grid, launcher.launch_pdl, torch.Tensor.data_ptr
 
-    def launch(*tensors: Any) -> None:
-        if tma:
-            ensure_allocator()
-        if current_device() != index:  # the kernel was loaded into this device's context
+    def launch_raw(*tensors: Any) -> None:
+        if current_device() != index:
             with torch.cuda.device(index):
-                launch(*tensors)
+                launch_raw(*tensors)
             return
         stream = stream_of(index)
         enter = hooks.launch_enter_hook
         meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors, *tail)
-        launcher_fn(g0, g1, g2, stream, function, metadata, meta, enter, hooks.launch_exit_hook, *tensors, *tail)
-    return launch
+        c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, metadata, meta, enter, hooks.launch_exit_hook,
+                 *map(address, tensors), *tail)
+    return launch_raw
