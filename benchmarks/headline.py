@@ -1,6 +1,7 @@
 """Every number of README's Measured section that a GPU produces, in one resumable command.
 
-    python benchmarks/headline.py OUT [--budget-s 540] [--readme README.md] [--dry-run]
+    python benchmarks/headline.py benchmarks/results/headline_h100 [--budget-s 540] [--readme README.md]
+    python benchmarks/headline.py OUT --dry-run
 
 Runs, each in a process of its own, into ``OUT``:
 
@@ -15,7 +16,8 @@ the time it is expected to take (its last duration in this run, else a default) 
 left, and the suite gets what is left as its own budget. ``OUT/headline.json`` holds the run id,
 date, device and versions, and each stage's status and durations; a call on another device or with
 other versions refuses to resume. When every stage is complete, README's Measured section is
-rewritten from ``OUT`` (``benchmarks/readme_measured.py --gpu-results OUT``), citing the run id.
+rewritten from ``OUT`` (``benchmarks/readme_measured.py --gpu-results OUT``), citing the run id;
+``benchmarks/results/headline_h100`` is where ``readme_measured.py`` looks for a committed run.
 ``--dry-run`` runs every stage's own dry run on CPU (the interpreter): it tests the driver and
 measures nothing (the README is then left alone unless ``--readme`` names another file).
 """

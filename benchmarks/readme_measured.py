@@ -31,8 +31,10 @@ E2E = ("e2e_h100/e2e.json", "python benchmarks/e2e.py --out benchmarks/results/e
 PIPELINE = ("pipeline_variants.json", "python benchmarks/report_pipeline.py <grids> --out benchmarks/results/pipeline_variants")
 CONV = ("conv_variants.json", "python benchmarks/report_pipeline.py <conv grids> --out benchmarks/results/conv_variants")
 MODEL_EVALS = ("model_eval.json", "model_eval_alcop_space.json", "model_eval_ablation.json")
-# The same three reports in a run directory of benchmarks/headline.py.
+# The same three reports in a run directory of benchmarks/headline.py; the committed one, when there
+# is one, is the default source of the GPU reports.
 HEADLINE = {"suite": "suite/report.json", "overhead": "overhead/overhead.json", "e2e": "e2e/e2e.json"}
+HEADLINE_DIR = "headline_h100"
 
 
 def shown(path: Path) -> str:
@@ -204,12 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--readme", default=str(ROOT / "README.md"))
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
-    ap.add_argument("--gpu-results", default=None, help="a run directory of benchmarks/headline.py for the GPU reports")
+    ap.add_argument("--gpu-results", default=None, help="a run directory of benchmarks/headline.py for the GPU "
+                    f"reports (default: RESULTS/{HEADLINE_DIR} if it holds one, else the reports named in this file)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the section differs from the reports")
     a = ap.parse_args(argv)
     path = Path(a.readme)
     old = path.read_text()
-    new = rewrite(old, section(Path(a.results), Path(a.gpu_results) if a.gpu_results else None))
+    committed = Path(a.results) / HEADLINE_DIR
+    gpu = Path(a.gpu_results) if a.gpu_results else committed if (committed / "headline.json").is_file() else None
+    new = rewrite(old, section(Path(a.results), gpu))
     if a.check:
         return int(new != old)
     path.write_text(new)

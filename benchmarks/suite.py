@@ -278,6 +278,14 @@ def pretune_inductor(cases: Sequence[Case], device: str, backend: str = "inducto
     return time.perf_counter() - t0
 
 
+def pretune_chunk(case: Case, pending: Sequence[Case], pretuned: Iterable[tuple[str, str]], n: int) -> list[Case]:
+    """The workloads a pretuning graph compiled before ``case`` holds: the first ``n`` of its set's
+    ``pending`` ones not pretuned yet, if ``case`` is among them; none where it would be alone."""
+    done = set(pretuned)
+    chunk = [c for c in pending if c.set == case.set and (c.set, c.id) not in done][:n]
+    return chunk if case in chunk and len(chunk) > 1 else []
+
+
 def precompile_count() -> int:
     """How many GEMMs Inductor has precompiled template choices for in this process (a GEMM whose
     choices' timings are all in the autotune cache is not counted)."""
@@ -731,9 +739,8 @@ def main(argv: list[str] | None = None) -> int:
     pretuned: dict[tuple[str, str], dict[str, Any]] = {}   # workload -> its chunk's size and share of the chunk's seconds
 
     def pretune(case: Case) -> None:
-        chunk = [c for c in pending_ind if (c.set, c.id) not in pretuned and c.set == case.set]
-        chunk = chunk[:settings["inductor_pretune"]]
-        if case not in chunk or len(chunk) < 2:
+        chunk = pretune_chunk(case, pending_ind, pretuned, settings["inductor_pretune"])
+        if not chunk:
             return
         try:
             secs = pretune_inductor(chunk, device)

@@ -242,3 +242,33 @@ def test_rel_error():
     assert su.rel_error(torch.tensor([[2.0, -3.96]]).half(), ref) == pytest.approx(0.04 / 4, rel=0.05)   # fp16 rounding
     assert su.rel_error(torch.tensor([[float("nan"), 0.0]]), ref) == math.inf
     assert su.rel_error(torch.zeros(2, 1), ref) == math.inf
+
+
+def test_inductor_compile_gives_every_workload_its_own_code_object():
+    """Dynamo fails a fullgraph function after 8 recompiles of one code object; the suite compiles
+    more workloads than that, each traced from a code object of its own (Dynamo alone, on CPU)."""
+    import torch
+
+    cases = [su.Case("t", "matmul", (8 + i, 6, 4), "nt", "") for i in range(10)] + [su.Case("t", "bmm", (2, 8, 6, 4), "nt", "")]
+    codes = set()
+    for c in cases:
+        fn = su.inductor_compile(su.torch_fn(c), backend="eager")
+        a, b = su.make_inputs(c, "cpu")
+        torch.testing.assert_close(fn(a, b), su.torch_fn(c)(a, b))
+        codes.add(fn.__wrapped__.__code__)
+    assert len(codes) == len(cases)
+    assert su.pretune_inductor(cases, "cpu", backend="eager") > 0
+
+
+def test_pretune_chunk_takes_the_next_workloads_of_the_set():
+    pending = [su.Case("a", "matmul", (n, 8, 8), "nt", "") for n in (8, 16, 32)] + [su.Case("b", "matmul", (8, 8, 8), "nt", "")]
+    assert su.pretune_chunk(pending[0], pending, set(), 2) == pending[:2]
+    assert su.pretune_chunk(pending[1], pending, {("a", pending[0].id)}, 8) == pending[1:3]
+    assert su.pretune_chunk(pending[1], pending, {("a", c.id) for c in pending[:2]}, 8) == []   # already pretuned
+    assert su.pretune_chunk(pending[3], pending, set(), 8) == []   # alone in its set
+    assert su.pretune_chunk(pending[0], pending, set(), 1) == []
+
+
+def test_run_id_is_validated():
+    with pytest.raises(SystemExit):
+        su.main(["--dry-run", "--out", "unused", "--run-id", "../x"])
