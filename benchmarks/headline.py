@@ -105,9 +105,13 @@ def stage_commands(out: Path, run: dict[str, Any], dry_run: bool) -> list[tuple[
          lambda: suite_complete(out)),
         ("overhead", py + [str(HERE / "overhead.py"), "--out", str(out / "overhead")] + dry,
          lambda: (out / "overhead" / "overhead.json").is_file())]
+
+    def e2e_done(model: str) -> Callable[[], bool]:
+        return lambda: not e2e_missing(out, [model])
+
     for m in E2E_MODELS:
         stages.append((f"e2e:{m}", py + [str(HERE / "e2e.py"), "--out", str(out / "e2e"), "--models", m] + dry,
-                       lambda m=m: not e2e_missing(out, [m])))
+                       e2e_done(m)))
     return stages
 
 

@@ -258,8 +258,9 @@ def inductor_compile(fn: Callable[..., Any], backend: str = "inductor") -> Calla
     name = f"inductor_product_{n}"
     code = product.__code__.replace(co_name=name)   # a new code object: Dynamo's cache and recompile count are per code object
     fresh = types.FunctionType(code, product.__globals__, name, product.__defaults__, product.__closure__)
-    mode = {"mode": INDUCTOR_MODE} if backend == "inductor" else {"backend": backend}
-    return torch.compile(fresh, dynamic=False, fullgraph=True, **mode)
+    if backend == "inductor":
+        return torch.compile(fresh, mode=INDUCTOR_MODE, dynamic=False, fullgraph=True)
+    return torch.compile(fresh, backend=backend, dynamic=False, fullgraph=True)
 
 
 def pretune_inductor(cases: Sequence[Case], device: str, backend: str = "inductor") -> float:
