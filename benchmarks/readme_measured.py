@@ -70,6 +70,11 @@ def suite_section(r: dict[str, Any], path: str, run_id: str | None = None) -> li
                 return f"{_x(e['geomean'])} (min {_x(e['min'])}, {e['n']} workloads)"
             out.append(f"| {set_} | {s['workloads']} | {timer} | {cell('alcop')} | {cell('triton_tutorial')} | "
                        f"{cell('inductor')} |")
+    comp = [f"{set_} {c['mean']:.1f} s mean, {c['max']:.1f} s max over {c['n']} workloads"
+            for set_, s in r["summary"].items() if (c := s.get("inductor_compile_s"))]
+    if comp:
+        out += ["", "Inductor compile + autotune time per workload (first call, plus its share of a pretuning graph; "
+                "settings in the report's rows): " + "; ".join(comp) + "."]
     return out + [""]
 
 

@@ -572,7 +572,13 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 e["unstable"] += bool(r.get(timer, {}).get("unstable"))
                 if usable(r, timer) and usable(base, timer):
                     e["ratios"][wid] = base[timer]["ms"] / r[timer]["ms"]  # type: ignore[index]
+    for (set_, _), impls in by.items():
+        if "first_call_s" in impls.get("inductor", {}):
+            sets[set_].setdefault("inductor_compile_s", []).append(sum(inductor_compile_s(impls["inductor"])))
     for s in sets.values():
+        if "inductor_compile_s" in s:
+            c = s["inductor_compile_s"]
+            s["inductor_compile_s"] = {"n": len(c), "mean": statistics.mean(c), "max": max(c), "total": sum(c)}
         for t in s["timers"].values():
             for e in t.values():
                 v = list(e["ratios"].values())

@@ -89,6 +89,11 @@ def test_gpu_reports_from_a_headline_run(tmp_path):
     assert f"{gpu.as_posix()}/suite/report.md" in text and "| heldout | 2 | eager | 0.900x" in text
     assert "GPU X, torch 2.11, Triton 3.6.0, alcop_triton 0.1.0, 2026-01-01, run `r7`. Timer: E2E TIMER." in text
     assert "| bert | 2x16 | eager | 1.50 | 1.000x | 0.0e+00 |" in text
+    assert "Inductor compile + autotune time per workload" not in text
+    report = _suite_report()
+    report["summary"]["heldout"]["inductor_compile_s"] = {"n": 2, "mean": 4.25, "max": 6.0, "total": 8.5}
+    (gpu / "suite" / "report.json").write_text(json.dumps(report))
+    assert "heldout 4.2 s mean, 6.0 s max over 2 workloads." in rm.section(tmp_path / "results", gpu)
     assert f"`{gpu.as_posix()}/overhead/overhead.md`: missing; `python benchmarks/headline.py" in text
     with pytest.raises(ValueError, match="--gpu-results: .* holds no headline.json"):
         rm.section(tmp_path / "results", tmp_path)

@@ -132,6 +132,7 @@ def test_summary_ratios_geomean_minimum_per_timer():
     assert e["ratios"] == {"a": 0.5, "b": 4.0} and math.isclose(e["geomean"], math.sqrt(2.0))
     assert (e["min"], e["min_at"], e["faster"], e["errors"]) == (0.5, "a", 1, 1)
     assert g["ratios"] == {"a": 2.0, "b": 1.0} and math.isclose(g["geomean"], math.sqrt(2.0))
+    assert "inductor_compile_s" not in s
     md = su.markdown({"run_id": "r1", "device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d"},
                      rows, su.summarize(rows), {"eager": "EAGER TIMER", "graph": "GRAPH TIMER"})
     assert "EAGER TIMER" in md and "GRAPH TIMER" in md and "run r1" in md
@@ -272,3 +273,14 @@ def test_pretune_chunk_takes_the_next_workloads_of_the_set():
 def test_run_id_is_validated():
     with pytest.raises(SystemExit):
         su.main(["--dry-run", "--out", "unused", "--run-id", "../x"])
+
+
+def test_inductor_compile_time_counts_the_pretuning_share():
+    rows = [_row("s", "a", "torch", 1.0), _row("s", "a", "inductor", 1.0, first_call_s=2.0,
+                                                inductor_pretune={"chunk": 4, "chunk_s": 20.0, "share_s": 5.0}),
+            _row("s", "b", "torch", 1.0), _row("s", "b", "inductor", 1.0, first_call_s=3.0, inductor_pretune=None)]
+    s = su.summarize(rows)["s"]
+    assert s["inductor_compile_s"] == {"n": 2, "mean": 5.0, "max": 7.0, "total": 10.0}
+    md = su.markdown({"run_id": "r1", "device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d"},
+                     rows, su.summarize(rows), {"eager": "E", "graph": "G"})
+    assert "total 10 s (5 s of it pretuning), mean 5.0 s, max 7.0 s over 2 workloads." in md
