@@ -12,8 +12,9 @@ Runs, each in a process of its own, into ``OUT``:
 
 A stage whose results are complete in ``OUT`` is skipped, so the same command, repeated, finishes
 the run within calls of limited length: ``--budget-s`` bounds one call, a stage is started only when
-the time it is expected to take (its last duration in this run, else a default) fits in what is
-left, and the suite gets what is left as its own budget. ``OUT/headline.json`` holds the run id,
+the time it is expected to take (its longest duration in this run, or another e2e model's, else a default) fits in what
+is left or it is the call's first (then stopped when the budget is spent), and the suite gets what
+is left as its own budget. ``OUT/headline.json`` holds the run id,
 date, device and versions, and each stage's status and durations; a call on another device or with
 other versions refuses to resume. When every stage is complete, README's Measured section is
 rewritten from ``OUT`` (``benchmarks/readme_measured.py --gpu-results OUT``), citing the run id;
@@ -119,19 +120,22 @@ def run_stages(out: Path, run: dict[str, Any], stages: Sequence[tuple[str, list[
                budget_s: float, execute: Callable[[list[str], float], int],
                clock: Callable[[], float] = time.monotonic) -> bool:
     """Run each incomplete stage that fits in the budget; True when every stage is complete."""
-    t0 = clock()
+    t0, ran = clock(), False
     for name, cmd, complete in stages:
         if complete():
             continue
         left = budget_s - MARGIN_S - (clock() - t0)
         info = run["stages"].setdefault(name, {"calls": []})
-        expect = max(info["calls"], default=DEFAULT_S.get(name.split(":")[0], 0.0))
+        kind = name.split(":")[0]   # e2e:<model>: another model's duration is the estimate until this one ran
+        same = [d for n, i in run["stages"].items() if n.split(":")[0] == kind for d in i["calls"]]
+        expect = max(info["calls"] or same, default=DEFAULT_S.get(kind, 0.0))
         if name == "suite":
             if left < 60:
                 break
             cmd = cmd + ["--budget-s", f"{left:.0f}"]
-        elif expect > left:
+        elif expect > left and ran:   # the first stage of a call always starts, so every call makes progress
             break
+        ran = True
         s0 = clock()
         rc = execute(cmd, max(left, 1.0))
         info["calls"].append(round(clock() - s0, 1))

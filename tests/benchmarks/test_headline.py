@@ -61,7 +61,8 @@ def test_stages_skip_complete_and_stop_at_the_budget(tmp_path):
     saved = json.loads((tmp_path / "headline.json").read_text())
     assert saved["stages"]["overhead"]["calls"] == [60.0] and saved["stages"]["suite"]["last_rc"] == 0
     st.ran.clear()
-    assert hl.run_stages(tmp_path, run, st.stages(), 450, st.execute, st.clock)
+    # e2e's expected 240 s do not fit in 200 s either, but a call's first stage always starts
+    assert hl.run_stages(tmp_path, run, st.stages(), 200, st.execute, st.clock)
     assert [c[0] for c in st.ran] == ["e2e:bert"]
 
 
