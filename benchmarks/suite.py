@@ -1,6 +1,6 @@
 """One benchmark run: alcop as dispatched against cuBLAS/cuDNN, Triton's tutorial matmul and Inductor.
 
-    python benchmarks/suite.py --out OUT [--sets alcop,heldout,models,conv2d] [--inductor-sets alcop,heldout]
+    python benchmarks/suite.py --out OUT [--sets alcop,heldout,models,conv2d] [--inductor-sets alcop,heldout] [--inductor-pretune 8]
                                [--budget-s 480] [--quick] [--dry-run]
 
 For every workload of the named sets it times each implementation both ways users see it:

@@ -29,6 +29,7 @@ import datetime as _dt
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -107,14 +108,15 @@ def run_way(way: str, seconds: float) -> dict[str, Any]:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"), "TRITON_CACHE_DIR": str(tmp / "triton")}
     part = tmp / "result.json"
     t0 = time.perf_counter()
+    # A session of its own, so that a way stopped at the budget takes its compile workers with it.
+    proc = subprocess.Popen([sys.executable, str(HERE), "--worker", way, str(part)], env=env, start_new_session=True)
     try:
-        subprocess.run([sys.executable, str(HERE), "--worker", way, str(part)], env=env, timeout=max(seconds, 1),
-                       check=True)
-        status = "done"
+        rc = proc.wait(timeout=max(seconds, 1))
+        status = "done" if rc == 0 else f"failed (exit {rc})"
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         status = f"stopped after {seconds:.0f} s (budget)"
-    except subprocess.CalledProcessError as exc:
-        status = f"failed (exit {exc.returncode})"
     res = json.loads(part.read_text()) if part.is_file() else {"way": way, "shapes": []}
     res.update(status=status, process_s=time.perf_counter() - t0)
     return res
