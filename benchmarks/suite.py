@@ -751,11 +751,12 @@ def main(argv: list[str] | None = None) -> int:
             return
         try:
             secs = pretune_inductor(chunk, device)
+            record: dict[str, Any] = {"chunk": len(chunk), "chunk_s": secs, "share_s": secs / len(chunk)}
         except Exception as exc:   # the workloads' own compiles then autotune as usual
-            print(f"[{case.set}] Inductor pretuning failed: {type(exc).__name__}: {exc}", flush=True)
-            return
+            record = {"chunk": len(chunk), "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}
+            print(f"[{case.set}] Inductor pretuning failed: {record['error']}", flush=True)
         for c in chunk:
-            pretuned[(c.set, c.id)] = {"chunk": len(chunk), "chunk_s": secs, "share_s": secs / len(chunk)}
+            pretuned[(c.set, c.id)] = record
 
     def measure(case: Case, impls: list[str]) -> list[dict[str, Any]]:
         if "inductor" in impls and case.gemm and settings.get("inductor_pretune", 1) > 1:
