@@ -1,11 +1,15 @@
 """Write README.md's "Measured" section from the committed reports (nothing in it is typed by hand).
 
-    python benchmarks/readme_measured.py [--readme README.md] [--results benchmarks/results] [--check]
+    python benchmarks/readme_measured.py [--readme README.md] [--results benchmarks/results]
+                                         [--gpu-results OUT] [--check]
 
 Replaces the text between ``<!-- measured:begin -->`` and ``<!-- measured:end -->``. Every number
 is printed with its timer, device and report path; ratios are only ever formed inside one report
 between numbers of one timer in one run (the reports compute them). A report that is not committed
-yet is named with the command that produces it. ``--check`` exits 1 if the section is out of date.
+yet is named with the command that produces it. ``--gpu-results OUT`` takes the suite, host-time and
+end-to-end reports from a run of ``benchmarks/headline.py OUT`` instead (its run id cited beside
+them); the other reports still come from ``--results``. ``--check`` exits 1 if the section is out
+of date.
 """
 
 from __future__ import annotations
@@ -27,13 +31,25 @@ E2E = ("e2e_h100/e2e.json", "python benchmarks/e2e.py --out benchmarks/results/e
 PIPELINE = ("pipeline_variants.json", "python benchmarks/report_pipeline.py <grids> --out benchmarks/results/pipeline_variants")
 CONV = ("conv_variants.json", "python benchmarks/report_pipeline.py <conv grids> --out benchmarks/results/conv_variants")
 MODEL_EVALS = ("model_eval.json", "model_eval_alcop_space.json", "model_eval_ablation.json")
+# The same three reports in a run directory of benchmarks/headline.py; the committed one, when there
+# is one, is the default source of the GPU reports.
+HEADLINE = {"suite": "suite/report.json", "overhead": "overhead/overhead.json", "e2e": "e2e/e2e.json"}
+HEADLINE_DIR = "headline_h100"
+
+
+def shown(path: Path) -> str:
+    """A report's path as the README names it: relative to the repository where it lies inside."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 def _x(v: Any) -> str:
     return f"{v:.3f}x" if isinstance(v, (int, float)) and math.isfinite(v) else "-"
 
 
-def suite_section(r: dict[str, Any], path: str) -> list[str]:
+def suite_section(r: dict[str, Any], path: str, run_id: str | None = None) -> list[str]:
     run = r["run"]
     out = [f"### Drop-ins against every peer, one run ({path.replace('.json', '.md')})", "",
            f"{run['device']}, torch {run['torch']}, Triton {run['triton']}, alcop_triton {run['alcop']}, {run['date']}, "
@@ -54,19 +70,24 @@ def suite_section(r: dict[str, Any], path: str) -> list[str]:
                 return f"{_x(e['geomean'])} (min {_x(e['min'])}, {e['n']} workloads)"
             out.append(f"| {set_} | {s['workloads']} | {timer} | {cell('alcop')} | {cell('triton_tutorial')} | "
                        f"{cell('inductor')} |")
+    comp = [f"{set_} {c['mean']:.1f} s mean, {c['max']:.1f} s max over {c['n']} workloads"
+            for set_, s in r["summary"].items() if (c := s.get("inductor_compile_s"))]
+    if comp:
+        out += ["", "Inductor compile + autotune time per workload (first call, plus its share of a pretuning graph; "
+                "settings in the report's rows): " + "; ".join(comp) + "."]
     return out + [""]
 
 
-def _meta_line(m: dict[str, Any]) -> str:
-    """Device, versions, date and timer of a report's ``meta``."""
-    return (f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, {m['date']}. "
-            f"Timer: {m['timer']}.")
+def _meta_line(m: dict[str, Any], run_id: str | None = None) -> str:
+    """Device, versions, date, run and timer of a report's ``meta``."""
+    return (f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, {m['date']}"
+            + (f", run `{run_id}`" if run_id else "") + f". Timer: {m['timer']}.")
 
 
-def overhead_section(r: dict[str, Any], path: str) -> list[str]:
+def overhead_section(r: dict[str, Any], path: str, run_id: str | None = None) -> list[str]:
     m = r["meta"]
     out = [f"### Host time per call ({path.replace('.json', '.md')})", "",
-           _meta_line(m), "",
+           _meta_line(m, run_id), "",
            "| op | requires_grad | bare Triton launch µs | torch µs | alcop µs | alcop / torch | patched - direct µs |",
            "|---|---|---|---|---|---|---|"]
 
@@ -78,10 +99,10 @@ def overhead_section(r: dict[str, Any], path: str) -> list[str]:
     return out + [""]
 
 
-def e2e_section(r: dict[str, Any], path: str) -> list[str]:
+def e2e_section(r: dict[str, Any], path: str, run_id: str | None = None) -> list[str]:
     m = r["meta"]
     out = [f"### End to end, fp16 inference ({path.replace('.json', '.md')})", "",
-           _meta_line(m), "", "| model | input | mode | ms | vs eager | max rel error |", "|---|---|---|---|---|---|"]
+           _meta_line(m, run_id), "", "| model | input | mode | ms | vs eager | max rel error |", "|---|---|---|---|---|---|"]
     for res in r["results"]:
         for mode, x in res["modes"].items():
             inp = "x".join(map(str, res["input"]))
@@ -137,27 +158,41 @@ def model_section(reports: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return out + [""]
 
 
-def section(results: Path) -> str:
+def section(results: Path, gpu_results: Path | None = None) -> str:
+    """The section's text: GPU reports from ``gpu_results`` (a headline run) or else ``results``."""
     out = ["Generated by `python benchmarks/readme_measured.py` from the committed reports named in each heading; "
            "every number carries its timer and device there, and ratios compare numbers of one timer within one run.", ""]
 
-    def load(rel: str) -> dict[str, Any] | None:
-        p = results / rel
+    def load(rel: str, base: Path = results) -> dict[str, Any] | None:
+        p = base / rel
         return json.loads(p.read_text()) if p.is_file() else None
 
-    gpu: list[tuple[tuple[str, str], Callable[[dict[str, Any], str], list[str]]]] = [
-        (SUITE, suite_section), (OVERHEAD, overhead_section), (E2E, e2e_section)]
-    for (rel, cmd), render in gpu:
-        r = load(rel)
-        if r is None:
-            out += [f"- `benchmarks/results/{rel.replace('.json', '.md')}`: not committed yet; `{cmd}` on the GPU writes it.", ""]
+    run_id = None
+    if gpu_results is not None:
+        head = load("headline.json", gpu_results)
+        if head is None:
+            raise ValueError(f"--gpu-results: {gpu_results} holds no headline.json (a run of benchmarks/headline.py)")
+        run_id = head["run_id"]
+        out += [f"The suite, host-time and end-to-end reports below are one run of `python benchmarks/headline.py "
+                f"{shown(gpu_results)}`: run `{run_id}`, {head['device']}, torch {head['torch']}, Triton "
+                f"{head['triton']}, alcop_triton {head['alcop']}, started {head['date']}.", ""]
+    renders: list[Callable[..., list[str]]] = [suite_section, overhead_section, e2e_section]
+    for (rel, cmd), key, render in zip((SUITE, OVERHEAD, E2E), HEADLINE, renders):
+        base = results if gpu_results is None else gpu_results
+        rel = rel if gpu_results is None else HEADLINE[key]
+        r = load(rel, base)
+        if r is None and gpu_results is None:
+            out += [f"- `{shown(base / rel).replace('.json', '.md')}`: not committed yet; `{cmd}` on the GPU writes it.", ""]
+        elif r is None:
+            out += [f"- `{shown(base / rel).replace('.json', '.md')}`: missing; `python benchmarks/headline.py "
+                    f"{shown(gpu_results)}` on the GPU writes it.", ""]  # type: ignore[arg-type]
         else:
-            out += render(r, f"`benchmarks/results/{rel}`")
+            out += render(r, f"`{shown(base / rel)}`", run_id)
     for (rel, _), title in ((PIPELINE, "Pipelining ablation, ALCOP dense + bmm suite"),
                             (CONV, "Pipelining ablation, conv2d (ResNet layers, partial grids)")):
         r = load(rel)
         if r is not None:
-            out += pipeline_section(r, f"`benchmarks/results/{rel}`", title)
+            out += pipeline_section(r, f"`{shown(results / rel)}`", title)
     evals = [(p, r) for p in MODEL_EVALS if (r := load(p)) is not None]
     if evals:
         out += model_section(evals)
@@ -176,11 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--readme", default=str(ROOT / "README.md"))
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--gpu-results", default=None, help="a run directory of benchmarks/headline.py for the GPU "
+                    f"reports (default: RESULTS/{HEADLINE_DIR} if it holds one, else the reports named in this file)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the section differs from the reports")
     a = ap.parse_args(argv)
     path = Path(a.readme)
     old = path.read_text()
-    new = rewrite(old, section(Path(a.results)))
+    committed = Path(a.results) / HEADLINE_DIR
+    gpu = Path(a.gpu_results) if a.gpu_results else committed if (committed / "headline.json").is_file() else None
+    new = rewrite(old, section(Path(a.results), gpu))
     if a.check:
         return int(new != old)
     path.write_text(new)

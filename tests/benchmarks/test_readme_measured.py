@@ -66,3 +66,42 @@ def test_rewrite_only_between_markers(tmp_path):
 def test_committed_readme_is_up_to_date():
     """README's section is what the script writes from the committed reports (nothing typed by hand)."""
     assert rm.main(["--check"]) == 0
+
+
+def _headline_dir(tmp_path):
+    gpu = tmp_path / "results" / rm.HEADLINE_DIR
+    (gpu / "suite").mkdir(parents=True)
+    (gpu / "suite" / "report.json").write_text(json.dumps(_suite_report()))
+    (gpu / "headline.json").write_text(json.dumps({"run_id": "r7", "device": "GPU X", "torch": "2.11", "triton": "3.6.0",
+                                                   "alcop": "0.1.0", "date": "2026-01-01"}))
+    (gpu / "e2e").mkdir()
+    meta = {"device": "GPU X", "torch": "2.11", "triton": "3.6.0", "alcop": "0.1.0", "date": "2026-01-01",
+            "timer": "E2E TIMER"}
+    (gpu / "e2e" / "e2e.json").write_text(json.dumps({"meta": meta, "results": [
+        {"model": "bert", "input": [2, 16], "modes": {"eager": {"ms": 1.5, "speedup_vs_eager": 1.0, "max_rel_err": 0.0}}}]}))
+    return gpu
+
+
+def test_gpu_reports_from_a_headline_run(tmp_path):
+    gpu = _headline_dir(tmp_path)
+    text = rm.section(tmp_path / "results", gpu)
+    assert "one run of `python benchmarks/headline.py" in text and "run `r7`, GPU X" in text
+    assert f"{gpu.as_posix()}/suite/report.md" in text and "| heldout | 2 | eager | 0.900x" in text
+    assert "GPU X, torch 2.11, Triton 3.6.0, alcop_triton 0.1.0, 2026-01-01, run `r7`. Timer: E2E TIMER." in text
+    assert "| bert | 2x16 | eager | 1.50 | 1.000x | 0.0e+00 |" in text
+    assert "Inductor compile + autotune time per workload" not in text
+    report = _suite_report()
+    report["summary"]["heldout"]["inductor_compile_s"] = {"n": 2, "mean": 4.25, "max": 6.0, "total": 8.5}
+    (gpu / "suite" / "report.json").write_text(json.dumps(report))
+    assert "heldout 4.2 s mean, 6.0 s max over 2 workloads." in rm.section(tmp_path / "results", gpu)
+    assert f"`{gpu.as_posix()}/overhead/overhead.md`: missing; `python benchmarks/headline.py" in text
+    with pytest.raises(ValueError, match="--gpu-results: .* holds no headline.json"):
+        rm.section(tmp_path / "results", tmp_path)
+
+
+def test_committed_headline_run_is_the_default_source(tmp_path):
+    _headline_dir(tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{rm.BEGIN}\n{rm.END}\n")
+    assert rm.main(["--readme", str(readme), "--results", str(tmp_path / "results")]) == 0
+    assert "run `r7`" in readme.read_text() and "one run of `python benchmarks/headline.py" in readme.read_text()

@@ -132,6 +132,7 @@ def test_summary_ratios_geomean_minimum_per_timer():
     assert e["ratios"] == {"a": 0.5, "b": 4.0} and math.isclose(e["geomean"], math.sqrt(2.0))
     assert (e["min"], e["min_at"], e["faster"], e["errors"]) == (0.5, "a", 1, 1)
     assert g["ratios"] == {"a": 2.0, "b": 1.0} and math.isclose(g["geomean"], math.sqrt(2.0))
+    assert "inductor_compile_s" not in s
     md = su.markdown({"run_id": "r1", "device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d"},
                      rows, su.summarize(rows), {"eager": "EAGER TIMER", "graph": "GRAPH TIMER"})
     assert "EAGER TIMER" in md and "GRAPH TIMER" in md and "run r1" in md
@@ -242,3 +243,44 @@ def test_rel_error():
     assert su.rel_error(torch.tensor([[2.0, -3.96]]).half(), ref) == pytest.approx(0.04 / 4, rel=0.05)   # fp16 rounding
     assert su.rel_error(torch.tensor([[float("nan"), 0.0]]), ref) == math.inf
     assert su.rel_error(torch.zeros(2, 1), ref) == math.inf
+
+
+def test_inductor_compile_gives_every_workload_its_own_code_object():
+    """Dynamo fails a fullgraph function after 8 recompiles of one code object; the suite compiles
+    more workloads than that, each traced from a code object of its own (Dynamo alone, on CPU)."""
+    import torch
+
+    cases = [su.Case("t", "matmul", (8 + i, 6, 4), "nt", "") for i in range(10)] + [su.Case("t", "bmm", (2, 8, 6, 4), "nt", "")]
+    codes = set()
+    for c in cases:
+        fn = su.inductor_compile(su.torch_fn(c), backend="eager")
+        a, b = su.make_inputs(c, "cpu")
+        torch.testing.assert_close(fn(a, b), su.torch_fn(c)(a, b))
+        codes.add(fn.__wrapped__.__code__)
+    assert len(codes) == len(cases)
+    assert su.pretune_inductor(cases, "cpu", backend="eager") > 0
+
+
+def test_pretune_chunk_takes_the_next_workloads_of_the_set():
+    pending = [su.Case("a", "matmul", (n, 8, 8), "nt", "") for n in (8, 16, 32)] + [su.Case("b", "matmul", (8, 8, 8), "nt", "")]
+    assert su.pretune_chunk(pending[0], pending, set(), 2) == pending[:2]
+    assert su.pretune_chunk(pending[1], pending, {("a", pending[0].id)}, 8) == pending[1:3]
+    assert su.pretune_chunk(pending[1], pending, {("a", c.id) for c in pending[:2]}, 8) == []   # already pretuned
+    assert su.pretune_chunk(pending[3], pending, set(), 8) == []   # alone in its set
+    assert su.pretune_chunk(pending[0], pending, set(), 1) == []
+
+
+def test_run_id_is_validated():
+    with pytest.raises(SystemExit):
+        su.main(["--dry-run", "--out", "unused", "--run-id", "../x"])
+
+
+def test_inductor_compile_time_counts_the_pretuning_share():
+    rows = [_row("s", "a", "torch", 1.0), _row("s", "a", "inductor", 1.0, first_call_s=2.0,
+                                                inductor_pretune={"chunk": 4, "chunk_s": 20.0, "share_s": 5.0}),
+            _row("s", "b", "torch", 1.0), _row("s", "b", "inductor", 1.0, first_call_s=3.0, inductor_pretune=None)]
+    s = su.summarize(rows)["s"]
+    assert s["inductor_compile_s"] == {"n": 2, "mean": 5.0, "max": 7.0, "total": 10.0}
+    md = su.markdown({"run_id": "r1", "device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d"},
+                     rows, su.summarize(rows), {"eager": "E", "graph": "G"})
+    assert "total 10 s (5 s of it pretuning), mean 5.0 s, max 7.0 s over 2 workloads." in md

@@ -1,0 +1,190 @@
+"""Every number of README's Measured section that a GPU produces, in one resumable command.
+
+    python benchmarks/headline.py benchmarks/results/headline_h100 [--budget-s 540] [--readme README.md]
+    python benchmarks/headline.py OUT --dry-run
+
+Runs, each in a process of its own, into ``OUT``:
+
+1. ``suite``: ``benchmarks/suite.py`` over the alcop, heldout, models, conv2d and conv3d sets, with
+   Inductor on the alcop and heldout sets (``OUT/suite/``; resumable by workload);
+2. ``overhead``: ``benchmarks/overhead.py`` (``OUT/overhead/``);
+3. ``e2e``: ``benchmarks/e2e.py``, one model per process (``OUT/e2e/``, the models merged).
+
+A stage whose results are complete in ``OUT`` is skipped, so the same command, repeated, finishes
+the run within calls of limited length: ``--budget-s`` bounds one call, a stage is started only when
+the time it is expected to take (its longest duration in this run, or another e2e model's, else a default) fits in what
+is left or it is the call's first (then stopped when the budget is spent), and the suite gets what
+is left as its own budget. ``OUT/headline.json`` holds the run id,
+date, device and versions, and each stage's status and durations; a call on another device or with
+other versions refuses to resume. When every stage is complete, README's Measured section is
+rewritten from ``OUT`` (``benchmarks/readme_measured.py --gpu-results OUT``), citing the run id;
+``benchmarks/results/headline_h100`` is where ``readme_measured.py`` looks for a committed run.
+``--dry-run`` runs every stage's own dry run on CPU (the interpreter): it tests the driver and
+measures nothing (the README is then left alone unless ``--readme`` names another file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SUITE_SETS = "alcop,heldout,models,conv2d,conv3d"
+INDUCTOR_SETS = "alcop,heldout"
+E2E_MODELS = ("bert", "gpt2", "resnet50")
+# Seconds a stage is expected to take when this run has not timed it yet.
+DEFAULT_S = {"overhead": 120.0, "e2e": 240.0}
+MARGIN_S = 20.0   # process start-up and the README rewrite
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def suite_complete(out: Path) -> bool:
+    r = read_json(out / "suite" / "report.json")
+    return bool(r and r.get("progress") is not None and not r["progress"].get("left"))
+
+
+def e2e_missing(out: Path, models: Sequence[str]) -> list[str]:
+    r = read_json(out / "e2e" / "e2e.json")
+    have = {x["model"] for x in r["results"]} if r else set()
+    return [m for m in models if m not in have]
+
+
+def run_meta(dry_run: bool) -> dict[str, Any]:
+    import torch
+    import triton
+
+    sys.path.insert(0, str(ROOT))
+    import alcop_triton
+
+    device = (f"CPU ({platform.machine()}), interpreter: not a measurement" if dry_run
+              else torch.cuda.get_device_name())
+    return {"device": device, "torch": torch.__version__, "triton": triton.__version__,
+            "alcop": alcop_triton.__version__, "cuda": None if dry_run else torch.version.cuda,
+            "python": platform.python_version()}
+
+
+def start_or_resume(out: Path, meta: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+    """``OUT/headline.json``: a new run, or the one ``OUT`` holds if it is on this device and versions."""
+    path = out / "headline.json"
+    run = read_json(path)
+    if run is not None:
+        fixed = {k: meta[k] for k in ("device", "torch", "triton", "alcop")}
+        if {k: run[k] for k in fixed} != fixed or run["dry_run"] != dry_run:
+            raise SystemExit(f"headline: {out} holds run {run['run_id']} on {run['device']} (torch {run['torch']}, "
+                             f"Triton {run['triton']}, dry run {run['dry_run']}); this call is {fixed}, dry run "
+                             f"{dry_run}: use another OUT")
+        run["calls"] += 1
+    else:
+        now = _dt.datetime.now(_dt.timezone.utc)
+        run = {"run_id": now.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6], "date": now.date().isoformat(),
+               **meta, "dry_run": dry_run, "calls": 1, "stages": {}}
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(run, indent=1))
+    return run
+
+
+def stage_commands(out: Path, run: dict[str, Any], dry_run: bool) -> list[tuple[str, list[str], Callable[[], bool]]]:
+    """(stage, script arguments, is it complete?) in the order they run; the suite's budget is added
+    when it starts."""
+    py = [sys.executable]
+    dry = ["--dry-run"] if dry_run else []
+    stages: list[tuple[str, list[str], Callable[[], bool]]] = [
+        ("suite", py + [str(HERE / "suite.py"), "--out", str(out / "suite"), "--sets", SUITE_SETS,
+                        "--inductor-sets", INDUCTOR_SETS, "--run-id", run["run_id"]] + dry,
+         lambda: suite_complete(out)),
+        ("overhead", py + [str(HERE / "overhead.py"), "--out", str(out / "overhead")] + dry,
+         lambda: (out / "overhead" / "overhead.json").is_file())]
+
+    def e2e_done(model: str) -> Callable[[], bool]:
+        return lambda: not e2e_missing(out, [model])
+
+    for m in E2E_MODELS:
+        stages.append((f"e2e:{m}", py + [str(HERE / "e2e.py"), "--out", str(out / "e2e"), "--models", m] + dry,
+                       e2e_done(m)))
+    return stages
+
+
+def run_stages(out: Path, run: dict[str, Any], stages: Sequence[tuple[str, list[str], Callable[[], bool]]],
+               budget_s: float, execute: Callable[[list[str], float], int],
+               clock: Callable[[], float] = time.monotonic) -> bool:
+    """Run each incomplete stage that fits in the budget; True when every stage is complete."""
+    t0, ran = clock(), False
+    for name, cmd, complete in stages:
+        if complete():
+            continue
+        left = budget_s - MARGIN_S - (clock() - t0)
+        info = run["stages"].setdefault(name, {"calls": []})
+        kind = name.split(":")[0]   # e2e:<model>: another model's duration is the estimate until this one ran
+        same = [d for n, i in run["stages"].items() if n.split(":")[0] == kind for d in i["calls"]]
+        expect = max(info["calls"] or same, default=DEFAULT_S.get(kind, 0.0))
+        if name == "suite":
+            if left < 60:
+                break
+            cmd = cmd + ["--budget-s", f"{left:.0f}"]
+        elif expect > left and ran:   # the first stage of a call always starts, so every call makes progress
+            break
+        ran = True
+        s0 = clock()
+        rc = execute(cmd, max(left, 1.0))
+        info["calls"].append(round(clock() - s0, 1))
+        info["last_rc"] = rc
+        (out / "headline.json").write_text(json.dumps(run, indent=1))
+        if rc != 0 or not complete():
+            break   # a failed stage stops the call; an incomplete suite has used its budget
+    return all(complete() for _, _, complete in stages)
+
+
+def execute(cmd: list[str], timeout_s: float) -> int:
+    print("headline: " + " ".join(cmd), flush=True)
+    try:
+        return subprocess.run(cmd, cwd=ROOT, timeout=timeout_s).returncode
+    except subprocess.TimeoutExpired:
+        print(f"headline: stopped after {timeout_s:.0f} s", flush=True)
+        return 124
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", help="run directory (suite/, overhead/, e2e/, headline.json)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="stop cleanly before this many seconds")
+    ap.add_argument("--readme", default=None, help="README to rewrite when complete (default: the repository's, "
+                                                   "not in a dry run)")
+    ap.add_argument("--dry-run", action="store_true", help="every stage's CPU dry run: tests the driver")
+    a = ap.parse_args(argv)
+    out = Path(a.out).resolve()
+    if not a.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("headline: no CUDA device (use --dry-run to test the driver on CPU)", file=sys.stderr)
+            return 2
+    run = start_or_resume(out, run_meta(a.dry_run), a.dry_run)
+    done = run_stages(out, run, stage_commands(out, run, a.dry_run), a.budget_s, execute)
+    if not done:
+        left = [n for n, _, c in stage_commands(out, run, a.dry_run) if not c()]
+        print(f"headline: run {run['run_id']} incomplete ({', '.join(left)} left); run the same command again")
+        return 0
+    readme = a.readme or (None if a.dry_run else str(ROOT / "README.md"))
+    if readme:
+        rc = subprocess.run([sys.executable, str(HERE / "readme_measured.py"), "--readme", readme,
+                             "--gpu-results", str(out)], cwd=ROOT).returncode
+        if rc:
+            return rc
+    print(f"headline: run {run['run_id']} complete in {out}" + (f"; {readme} rewritten" if readme else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
