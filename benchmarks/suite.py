@@ -189,14 +189,13 @@ def impl_fn(impl: str, case: Case) -> Callable[..., Any] | None:
 # space and no ATen (cuBLAS) choice, no CUDA graphs of its own (the graph timer captures it like
 # everything else). What inductor_setup changes is only how the compile work is scheduled:
 #
-# * Inductor compiles a GEMM's template choices in its worker processes only once that pool is
-#   ready, and it starts the pool lazily at the first compile; until then, and again after the
-#   pool has been shut down 60 s after a compile ("quiesced"), the choices are compiled on threads
-#   of the calling process, where Triton's Python front end runs one at a time under the GIL. The
-#   pool is started and waited for once per process, and never quiesced.
+# * Inductor's own compile scheduling is left as it is. Starting its worker-process pool up front
+#   and never shutting it down (``warm_pool=True``, measured by benchmarks/probes/inductor_compile.py
+#   on the H100) made compiles slower, not faster: 11 s to start the pool, then 24.5 s and 7.0 s for
+#   the first two probe shapes against 10.0 s and 2.1 s with the defaults.
 # * Dynamo keeps compiled code on the Python code object and, with fullgraph=True, fails after 8
 #   recompiles of one code object: every workload gets a code object of its own.
-# * Optionally (``--inductor-pretune N``) one graph holding the next N workloads' products is
+# * Optionally (``--inductor-pretune N``, off by default: not measured faster) one graph holding the next N workloads' products is
 #   compiled first. Inductor submits the template compiles of all its GEMMs before benchmarking
 #   any, so they fill every worker; the timings land in Inductor's autotune cache (keyed by op,
 #   input sizes, strides and dtype and the choice's source), so each workload's own compile then
@@ -211,7 +210,7 @@ _INDUCTOR: dict[str, Any] = {}
 _COMPILED = itertools.count(1)
 
 
-def inductor_setup(cache_dir: str | None = None, warm_pool: bool = True) -> dict[str, Any]:
+def inductor_setup(cache_dir: str | None = None, warm_pool: bool = False) -> dict[str, Any]:
     """Configure Inductor once per process; the settings in force, to record with the run."""
     if _INDUCTOR:
         return _INDUCTOR
@@ -222,10 +221,10 @@ def inductor_setup(cache_dir: str | None = None, warm_pool: bool = True) -> dict
 
     ic.max_autotune_gemm_backends = "TRITON"
     ic.max_autotune_conv_backends = "TRITON"
-    if hasattr(ic, "quiesce_async_compile_pool"):
-        ic.quiesce_async_compile_pool = False
     pool_s = None
     if warm_pool:
+        if hasattr(ic, "quiesce_async_compile_pool"):
+            ic.quiesce_async_compile_pool = False
         from torch._inductor.async_compile import AsyncCompile
 
         t0 = time.perf_counter()
@@ -691,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="sets that also time Inductor max-autotune (compile time is large); '' for none")
     ap.add_argument("--inductor-cap-s", type=float, default=120.0,
                     help="after one Inductor compile takes longer than this, skip Inductor for the rest of its set")
-    ap.add_argument("--inductor-pretune", type=int, default=8,
+    ap.add_argument("--inductor-pretune", type=int, default=1,
                     help="compile one graph with the next N Inductor GEMM workloads first, filling the autotune "
                          "cache their own compiles then read; 1 for none")
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop cleanly before this many seconds")
