@@ -25,9 +25,9 @@ as the drop-ins run it (``kernels.matmul.aligned_workload``: K zero-padded, oper
 
 Candidates per workload: the analytical model's ``--top-k`` over its shortlist (split-K included), the
 model's best config of every split factor it offers, and what dispatch picks today from the
-measured neighbours. They are compiled first in worker processes, then each is checked against the
-runner's reference (output poisoned with NaN, normwise relative error <= 1e-2 against torch in float64,
-convolutions in float32 with TF32 off) and timed with the tuner's timer (``autotune.measure.time_gpu``:
+measured neighbours. They are compiled first in worker processes, then each is checked against torch's
+call in higher precision (output poisoned with NaN, normwise relative error <= 1e-2 against products in
+float64, convolutions in float32 with TF32 off) and timed with the tuner's timer (``autotune.measure.time_gpu``:
 CUDA graphs over rotating input copies, so L2 is cold; eager ``do_bench`` above ``SMALL_KERNEL_MS``).
 torch (``torch.matmul``, ``F.conv2d`` / ``F.conv3d`` with torch's default cuDNN settings) is timed the
 same way on the same inputs and recorded with ``"impl": "torch"``: the shipped table then holds
@@ -332,12 +332,17 @@ def torch_call(w: Workload) -> Callable[..., Any]:
     return lambda x, weight: conv(x, weight, None, p["stride"], p["pad"], p["dilation"], p["groups"])
 
 
-def reference(runner: Any, inputs: tuple[Any, ...]) -> Any:
-    """The runner's reference in float32: products in float64, convolutions in float32 with TF32 off."""
+def reference(w: Workload, inputs: tuple[Any, ...]) -> Any:
+    """torch's call (``torch_call``) on the inputs in higher precision, as float32: products in float64,
+    convolutions in float32 with cuDNN's TF32 off. Not rounded to the workload's dtype: a bf16 output
+    is judged against the exact result, not against another rounding of it."""
     import torch
 
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        return runner.reference(inputs).float()
+    from alcop_triton.config import tf32
+
+    dt = torch.float64 if w.op in ("matmul", "linear", "bmm") else torch.float32
+    with tf32(False):
+        return torch_call(w)(*(t.to(dt) for t in inputs)).float()
 
 
 class _Preset:
@@ -381,9 +386,8 @@ def measure_workload(called: Workload, w: Workload, configs: list[KernelConfig],
     todo = [c for c in configs if _pair_key(w, c) not in done]
     x: tuple[Any, ...] = ()
     if todo:
-        ref_runner = make_runner(w, todo[0], "cuda")
-        x = ref_runner.inputs(0)
-        ref = reference(ref_runner, x)
+        x = make_runner(w, todo[0], "cuda").inputs(0)
+        ref = reference(w, x)
     for c in todo:
         try:
             r = make_runner(w, c, "cuda")
@@ -408,6 +412,40 @@ def measure_workload(called: Workload, w: Workload, configs: list[KernelConfig],
             runner: Any = _TorchRunner(tw)
             ms, timer = time_gpu(_Preset(runner, x) if x and tw == w else runner, 0)
             write(record(tw, None, ms, None, meta, timer))
+
+
+def run_chunks(todo: list[Any], chunk: int, budget_s: float, t_start: float,
+               prepare: Callable[[list[Any]], list[Any]], measure: Callable[[Any], None],
+               clock: Callable[[], float] = time.time) -> int:
+    """``measure`` every item of ``prepare(part)`` for consecutive parts of ``chunk`` items of ``todo``.
+
+    Starts no part (its preparation and a workload) and no workload that would end past ``budget_s``
+    seconds after ``t_start`` if it took as long as the slowest so far; returns how many were measured."""
+    slowest = {"prepare": 0.0, "measure": 0.0}
+    measured = 0
+
+    def over_budget(*steps: str) -> bool:
+        if clock() - t_start + sum(slowest[s] for s in steps) <= budget_s:
+            return False
+        print(f"[table] budget of {budget_s:.0f}s reached after {clock() - t_start:.0f}s; rerun to continue",
+              flush=True)
+        return True
+
+    for i in range(0, len(todo), chunk):
+        if over_budget("prepare", "measure"):
+            break
+        t0 = clock()
+        items = prepare(todo[i:i + chunk])
+        slowest["prepare"] = max(slowest["prepare"], clock() - t0)
+        for item in items:
+            if over_budget("measure"):
+                return measured
+            t0 = clock()
+            measure(item)
+            slowest["measure"] = max(slowest["measure"], clock() - t0)
+            measured += 1
+        print(f"[table] {measured}/{len(todo)} workloads, {clock() - t_start:.0f}s", flush=True)
+    return measured
 
 
 # ----------------------------------------------------------------------------- installing a table
@@ -510,8 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suite", default=str(ROOT / "tests" / "data" / "alcop_suite.json"))
     ap.add_argument("--heldout", default=str(ROOT / "benchmarks" / "workloads" / "heldout.json"))
     ap.add_argument("--top-k", type=int, default=8)
-    ap.add_argument("--budget-s", type=float, default=540.0, help="stop starting new workloads after this")
-    ap.add_argument("--chunk", type=int, default=40, help="workloads compiled together before timing")
+    ap.add_argument("--budget-s", type=float, default=540.0,
+                    help="start no chunk or workload that would end past this, judged by the slowest so far")
+    ap.add_argument("--chunk", type=int, default=16, help="workloads compiled together before timing")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--install", action="store_true",
                     help="no measuring: merge OUT_DIR/default_*.jsonl into the shipped tables (--data-dir)")
@@ -551,16 +590,14 @@ def main(argv: list[str] | None = None) -> int:
         def write(rec: dict[str, Any]) -> None:
             f.write(json.dumps(rec) + "\n")
             f.flush()
-        for i in range(0, len(todo), a.chunk):
-            if time.time() - t_start > a.budget_s:
-                print(f"[table] budget of {a.budget_s:.0f}s reached; rerun to continue", flush=True)
-                break
-            chunk = [(called, w, candidates(w, spec, a.top_k, known)) for called, w in todo[i:i + a.chunk]]
-            precompile([(w, c) for _, w, cands in chunk for c in cands if _pair_key(w, c) not in done], a.workers)
-            for called, w, cands in chunk:
-                measure_workload(called, w, cands, done, meta, write)
-            print(f"[table] {min(i + a.chunk, len(todo))}/{len(todo)} workloads, {time.time() - t_start:.0f}s",
-                  flush=True)
+
+        def prepare(part: list[tuple[Workload, Workload]]) -> list[tuple[Workload, Workload, list[KernelConfig]]]:
+            out = [(called, w, candidates(w, spec, a.top_k, known)) for called, w in part]
+            precompile([(w, c) for _, w, cands in out for c in cands if _pair_key(w, c) not in done], a.workers)
+            return out
+
+        run_chunks(todo, a.chunk, a.budget_s, t_start, prepare,
+                   lambda item: measure_workload(*item, done, meta, write))
     summary = summarize(path, meta)
     write_summary(out_dir, summary)
     print(f"[table] {len(summary['rows'])} workloads measured, geomean {summary['geomean_speedup']:.3f}x torch",

@@ -307,3 +307,40 @@ def test_a_torch_timing_in_the_table_sends_patch_mode_to_torch(bt, tmp_path, mon
             torch.testing.assert_close(torch.matmul(a, b_fast).double(), want_fast, rtol=1e-5, atol=1e-5)
     assert fastpath.stats().to_torch == 2 and fastpath.stats().hits == 4
     fastpath.invalidate()
+
+
+def test_runs_stop_before_what_would_pass_the_budget(bt):
+    """A chunk's preparation and each workload take the fake clock's seconds; the run stops before a
+    chunk or workload that would end past the budget, judged by the slowest so far."""
+    now = [0.0]
+    cost = {"prepare": 10.0, **{i: 5.0 for i in range(10)}, 3: 30.0}
+    log: list[Any] = []
+
+    def prepare(part):
+        now[0] += cost["prepare"]
+        log.append(("prepare", part))
+        return part
+
+    def measure(item):
+        now[0] += cost[item]
+        log.append(item)
+
+    n = bt.run_chunks(list(range(10)), 4, 100.0, 0.0, prepare, measure, clock=lambda: now[0])
+    # 0-3 end at 55 s (3 took 30 s); the next chunk (10 s + 30 s) would end at 95 s: started; 4 ends at 70,
+    # 5 at 75, then 75 + 30 > 100: stopped before 6.
+    assert n == 6 and log == [("prepare", [0, 1, 2, 3]), 0, 1, 2, 3, ("prepare", [4, 5, 6, 7]), 4, 5]
+    assert bt.run_chunks([], 4, 100.0, 0.0, prepare, measure, clock=lambda: now[0]) == 0
+
+
+@pytest.mark.parametrize("w", [Workload("conv2d", (2, 9, 9, 8, 16, 3, 3, 2, 1, 1, 1), "bfloat16", "nhwc"),
+                               Workload("conv3d", (1, 4, 5, 5, 8, 16, 3, 3, 3, 1, 1, 1, 1), "float16", "nhwc"),
+                               Workload("bmm", (3, 20, 24, 16), "float16", "nn")])
+def test_torch_call_and_reference_compute_the_runners_workload(bt, w):
+    from alcop_triton.kernels.runner import make_runner
+    r = make_runner(w, KernelConfig(), "cpu")
+    x = r.inputs(0)
+    ref = bt.reference(w, x)
+    assert ref.dtype == torch.float32 and ref.shape == r.reference(x).shape
+    torch.testing.assert_close(ref, r.reference(x).float(), rtol=1e-2, atol=1e-2)  # the runner's, before rounding
+    got = bt.torch_call(w)(*x)
+    assert got.dtype == x[0].dtype and ((got.float() - ref).norm() / ref.norm()).item() <= 1e-2
