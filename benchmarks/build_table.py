@@ -15,6 +15,7 @@ Workloads are keyed as the drop-ins and patch mode key their calls (``kernels.ma
   channels_last (every distinct convolution, 1x1 ones included, as ``conv2d``, and the classifier);
 * ``conv2d``, ``conv3d``: the ALCOP suite's convolution layers, channels-last (as ``benchmarks/suite.py``);
 * ``resnet50``: ResNet-50's convolutions and classifier at batch 32 and 1;
+* ``models``: ``benchmarks/suite.py``'s set of LLM and vision GEMMs (``benchmarks/workloads/models.json``);
 * ``bert``, ``gpt2``, ``llama``, ``decode``, ``vit``, ``odd``: the GEMMs of BERT-base/large at 8 x 512,
   GPT-2 small at 8 x 1024 and decode, Llama-7B/70B (prefill and decode, M = 1, 8, 16, 64),
   Llama-3-8B-sized decode, ViT-B/L at batch 32, and odd sizes.
@@ -162,8 +163,10 @@ WORKLOAD_SETS: dict[str, list[Shape]] = {
 }
 SUITE_SETS = ("suite", "conv2d", "conv3d")
 """Sets read from the ALCOP suite file."""
-SETS: tuple[str, ...] = ("suite", "e2e", "conv2d", "conv3d", "resnet50", "bert", "gpt2", "llama", "decode", "vit",
-                         "odd")
+MODELS = ROOT / "benchmarks" / "workloads" / "models.json"
+"""``benchmarks/suite.py``'s ``models`` set (each workload with its layout)."""
+SETS: tuple[str, ...] = ("suite", "e2e", "conv2d", "conv3d", "resnet50", "models", "bert", "gpt2", "llama", "decode",
+                         "vit", "odd")
 """Every set, most valuable first (the default order of ``--sets``)."""
 
 
@@ -209,6 +212,8 @@ def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, 
     for s in sets:
         if s in SUITE_SETS:
             shapes += suite_set(s, json.loads(suite_path.read_text()))
+        elif s == "models":
+            shapes += [(x["op"], tuple(x["shape"]), x["layout"]) for x in json.loads(MODELS.read_text())["workloads"]]
         elif s in WORKLOAD_SETS:
             shapes += WORKLOAD_SETS[s]
         else:

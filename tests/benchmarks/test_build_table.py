@@ -66,7 +66,9 @@ def test_workload_list_covers_the_sets_in_both_dtypes_without_duplicates(bt, tmp
                  "conv2d:1x7x7x512x2048x1x1x1x0x1x1:bfloat16:nhwc", "conv2d:32x14x14x256x256x3x3x1x1x1x1:float16:nhwc",
                  # the ALCOP suite's conv layers, as the conv drop-in keys them (dilation, groups)
                  "conv2d:64x224x224x16x64x7x7x2x3x1x1:float16:nhwc",
-                 "conv3d:64x112x56x56x64x64x3x3x3x1x1x1x1:float16:nhwc"):
+                 "conv3d:64x112x56x56x64x64x3x3x3x1x1x1x1:float16:nhwc",
+                 # benchmarks/suite.py's models set, layouts as listed there
+                 "matmul:2048x15360x5120:float16:nt", "bmm:96x1024x64x1024:bfloat16:nn"):
         assert must in keys, must
     odd = dict(plan)[Workload("matmul", (999, 999, 999), "float16", "nt")]
     assert odd == Workload("matmul", (999, 999, 1000), "float16", "nt")  # measured as the drop-ins run it
