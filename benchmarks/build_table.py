@@ -304,8 +304,8 @@ def summarize(path: Path, meta: dict[str, Any]) -> dict[str, Any]:
         key = Workload.from_dict(d["workload"]).key()
         slot = torch_ms if d.get("impl") == "torch" else best
         slot[key] = min(slot.get(key, math.inf), float(d["time_ms"]))
-    rows = [{"workload": k, "alcop_ms": best[k], "torch_ms": torch_ms[k], "speedup": torch_ms[k] / best[k]}
-            for k in best if k in torch_ms]
+    rows: list[dict[str, Any]] = [{"workload": k, "alcop_ms": best[k], "torch_ms": torch_ms[k],
+                                   "speedup": torch_ms[k] / best[k]} for k in best if k in torch_ms]
     return {"meta": meta, "rows": rows, "geomean_speedup": geomean([r["speedup"] for r in rows]),
             "below_0.9": sum(r["speedup"] < 0.9 for r in rows)}
 
@@ -602,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
             return out
 
         run_chunks(todo, a.chunk, a.budget_s, t_start, prepare,
-                   lambda item: measure_workload(*item, done, meta, write))
+                   lambda item: measure_workload(item[0], item[1], item[2], done, meta, write))
     summary = summarize(path, meta)
     write_summary(out_dir, summary)
     print(f"[table] {len(summary['rows'])} workloads measured, geomean {summary['geomean_speedup']:.3f}x torch",
