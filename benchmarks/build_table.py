@@ -1,26 +1,50 @@
-"""Measure the shipped config tables: per GEMM workload a small model-ranked candidate set, timed on this GPU.
+"""Measure the shipped config tables: per workload a small model-ranked candidate set, timed on this GPU.
 
-    python benchmarks/build_table.py OUT_DIR [--dtypes float16,bfloat16] [--sets suite,bert,...] \
+    python benchmarks/build_table.py OUT_DIR [--dtypes float16,bfloat16] [--sets suite,e2e,...] \
         [--top-k 8] [--budget-s 540]
+    python benchmarks/build_table.py OUT_DIR --install     # no GPU: OUT_DIR's tables into alcop_triton/data/
 
-Workloads: the ALCOP dense + bmm suite, the GEMMs of BERT, GPT-2, Llama-7B/70B (prefill and decode,
-M = 1, 8, 16, 64), Llama-3-8B-sized decode, ViT and ResNet-50, and odd sizes, in each dtype; any shape listed in
-``benchmarks/workloads/heldout.json`` is left out, so the held-out evaluation stays unseen. A workload
-whose operand rows 16-byte loads cannot read is measured as the drop-ins run it
-(``kernels.matmul.aligned_workload``: K zero-padded, operands K-contiguous).
+Workloads are keyed as the drop-ins and patch mode key their calls (``kernels.matmul.workload_of``,
+``kernels.conv.workload_of``: op, shape, dtype and operand layout), so dispatch finds them. ``--sets``
+(comma-separated; measured in the order given, every set in the first dtype before the next dtype):
+
+* ``suite``: the ALCOP suite's dense and bmm shapes (``tests/data/alcop_suite.json``, B stored N x K);
+* ``e2e``: what ``benchmarks/e2e.py`` runs under patch mode: the BERT-base encoder at 16 x 512
+  tokens and GPT-2 small at 8 x 1024 (their linears, LM head, and attention's two products, which
+  ``torch.matmul`` on the permuted heads runs as ``nn`` bmm), and ResNet-50 at batch 64, 224x224,
+  channels_last (every distinct convolution, 1x1 ones included, as ``conv2d``, and the classifier);
+* ``conv2d``, ``conv3d``: the ALCOP suite's convolution layers, channels-last (as ``benchmarks/suite.py``);
+* ``resnet50``: ResNet-50's convolutions and classifier at batch 32 and 1;
+* ``models``: ``benchmarks/suite.py``'s set of LLM and vision GEMMs (``benchmarks/workloads/models.json``);
+* ``bert``, ``gpt2``, ``llama``, ``decode``, ``vit``, ``odd``: the GEMMs of BERT-base/large at 8 x 512,
+  GPT-2 small at 8 x 1024 and decode, Llama-7B/70B (prefill and decode, M = 1, 8, 16, 64),
+  Llama-3-8B-sized decode, ViT-B/L at batch 32, and odd sizes.
+
+Any shape listed in ``benchmarks/workloads/heldout.json`` is left out, in every dtype and layout, so
+the held-out evaluation stays unseen. A GEMM whose operand rows 16-byte loads cannot read is measured
+as the drop-ins run it (``kernels.matmul.aligned_workload``: K zero-padded, operands K-contiguous).
 
 Candidates per workload: the analytical model's ``--top-k`` over its shortlist (split-K included), the
 model's best config of every split factor it offers, and what dispatch picks today from the
-measured neighbours. They are compiled first in worker processes, then each is checked against torch
-(output poisoned with NaN, relative error <= 1e-2 against fp32) and timed with the tuner's timer
-(``autotune.measure.time_gpu``: CUDA graphs over rotating input copies, so L2 is cold; eager
-``do_bench`` above ``SMALL_KERNEL_MS``). torch.matmul is timed the same way on the same workload and
-recorded with ``"impl": "torch"``.
+measured neighbours. They are compiled first in worker processes, then each is checked against torch's
+call in higher precision (output poisoned with NaN, normwise relative error <= 1e-2 against products in
+float64, convolutions in float32 with TF32 off) and timed with the tuner's timer (``autotune.measure.time_gpu``:
+CUDA graphs over rotating input copies, so L2 is cold; eager ``do_bench`` above ``SMALL_KERNEL_MS``).
+torch (``torch.matmul``, ``F.conv2d`` / ``F.conv3d`` with torch's default cuDNN settings) is timed the
+same way on the same inputs and recorded with ``"impl": "torch"``: the shipped table then holds
+torch's time beside alcop's, and patch mode leaves a workload to torch where torch's is smaller.
 
 Output: ``OUT_DIR/default_<gpu>.jsonl`` (the ``alcop_triton/data/default_*.jsonl`` record format,
 device, versions, date and timer in every line), and ``OUT_DIR/build_table.{json,md}`` (best alcop
 against torch per workload). Resumable: a rerun skips what the file already holds, so calls of at
-most ``--budget-s`` seconds add up to the whole table.
+most ``--budget-s`` seconds add up to the whole table; the most valuable workloads come first, so a
+partial table is already useful.
+
+``--install`` (no GPU needed) merges ``OUT_DIR/default_*.jsonl`` into the shipped
+``alcop_triton/data/default_*.jsonl`` of the same name: measurements only (every line a valid GPU
+measurement naming its device, versions and date, and its timer where it has a time; torch lines
+kept, they become the records' ``torch_ms``), nothing held out; the new file's workloads replace the
+shipped lines of the same workload, the other shipped lines stay if they meet the same rule.
 """
 
 from __future__ import annotations
@@ -32,8 +56,9 @@ import math
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -41,44 +66,117 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from alcop_triton.records import KernelConfig, Workload, geomean  # noqa: E402
 
+Shape = tuple[str, tuple[int, ...], str]
+"""(op, shape, layout) of one workload, dtype aside."""
+
 DECODE_M = (1, 8, 16, 64)
 PREFILL_TOKENS = 2048
 
 
-def _linear_set(tokens: Iterable[int], nk: Iterable[tuple[int, int]]) -> list[tuple[int, ...]]:
-    return [(m, n, k) for m in tokens for n, k in nk]
+def _linear_set(tokens: Iterable[int], nk: Iterable[tuple[int, int]]) -> list[Shape]:
+    """Linear layers on ``tokens`` rows: weights stored N x K, as nn.Linear keeps them (layout "nt")."""
+    return [("matmul", (m, n, k), "nt") for m in tokens for n, k in nk]
 
 
-# (N, K) of each model's linear layers (weights stored N x K, as nn.Linear keeps them: layout "nt").
+def _conv_out(size: int, k: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - k) // stride + 1
+
+
+def conv2d_layer(n: int, size: int, ci: int, co: int, k: int, stride: int, pad: int) -> Shape:
+    """A square conv2d on a channels-last input as the conv drop-in keys it (``kernels.conv.workload_of``):
+    (N, H, W, CI, CO, KH, KW, stride, pad, dilation 1, 1 group), layout "nhwc"; a 1x1 convolution too."""
+    return ("conv2d", (n, size, size, ci, co, k, k, stride, pad, 1, 1), "nhwc")
+
+
+def transformer_layers(batch: int, seq: int, d: int, heads: int, ffn: int, vocab: int = 0) -> list[Shape]:
+    """The products of one ``benchmarks/e2e.py`` transformer layer (and its LM head) under patch mode.
+
+    Linears run on batch x seq rows. Attention's scores and P V are ``torch.matmul`` on the heads
+    permuted out of the fused QKV output: the batch dims cannot fold into a view, so both operands
+    are copied to contiguous (batch x heads, seq, head dim) and both products are "nn" bmm."""
+    rows, dh, bh = batch * seq, d // heads, batch * heads
+    out: list[Shape] = [("matmul", (rows, 3 * d, d), "nt"), ("bmm", (bh, seq, seq, dh), "nn"),
+                        ("bmm", (bh, seq, dh, seq), "nn"), ("matmul", (rows, d, d), "nt"),
+                        ("matmul", (rows, ffn, d), "nt"), ("matmul", (rows, d, ffn), "nt")]
+    if vocab:
+        out.append(("matmul", (rows, vocab, d), "nt"))
+    return out
+
+
+def resnet50_layers(batch: int, size: int = 224, base: int = 64, blocks: tuple[int, ...] = (3, 4, 6, 3),
+                    classes: int = 1000) -> list[Shape]:
+    """Every distinct convolution of torchvision's resnet50 (v1.5: stride on the 3x3; ``e2e.ResNet50``)
+    on a channels-last batch, in network order (7x7 stem, each stage's 1x1 / 3x3 / 1x1 and its strided
+    1x1 downsample), then the classifier."""
+    out = [conv2d_layer(batch, size, 3, base, 7, 2, 3)]
+    s, cin = _conv_out(_conv_out(size, 7, 2, 3), 3, 2, 1), base  # the stem's stride and its 3x3/2 max-pool
+    for i, n in enumerate(blocks):
+        width = base * 2 ** i
+        cout = 4 * width
+        for j in range(n):
+            stride = 2 if j == 0 and i > 0 else 1
+            so = _conv_out(s, 3, stride, 1)
+            out += [conv2d_layer(batch, s, cin, width, 1, 1, 0), conv2d_layer(batch, s, width, width, 3, stride, 1),
+                    conv2d_layer(batch, so, width, cout, 1, 1, 0)]
+            if stride != 1 or cin != cout:
+                out.append(conv2d_layer(batch, s, cin, cout, 1, stride, 0))
+            s, cin = so, cout
+    out.append(("matmul", (batch, classes, cin), "nt"))
+    return list(dict.fromkeys(out))
+
+
+# benchmarks/e2e.py's models and inputs (its module docstring).
+E2E_BERT = dict(batch=16, seq=512, d=768, heads=12, ffn=3072)
+E2E_GPT2 = dict(batch=8, seq=1024, d=768, heads=12, ffn=3072, vocab=50257)
+E2E_RESNET_BATCH = 64
+
+# (N, K) of each model's linear layers.
 _BERT_BASE = [(2304, 768), (768, 768), (3072, 768), (768, 3072)]
 _BERT_LARGE = [(3072, 1024), (1024, 1024), (4096, 1024), (1024, 4096)]
 _LLAMA7B = [(12288, 4096), (4096, 4096), (11008, 4096), (4096, 11008), (32000, 4096)]
 _LLAMA70B = [(10240, 8192), (8192, 8192), (28672, 8192), (8192, 28672)]
 
-WORKLOAD_SETS: dict[str, list[tuple[str, tuple[int, ...]]]] = {
+WORKLOAD_SETS: dict[str, list[Shape]] = {
+    # What benchmarks/e2e.py runs under patch mode.
+    "e2e": transformer_layers(**E2E_BERT) + transformer_layers(**E2E_GPT2) + resnet50_layers(E2E_RESNET_BATCH),
+    # ResNet-50 at the other batch sizes.
+    "resnet50": resnet50_layers(32) + resnet50_layers(1),
     # BERT-base/large at batch 8 x 512 tokens, their attention bmm (batch x heads, seq, seq, head dim).
-    "bert": [("matmul", s) for s in _linear_set([4096], _BERT_BASE + _BERT_LARGE)]
-    + [("bmm", (96, 512, 512, 64)), ("bmm", (96, 512, 64, 512)), ("bmm", (128, 512, 512, 64))],
+    "bert": _linear_set([4096], _BERT_BASE + _BERT_LARGE)
+    + [("bmm", (96, 512, 512, 64), "nt"), ("bmm", (96, 512, 64, 512), "nt"), ("bmm", (128, 512, 512, 64), "nt")],
     # GPT-2 small at batch 8 x 1024 tokens, its LM head, and decode at batch 8.
-    "gpt2": [("matmul", s) for s in _linear_set([8192, 8], _BERT_BASE) + [(1024, 50257, 768), (8, 50257, 768)]]
-    + [("bmm", (96, 1024, 1024, 64)), ("bmm", (96, 1024, 64, 1024))],
+    "gpt2": _linear_set([8192, 8], _BERT_BASE) + _linear_set([1024, 8], [(50257, 768)])
+    + [("bmm", (96, 1024, 1024, 64), "nt"), ("bmm", (96, 1024, 64, 1024), "nt")],
     # Llama-7B and 70B: prefill of 2048 tokens, decode at batch M; attention with head dim 128.
-    "llama": [("matmul", s) for s in _linear_set((PREFILL_TOKENS,) + DECODE_M, _LLAMA7B + _LLAMA70B)]
-    + [("bmm", (32, 2048, 2048, 128)), ("bmm", (32, 2048, 128, 2048)), ("bmm", (64, 2048, 2048, 128))],
+    "llama": _linear_set((PREFILL_TOKENS,) + DECODE_M, _LLAMA7B + _LLAMA70B)
+    + [("bmm", (32, 2048, 2048, 128), "nt"), ("bmm", (32, 2048, 128, 2048), "nt"),
+       ("bmm", (64, 2048, 2048, 128), "nt")],
     # Decode GEMMs of 7B-8B models (MLP widths 11008 and 14336).
-    "decode": [("matmul", (m, n, k)) for m in DECODE_M for n in (4096, 11008, 14336) for k in (4096, 11008, 14336)],
+    "decode": [("matmul", (m, n, k), "nt") for m in DECODE_M for n in (4096, 11008, 14336)
+               for k in (4096, 11008, 14336)],
     # ViT-B/16 and ViT-L/16 at batch 32 (197 tokens each).
-    "vit": [("matmul", s) for s in _linear_set([32 * 197], _BERT_BASE + _BERT_LARGE)],
-    # ResNet-50 at batch 32: the 1x1 convolutions as GEMMs (NHWC rows) and the classifier.
-    "resnet50": [("matmul", s) for s in [(100352, 64, 64), (100352, 256, 64), (100352, 64, 256), (25088, 128, 512),
-                                         (25088, 512, 128), (6272, 256, 1024), (6272, 1024, 256), (1568, 512, 2048),
-                                         (1568, 2048, 512), (32, 1000, 2048)]],
+    "vit": _linear_set([32 * 197], _BERT_BASE + _BERT_LARGE),
     # Odd sizes (no dim a multiple of 8): measured as the drop-ins run them, K padded (aligned_workload).
-    "odd": [("matmul", s) for s in [(333, 777, 1111), (999, 999, 999), (1531, 1531, 1531), (2049, 2049, 2049),
-                                    (4095, 4095, 4095), (511, 3001, 767), (3007, 1003, 509), (259, 5003, 2051)]]
-    + [("bmm", (12, 511, 511, 65)), ("bmm", (7, 1001, 999, 257))],
+    "odd": [("matmul", s, "nt") for s in [(333, 777, 1111), (999, 999, 999), (1531, 1531, 1531), (2049, 2049, 2049),
+                                          (4095, 4095, 4095), (511, 3001, 767), (3007, 1003, 509), (259, 5003, 2051)]]
+    + [("bmm", (12, 511, 511, 65), "nt"), ("bmm", (7, 1001, 999, 257), "nt")],
 }
-SETS: tuple[str, ...] = ("suite",) + tuple(WORKLOAD_SETS)
+SUITE_SETS = ("suite", "conv2d", "conv3d")
+"""Sets read from the ALCOP suite file."""
+MODELS = ROOT / "benchmarks" / "workloads" / "models.json"
+"""``benchmarks/suite.py``'s ``models`` set (each workload with its layout)."""
+SETS: tuple[str, ...] = ("suite", "e2e", "conv2d", "conv3d", "resnet50", "models", "bert", "gpt2", "llama", "decode",
+                         "vit", "odd")
+"""Every set, most valuable first (the default order of ``--sets``)."""
+
+
+def suite_set(name: str, suite: dict[str, Any]) -> list[Shape]:
+    """A set of the ALCOP suite: its dense and bmm shapes (B stored N x K), or its channels-last conv layers
+    (the suite's (..., stride, pad) with dilation 1 and one group appended, as the conv drop-in keys them)."""
+    if name == "suite":
+        return ([("matmul", tuple(x), "nt") for x in suite["dense"]["shapes_MNK"]]
+                + [("bmm", tuple(x), "nt") for x in suite["bmm"]["shapes_BMNK"]])
+    return [(name, tuple(x) + (1, 1), "nhwc") for x in suite[name]["shapes"]]
 
 
 def _heldout_keys(path: Path) -> set[tuple[str, tuple[int, ...]]]:
@@ -107,14 +205,15 @@ def _heldout_keys(path: Path) -> set[tuple[str, tuple[int, ...]]]:
 
 def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, heldout_path: Path
                   ) -> tuple[list[tuple[Workload, Workload]], list[Workload]]:
-    """``([(as called, as measured)], left out as held out)``, de-duplicated, in set order."""
+    """``([(as called, as measured)], left out as held out)``, de-duplicated; every set in the first
+    dtype, in the order given, then the next dtype."""
     from alcop_triton.kernels.matmul import aligned_workload
-    shapes: list[tuple[str, tuple[int, ...]]] = []
+    shapes: list[Shape] = []
     for s in sets:
-        if s == "suite":
-            suite = json.loads(suite_path.read_text())
-            shapes += [("matmul", tuple(x)) for x in suite["dense"]["shapes_MNK"]]
-            shapes += [("bmm", tuple(x)) for x in suite["bmm"]["shapes_BMNK"]]
+        if s in SUITE_SETS:
+            shapes += suite_set(s, json.loads(suite_path.read_text()))
+        elif s == "models":
+            shapes += [(x["op"], tuple(x["shape"]), x["layout"]) for x in json.loads(MODELS.read_text())["workloads"]]
         elif s in WORKLOAD_SETS:
             shapes += WORKLOAD_SETS[s]
         else:
@@ -124,8 +223,8 @@ def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, 
     skipped: list[Workload] = []
     seen: set[Workload] = set()
     for dtype in dtypes:
-        for op, shape in shapes:
-            w = Workload(op, shape, dtype, "nt")
+        for op, shape, layout in shapes:
+            w = Workload(op, shape, dtype, layout)
             if w in seen:
                 continue
             seen.add(w)
@@ -205,8 +304,8 @@ def summarize(path: Path, meta: dict[str, Any]) -> dict[str, Any]:
         key = Workload.from_dict(d["workload"]).key()
         slot = torch_ms if d.get("impl") == "torch" else best
         slot[key] = min(slot.get(key, math.inf), float(d["time_ms"]))
-    rows = [{"workload": k, "alcop_ms": best[k], "torch_ms": torch_ms[k], "speedup": torch_ms[k] / best[k]}
-            for k in best if k in torch_ms]
+    rows: list[dict[str, Any]] = [{"workload": k, "alcop_ms": best[k], "torch_ms": torch_ms[k],
+                                   "speedup": torch_ms[k] / best[k]} for k in best if k in torch_ms]
     return {"meta": meta, "rows": rows, "geomean_speedup": geomean([r["speedup"] for r in rows]),
             "below_0.9": sum(r["speedup"] < 0.9 for r in rows)}
 
@@ -217,29 +316,68 @@ def write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
     lines = [f"# Shipped-table measurements: {m.get('device', '?')}", "",
              f"triton {m.get('triton')}, torch {m.get('torch')}, alcop {m.get('alcop')}, {m.get('date')}; "
              "timer: autotune.measure.time_gpu (CUDA graphs over rotating input copies below its threshold, "
-             "do_bench above), both for alcop's best candidate and for torch.matmul.", "",
-             f"{len(summary['rows'])} workloads, geomean speedup over torch {summary['geomean_speedup']:.3f}x, "
-             f"{summary['below_0.9']} below 0.9x.", "",
+             "do_bench above), both for alcop's best candidate and for torch (torch.matmul, F.conv2d, F.conv3d).",
+             "", f"{len(summary['rows'])} workloads, geomean speedup over torch {summary['geomean_speedup']:.3f}x, "
+             f"{summary['below_0.9']} below 0.9x (patch mode leaves those below 1x to torch).", "",
              "| workload | alcop ms | torch ms | speedup |", "|---|---|---|---|"]
     for r in sorted(summary["rows"], key=lambda r: r["speedup"]):
         lines.append(f"| {r['workload']} | {r['alcop_ms']:.4f} | {r['torch_ms']:.4f} | {r['speedup']:.2f}x |")
     (out_dir / "build_table.md").write_text("\n".join(lines) + "\n")
 
 
+def torch_call(w: Workload) -> Callable[..., Any]:
+    """What torch runs on a runner's inputs of ``w`` ((a, b), or (x, weight) of a convolution)."""
+    import torch
+    import torch.nn.functional as F
+
+    if w.op in ("matmul", "linear", "bmm"):
+        return torch.matmul
+    p = w.conv_params()
+    conv = {"conv1d": F.conv1d, "conv2d": F.conv2d, "conv3d": F.conv3d}[w.op]
+    return lambda x, weight: conv(x, weight, None, p["stride"], p["pad"], p["dilation"], p["groups"])
+
+
+def reference(w: Workload, inputs: tuple[Any, ...]) -> Any:
+    """torch's call (``torch_call``) on the inputs in higher precision, as float32: products in float64,
+    convolutions in float32 with cuDNN's TF32 off. Not rounded to the workload's dtype: a bf16 output
+    is judged against the exact result, not against another rounding of it."""
+    import torch
+
+    from alcop_triton.config import tf32
+
+    dt = torch.float64 if w.op in ("matmul", "linear", "bmm") else torch.float32
+    with tf32(False):
+        return torch_call(w)(*(t.to(dt) for t in inputs)).float()
+
+
+class _Preset:
+    """``runner`` with the inputs of seed 0 already made (random inputs of the largest convolutions take
+    seconds to draw); the timer's other seeds are drawn fresh, everything else is the runner's."""
+
+    def __init__(self, runner: Any, inputs: tuple[Any, ...]) -> None:
+        self._r, self._x = runner, inputs
+
+    def inputs(self, seed: int) -> tuple[Any, ...]:
+        return self._x if seed == 0 else self._r.inputs(seed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._r, name)
+
+
 class _TorchRunner:
-    """torch.matmul on a workload's inputs, with the runner interface ``measure.time_gpu`` times."""
+    """torch's call on a workload's inputs (``torch_call``), with the runner interface ``measure.time_gpu`` times."""
 
     def __init__(self, w: Workload) -> None:
         from alcop_triton.kernels.runner import make_runner
         self._r = make_runner(w, KernelConfig(), "cuda")
-        self.workload = w  # the timer's rotating input sets are shared with alcop's runs of this workload
+        self._fn = torch_call(w)
+        self.workload = w
 
     def inputs(self, seed: int) -> tuple[Any, ...]:
         return self._r.inputs(seed)
 
     def run(self, inputs: tuple[Any, ...]) -> Any:
-        import torch
-        return torch.matmul(inputs[0], inputs[1])
+        return self._fn(*inputs)
 
 
 def measure_workload(called: Workload, w: Workload, configs: list[KernelConfig], done: set[str], meta: dict[str, Any],
@@ -250,23 +388,24 @@ def measure_workload(called: Workload, w: Workload, configs: list[KernelConfig],
 
     from alcop_triton.autotune.measure import time_gpu
     from alcop_triton.kernels.runner import make_runner
-    ref_runner = make_runner(w, configs[0], "cuda")
-    x = ref_runner.inputs(0)
-    ref = x[0].float() @ x[1].float()
-    for c in configs:
-        if _pair_key(w, c) in done:
-            continue
+    todo = [c for c in configs if _pair_key(w, c) not in done]
+    x: tuple[Any, ...] = ()
+    if todo:
+        x = make_runner(w, todo[0], "cuda").inputs(0)
+        ref = reference(w, x)
+    for c in todo:
         try:
             r = make_runner(w, c, "cuda")
             launch, out = r.bind(x)
             out.fill_(float("nan"))
-            launch()
+            if launch is not None:
+                launch()
             torch.cuda.synchronize()
             err = ((out.float() - ref).norm() / ref.norm()).item()
             if not err <= 1e-2:
                 write(record(w, c, None, "wrong_answer", meta, message=f"relative error {err:.3g}", called_as=called))
                 continue
-            ms, timer = time_gpu(r, 0)
+            ms, timer = time_gpu(_Preset(r, x), 0)
             write(record(w, c, ms, None, meta, timer, called_as=called))
         except Exception as e:  # recorded, never dropped: a failed config is never dispatched
             msg = f"{type(e).__name__}: {str(e)[:300]}"
@@ -275,8 +414,135 @@ def measure_workload(called: Workload, w: Workload, configs: list[KernelConfig],
             write(record(w, c, None, kind, meta, message=msg, called_as=called))
     for tw in dict.fromkeys((w, called)):  # torch on the padded shape the kernel ran, and on the user's
         if _pair_key(tw, None) not in done:
-            ms, timer = time_gpu(_TorchRunner(tw), 0)
+            runner: Any = _TorchRunner(tw)
+            ms, timer = time_gpu(_Preset(runner, x) if x and tw == w else runner, 0)
             write(record(tw, None, ms, None, meta, timer))
+
+
+def run_chunks(todo: list[Any], chunk: int, budget_s: float, t_start: float,
+               prepare: Callable[[list[Any]], list[Any]], measure: Callable[[Any], None],
+               clock: Callable[[], float] = time.time) -> int:
+    """``measure`` every item of ``prepare(part)`` for consecutive parts of ``chunk`` items of ``todo``.
+
+    Starts no part (its preparation and a workload) and no workload that would end past ``budget_s``
+    seconds after ``t_start`` if it took as long as the slowest so far; returns how many were measured."""
+    slowest = {"prepare": 0.0, "measure": 0.0}
+    measured = 0
+
+    def over_budget(*steps: str) -> bool:
+        if clock() - t_start + sum(slowest[s] for s in steps) <= budget_s:
+            return False
+        print(f"[table] budget of {budget_s:.0f}s reached after {clock() - t_start:.0f}s; rerun to continue",
+              flush=True)
+        return True
+
+    for i in range(0, len(todo), chunk):
+        if over_budget("prepare", "measure"):
+            break
+        t0 = clock()
+        items = prepare(todo[i:i + chunk])
+        slowest["prepare"] = max(slowest["prepare"], clock() - t0)
+        for item in items:
+            if over_budget("measure"):
+                return measured
+            t0 = clock()
+            measure(item)
+            slowest["measure"] = max(slowest["measure"], clock() - t0)
+            measured += 1
+        print(f"[table] {measured}/{len(todo)} workloads, {clock() - t_start:.0f}s", flush=True)
+    return measured
+
+
+# ----------------------------------------------------------------------------- installing a table
+
+MEASUREMENT_FIELDS = ("gpu", "cc", "device", "triton", "torch", "alcop", "date")
+"""What every shipped line names: the GPU it was measured on, the versions and the date."""
+
+
+def line_problem(line: str, held: set[tuple[str, tuple[int, ...]]]) -> str | None:
+    """Why a JSON line may not be shipped, or None for a GPU measurement that may: a valid alcop record
+    (``database.parse_line``) or a torch timing, naming ``MEASUREMENT_FIELDS``, its timer where it has a
+    time, and no held-out shape."""
+    from alcop_triton.autotune.database import parse_line
+    from alcop_triton.errors import DatabaseError
+    try:
+        rec = parse_line(line)
+    except DatabaseError as exc:
+        return str(exc)
+    d = json.loads(line)
+    if rec is None:
+        t = d.get("time_ms")
+        if d.get("impl") != "torch" or d.get("config") is not None:
+            return f"impl={d.get('impl')!r}: only alcop records and torch timings are shipped"
+        if d.get("error") is not None or isinstance(t, bool) or not isinstance(t, (int, float)) \
+                or not math.isfinite(t) or t <= 0:
+            return f"a torch line needs a finite time > 0 and no error, got time_ms={t!r}, error={d.get('error')!r}"
+    missing = [k for k in MEASUREMENT_FIELDS if not isinstance(d.get(k), str) or not d[k]]
+    if missing:
+        return f"names no {', '.join(missing)}"
+    if d.get("time_ms") is not None and not d.get("timer"):
+        return "a time without the timer that took it"
+    for key in ("workload", "called_as"):
+        if key in d:
+            try:
+                w = Workload.from_dict(d[key])
+            except (KeyError, TypeError, ValueError) as exc:
+                return f"{key}: {exc}"
+            if (w.op, w.gemm_dims()) in held:
+                return f"{w.key()} is held out"
+    return None
+
+
+def _measured_on(line: str) -> tuple[Workload, str, str]:
+    d = json.loads(line)
+    return Workload.from_dict(d["workload"]), str(d["gpu"]), str(d["cc"])
+
+
+def _shippable(path: Path, held: set[tuple[str, tuple[int, ...]]]) -> tuple[list[str], list[str]]:
+    """(lines that may be shipped, reasons for the others) of a JSONL file."""
+    ok: list[str] = []
+    bad: list[str] = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            why = line_problem(line, held)
+            if why is None:
+                ok.append(line)
+            else:
+                bad.append(f"line {i}: {why}")
+    return ok, bad
+
+
+def install(out_dir: Path, data_dir: Path, heldout_path: Path) -> dict[str, dict[str, Any]]:
+    """Merge every ``out_dir/default_*.jsonl`` into ``data_dir``'s file of the same name (see the module
+    docstring); returns per file how many lines were installed, kept, replaced and refused, and why."""
+    from alcop_triton.autotune.database import atomic_write_text
+    held = _heldout_keys(heldout_path)
+    report: dict[str, dict[str, Any]] = {}
+    for src in sorted(out_dir.glob("default_*.jsonl")):
+        dst = data_dir / src.name
+        new, refused = _shippable(src, held)
+        old, dropped = _shippable(dst, held) if dst.exists() else ([], [])
+        measured = {_measured_on(line) for line in new}
+        kept = [line for line in old if _measured_on(line) not in measured]
+        lines = list(dict.fromkeys(kept + new))
+        if lines:
+            atomic_write_text(dst, "".join(line + "\n" for line in lines))
+        report[src.name] = {"installed": len(new), "kept": len(kept), "replaced": len(old) - len(kept),
+                            "refused": refused, "dropped": dropped, "lines": len(lines)}
+    return report
+
+
+def _print_install(report: dict[str, dict[str, Any]], data_dir: Path) -> None:
+    if not report:
+        print("[table] --install: no default_*.jsonl in the output directory")
+    for name, r in report.items():
+        print(f"[table] {data_dir / name}: {r['lines']} lines ({r['installed']} measured now, {r['kept']} kept, "
+              f"{r['replaced']} replaced by new measurements)")
+        for what in ("refused", "dropped"):
+            if r[what]:
+                why = Counter(s.split(": ", 1)[1] for s in r[what])
+                print(f"[table]   {len(r[what])} {what} ({'new' if what == 'refused' else 'shipped'} lines): "
+                      + "; ".join(f"{n} x {reason}" for reason, n in why.most_common(5)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,11 +553,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--suite", default=str(ROOT / "tests" / "data" / "alcop_suite.json"))
     ap.add_argument("--heldout", default=str(ROOT / "benchmarks" / "workloads" / "heldout.json"))
     ap.add_argument("--top-k", type=int, default=8)
-    ap.add_argument("--budget-s", type=float, default=540.0, help="stop starting new workloads after this")
-    ap.add_argument("--chunk", type=int, default=40, help="workloads compiled together before timing")
+    ap.add_argument("--budget-s", type=float, default=540.0,
+                    help="start no chunk or workload that would end past this, judged by the slowest so far")
+    ap.add_argument("--chunk", type=int, default=16, help="workloads compiled together before timing")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--install", action="store_true",
+                    help="no measuring: merge OUT_DIR/default_*.jsonl into the shipped tables (--data-dir)")
+    ap.add_argument("--data-dir", default=str(ROOT / "alcop_triton" / "data"))
     a = ap.parse_args(argv)
     t_start = time.time()
+    if a.install:
+        report = install(Path(a.out_dir), Path(a.data_dir), Path(a.heldout))
+        _print_install(report, Path(a.data_dir))
+        return 0 if report else 1
 
     import torch
     import triton
@@ -321,16 +595,14 @@ def main(argv: list[str] | None = None) -> int:
         def write(rec: dict[str, Any]) -> None:
             f.write(json.dumps(rec) + "\n")
             f.flush()
-        for i in range(0, len(todo), a.chunk):
-            if time.time() - t_start > a.budget_s:
-                print(f"[table] budget of {a.budget_s:.0f}s reached; rerun to continue", flush=True)
-                break
-            chunk = [(called, w, candidates(w, spec, a.top_k, known)) for called, w in todo[i:i + a.chunk]]
-            precompile([(w, c) for _, w, cands in chunk for c in cands if _pair_key(w, c) not in done], a.workers)
-            for called, w, cands in chunk:
-                measure_workload(called, w, cands, done, meta, write)
-            print(f"[table] {min(i + a.chunk, len(todo))}/{len(todo)} workloads, {time.time() - t_start:.0f}s",
-                  flush=True)
+
+        def prepare(part: list[tuple[Workload, Workload]]) -> list[tuple[Workload, Workload, list[KernelConfig]]]:
+            out = [(called, w, candidates(w, spec, a.top_k, known)) for called, w in part]
+            precompile([(w, c) for _, w, cands in out for c in cands if _pair_key(w, c) not in done], a.workers)
+            return out
+
+        run_chunks(todo, a.chunk, a.budget_s, t_start, prepare,
+                   lambda item: measure_workload(item[0], item[1], item[2], done, meta, write))
     summary = summarize(path, meta)
     write_summary(out_dir, summary)
     print(f"[table] {len(summary['rows'])} workloads measured, geomean {summary['geomean_speedup']:.3f}x torch",

@@ -1,47 +1,90 @@
-"""benchmarks/build_table.py's CPU side: the workload list, candidate sets, record format and resuming."""
+"""benchmarks/build_table.py's CPU side: the workload list (keyed as the drop-ins key their calls),
+candidate sets, record format, resuming, installing a table, and a torch timing reaching patch mode."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import inspect
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
-from alcop_triton.autotune.database import parse_line
+import alcop_triton as at
+from alcop_triton import config_choice, custom_ops, fastpath
+from alcop_triton.autotune import dispatch as dmod
+from alcop_triton.autotune.database import RecordSkipped, parse_line, read_jsonl
 from alcop_triton.autotune.space import shape_reason
 from alcop_triton.model.hardware import get_spec
 from alcop_triton.records import KernelConfig, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "tests" / "data" / "alcop_suite.json"
+HELDOUT = ROOT / "benchmarks" / "workloads" / "heldout.json"
 SPEC = get_spec("H100")
 META = {"gpu": "H100", "device": "NVIDIA H100 80GB HBM3", "cc": "9.0", "mma": "wgmma", "triton": "3.6.0",
         "torch": "2.11.0", "alcop": "0.1.0", "date": "2026-11-22"}
 
 
-@pytest.fixture(scope="module")
-def bt():
+def _load(name: str) -> Any:
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("build_table", ROOT / "benchmarks" / "build_table.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[f"bench_{name}"] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="module")
+def bt():
+    return _load("build_table")
+
+
+@pytest.fixture(scope="module")
+def e2e():
+    return _load("e2e")
 
 
 def test_workload_list_covers_the_sets_in_both_dtypes_without_duplicates(bt, tmp_path):
     plan, skipped = bt.workload_list(bt.SETS, ["float16", "bfloat16"], SUITE, tmp_path / "absent.json")
     called = [c for c, _ in plan]
     assert len(called) == len(set(called)) and not skipped
-    assert {w.dtype for w in called} == {"float16", "bfloat16"} and {w.layout for w in called} == {"nt"}
+    assert {w.dtype for w in called} == {"float16", "bfloat16"} and {w.layout for w in called} == {"nt", "nn", "nhwc"}
     keys = {w.key() for w in called}
     for must in ("matmul:1024x768x768:float16:nt", "bmm:32x2048x2048x128:bfloat16:nt",
                  "matmul:16x4096x14336:float16:nt", "matmul:2048x28672x8192:float16:nt",
-                 "matmul:6304x3072x768:bfloat16:nt", "matmul:32x1000x2048:float16:nt"):
-        assert must in keys
+                 "matmul:6304x3072x768:bfloat16:nt", "matmul:32x1000x2048:float16:nt",
+                 # e2e.py: BERT-base 16 x 512 and GPT-2 8 x 1024 (attention as nn bmm), ResNet-50 batch 64
+                 "matmul:8192x2304x768:float16:nt", "matmul:8192x768x3072:float16:nt", "bmm:192x512x512x64:float16:nn",
+                 "bmm:192x512x64x512:float16:nn", "bmm:96x1024x1024x64:float16:nn", "bmm:96x1024x64x1024:float16:nn",
+                 "matmul:8192x50257x768:float16:nt", "conv2d:64x224x224x3x64x7x7x2x3x1x1:float16:nhwc",
+                 "conv2d:64x56x56x256x512x1x1x2x0x1x1:float16:nhwc", "matmul:64x1000x2048:float16:nt",
+                 "conv2d:1x7x7x512x2048x1x1x1x0x1x1:bfloat16:nhwc", "conv2d:32x14x14x256x256x3x3x1x1x1x1:float16:nhwc",
+                 # the ALCOP suite's conv layers, as the conv drop-in keys them (dilation, groups)
+                 "conv2d:64x224x224x16x64x7x7x2x3x1x1:float16:nhwc",
+                 "conv3d:64x112x56x56x64x64x3x3x3x1x1x1x1:float16:nhwc",
+                 # benchmarks/suite.py's models set, layouts as listed there
+                 "matmul:2048x15360x5120:float16:nt", "bmm:96x1024x64x1024:bfloat16:nn"):
+        assert must in keys, must
     odd = dict(plan)[Workload("matmul", (999, 999, 999), "float16", "nt")]
     assert odd == Workload("matmul", (999, 999, 1000), "float16", "nt")  # measured as the drop-ins run it
+
+
+def test_plan_puts_the_valuable_workloads_first(bt, tmp_path):
+    plan, _ = bt.workload_list(bt.SETS, ["float16", "bfloat16"], SUITE, HELDOUT)
+    called = [c for c, _ in plan]
+    dtypes = [w.dtype for w in called]
+    assert dtypes == sorted(dtypes, key=lambda d: d != "float16")  # every fp16 workload before any bf16 one
+    first, _ = bt.workload_list(["suite", "e2e", "conv2d", "conv3d"], ["float16"], SUITE, HELDOUT)
+    assert called[:len(first)] == [c for c, _ in first]
+    rn64 = {Workload(op, s, "float16", lay) for op, s, lay in bt.resnet50_layers(64)}
+    assert rn64 <= set(called[:len(first)])  # ResNet-50 at batch 64 is part of the e2e set
+    for name in bt.SETS:
+        assert f"``{name}``" in bt.__doc__  # every --sets value is documented
 
 
 def test_heldout_shapes_are_left_out_in_every_dtype(bt, tmp_path):
@@ -53,8 +96,80 @@ def test_heldout_shapes_are_left_out_in_every_dtype(bt, tmp_path):
                                                                             ("bmm", "32x2048x2048x128"))
                                           for d in ("float16", "bfloat16")}
     assert not {w for _, w in plan} & set(skipped)
+    plan, _ = bt.workload_list(bt.SETS, ["float16"], SUITE, HELDOUT)
+    held_keys = bt._heldout_keys(HELDOUT)
+    assert held_keys and not {(w.op, w.gemm_dims()) for c, m in plan for w in (c, m)} & held_keys
     with pytest.raises(ValueError, match="--sets"):
         bt.workload_list(["nope"], ["float16"], SUITE, held)
+
+
+def test_conv_keys_are_the_conv_drop_ins_keys(bt):
+    """Each planned convolution, called as the drop-in is called (channels-last input and weight), gets
+    exactly the planned key from the drop-in's own keying function."""
+    plan, _ = bt.workload_list(bt.SETS, ["float16", "bfloat16"], SUITE, HELDOUT)
+    convs = [c for c, m in plan if c.op.startswith("conv")]
+    assert len({c.op for c in convs}) == 2 and any(c.shape[5:7] == (1, 1) for c in convs)  # 1x1 ones too
+    for c in convs:
+        p = c.conv_params()
+        nd = int(c.op[4])
+        sp = (p["d"], p["h"], p["w"])[3 - nd:]
+        ks = (p["kd"], p["kh"], p["kw"])[3 - nd:]
+        fmt = torch.channels_last if nd == 2 else torch.channels_last_3d
+        dt = getattr(torch, c.dtype)
+        x = torch.empty((p["n"], p["ci"], *sp), dtype=dt, device="meta", memory_format=fmt)
+        w = torch.empty((p["co"], p["ci"], *ks), dtype=dt, device="meta", memory_format=fmt)
+        pad = (p["pad"],) * nd
+        assert custom_ops._conv_workload(x, w, (p["stride"],) * nd, pad, pad, (1,) * nd, 1) == c
+        assert dict(plan)[c] == c  # a convolution runs as called
+
+
+def _captured(model_call) -> set[Workload]:
+    """Workloads the config choice is asked about while ``model_call()`` runs under patch mode."""
+    seen: list[Workload] = []
+    real = config_choice.choose_config
+
+    def recording(device, workload):
+        w = workload()
+        if w is not None:
+            seen.append(w)
+        return real(device, workload)
+
+    fastpath.invalidate()  # no signature stored by an earlier test may skip the config choice
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(config_choice, "choose_config", recording)
+        with torch.inference_mode(), at.patched():
+            model_call()
+    return set(seen)
+
+
+@pytest.mark.interpreter
+def test_e2e_models_under_patch_mode_dispatch_the_planned_keys(bt, e2e):
+    """The e2e set's generators, at the sizes of e2e.py's tiny models, give exactly the workloads those
+    models ask dispatch about under patch mode (layouts included)."""
+    expect = {"bert": bt.transformer_layers(2, 16, 64, 2, 128),
+              "gpt2": bt.transformer_layers(2, 16, 64, 2, 256, vocab=101),
+              "resnet50": bt.resnet50_layers(2, size=32, base=8, blocks=(1, 1, 1, 1), classes=10)}
+    for name, shapes in expect.items():
+        model, x, _ = e2e.build(name, "cpu", tiny=True)
+        assert _captured(lambda: model(x)) == {Workload(op, s, "float16", lay) for op, s, lay in shapes}, name
+
+
+def test_e2e_set_uses_the_sizes_e2e_runs(bt, e2e):
+    src = inspect.getsource(e2e.build)
+    b, g = bt.E2E_BERT, bt.E2E_GPT2
+    assert f"({b['batch']}, {b['seq']}, {b['d']})" in src and f"({g['batch']}, {g['seq']})" in src
+    assert f"({bt.E2E_RESNET_BATCH}, 3, 224, 224)" in src
+    with torch.device("meta"):
+        bert, gpt2, rn = e2e.BertEncoder(), e2e.GPT2(), e2e.ResNet50()
+    for m, dims in ((bert.layers[0], b), (gpt2.blocks[0], g)):
+        assert (m.attn.qkv.in_features, m.attn.heads, m.fc1.out_features) == (dims["d"], dims["heads"], dims["ffn"])
+    assert (gpt2.wte.num_embeddings, gpt2.wpe.num_embeddings) == (g["vocab"], g["seq"])
+    convs = {(c.in_channels, c.out_channels, c.kernel_size[0], c.stride[0], c.padding[0])
+             for c in rn.modules() if isinstance(c, torch.nn.Conv2d)}
+    planned = {(s[3], s[4], s[5], s[7], s[8]) for op, s, _ in bt.resnet50_layers(64) if op == "conv2d"}
+    assert planned == convs and ("matmul", (64, rn.fc.out_features, rn.fc.in_features), "nt") in bt.resnet50_layers(64)
+    e2e_set = set(bt.WORKLOAD_SETS["e2e"])
+    assert set(bt.transformer_layers(**b) + bt.transformer_layers(**g) + bt.resnet50_layers(64)) == e2e_set
 
 
 @pytest.mark.parametrize("shape,splits", [((16, 4096, 14336), True), ((4096, 4096, 4096), False)])
@@ -64,6 +179,14 @@ def test_candidates_are_model_ranked_and_include_split_k_for_decode(bt, shape, s
     assert len(cands) == len(set(cands)) and 6 <= len(cands) <= 6 + 4
     assert all(shape_reason(w, c, SPEC) is None for c in cands)
     assert (len({c.split_k for c in cands}) > 1) == splits
+
+
+def test_conv_candidates_come_from_the_conv_space(bt):
+    w = Workload("conv2d", (1, 7, 7, 2048, 512, 1, 1, 1, 0, 1, 1), "float16", "nhwc")
+    cands = bt.candidates(w, SPEC, 6, [])
+    assert cands and all(shape_reason(w, c, SPEC) is None for c in cands)
+    assert {c.async_copy for c in cands} == {"pointer"} and not any(c.persistent for c in cands)
+    assert len({c.split_k for c in cands}) > 1  # 49 rows: split-K fills the GPU
 
 
 def test_records_are_table_lines_and_runs_resume(bt, tmp_path):
@@ -82,9 +205,144 @@ def test_records_are_table_lines_and_runs_resume(bt, tmp_path):
     path.write_text("\n".join(json.dumps(x) for x in (ok, bad, torch_line)) + '\n{"workload": {"op": "mat')
     done = bt.done_keys(path)
     assert bt._pair_key(w, c) in done and bt._pair_key(w, None) in done
-    plan = [(called, w), (w, w)]
-    assert bt.pending(plan, done) == [(called, w)]  # torch on the user's shape is still missing
+    conv = Workload("conv2d", (64, 56, 56, 64, 64, 1, 1, 1, 0, 1, 1), "float16", "nhwc")
+    plan = [(called, w), (w, w), (conv, conv)]
+    assert bt.pending(plan, done) == [(called, w), (conv, conv)]  # torch on the user's shape is still missing
+    with pytest.warns(RecordSkipped, match="line 4"):  # the cut line
+        recs = read_jsonl(path)
+    assert [r.torch_ms for r in recs] == [0.06, 0.06]  # the torch line is the records' torch_ms
     summary = bt.summarize(path, META)
     assert summary["rows"] == [{"workload": w.key(), "alcop_ms": 0.05, "torch_ms": 0.06, "speedup": pytest.approx(1.2)}]
     bt.write_summary(tmp_path, summary)
     assert "| matmul:999x999x1000:float16:nt | 0.0500 | 0.0600 | 1.20x |" in (tmp_path / "build_table.md").read_text()
+
+
+def _lines(*recs: dict[str, Any]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in recs)
+
+
+def test_install_merges_measurements_only(bt, tmp_path):
+    out, data = tmp_path / "out", tmp_path / "data"
+    out.mkdir()
+    data.mkdir()
+    w1 = Workload("matmul", (512, 512, 512), "float16", "nt")
+    w2 = Workload("conv2d", (64, 56, 56, 64, 64, 3, 3, 1, 1, 1, 1), "float16", "nhwc")
+    w3 = Workload("matmul", (256, 256, 256), "float16", "nt")
+    held = Workload("matmul", (257, 263, 271), "float16", "nt")  # in heldout.json
+    c = KernelConfig(64, 64, 32)
+    old_kept = bt.record(w3, c, 0.01, None, META, "cuda_graph")
+    old_replaced = bt.record(w1, c, 0.5, None, META, "cuda_graph")
+    old_untimed = {k: v for k, v in bt.record(w3, KernelConfig(32, 32, 32), 0.02, None, META).items()}
+    (data / "default_h100.jsonl").write_text(_lines(old_kept, old_replaced, old_untimed))
+    new = [bt.record(w1, c, 0.02, None, META, "cuda_graph"), bt.record(w1, None, 0.01, None, META, "cuda_graph"),
+           bt.record(w2, c, None, "compile", META, message="x"), bt.record(w2, c.replace(block_m=128), 0.3, None, META,
+                                                                          "do_bench"),
+           bt.record(w2, None, 0.2, None, META, "do_bench")]
+    refused = [bt.record(held, c, 0.1, None, META, "cuda_graph"),
+               bt.record(w1, c, 0.1, None, {k: v for k, v in META.items() if k != "device"}, "cuda_graph"),
+               bt.record(w1, c.replace(block_k=64), 0.1, None, META)]
+    (out / "default_h100.jsonl").write_text(_lines(*new, *refused) + '{"workload": {"op": "ma')
+    report = bt.install(out, data, HELDOUT)["default_h100.jsonl"]
+    assert (report["installed"], report["kept"], report["replaced"]) == (5, 1, 1)
+    assert len(report["refused"]) == 4 and len(report["dropped"]) == 1
+    text = (data / "default_h100.jsonl").read_text()
+    assert text == _lines(old_kept, *new)
+    recs = read_jsonl(data / "default_h100.jsonl")
+    assert {(r.workload, r.torch_ms) for r in recs} == {(w3, None), (w1, 0.01), (w2, 0.2)}
+    assert all(bt.line_problem(line, bt._heldout_keys(HELDOUT)) is None for line in text.splitlines())
+    assert bt.install(out, data, HELDOUT)["default_h100.jsonl"]["lines"] == 6  # installing again changes nothing
+    assert (data / "default_h100.jsonl").read_text() == text
+    assert bt.main([str(out), "--install", "--data-dir", str(data)]) == 0
+
+
+def test_shipped_table_is_measurements_once_installed(bt):
+    shipped = ROOT / "alcop_triton" / "data" / "default_h100.jsonl"
+    lines = shipped.read_text().splitlines()
+    if not any(json.loads(line).get("impl") == "torch" for line in lines):
+        pytest.skip("the shipped table predates build_table.py --install (no torch timings yet)")
+    held = bt._heldout_keys(HELDOUT)
+    assert [line for line in lines if bt.line_problem(line, held) is not None] == []
+
+
+class _FakeCuda:
+    """The device a CUDA tensor reports: the config choice consults the dispatcher for it."""
+
+    type = "cuda"
+    index = 0
+
+
+@pytest.mark.interpreter
+def test_a_torch_timing_in_the_table_sends_patch_mode_to_torch(bt, tmp_path, monkeypatch):
+    """build_table lines -> installed table -> torch_ms -> Decision.slower_than_torch -> patch mode calls torch.
+
+    The config choice runs its CUDA branch (dispatcher, decision) for these CPU tensors; the kernel
+    then runs in the interpreter with the table's config."""
+    slow = Workload("matmul", (16, 24, 32), "float32", "nn")   # torch measured faster: left to torch
+    fast = Workload("matmul", (16, 40, 32), "float32", "nn")   # alcop measured faster: alcop runs
+    cfg = KernelConfig(16, 16, 16, group_m=1, num_warps=4, smem_stages=2)
+    out, data = tmp_path / "out", tmp_path / "data"
+    out.mkdir()
+    data.mkdir()
+    (out / "default_h100.jsonl").write_text(_lines(
+        bt.record(slow, cfg, 0.02, None, META, "cuda_graph"), bt.record(slow, None, 0.01, None, META, "cuda_graph"),
+        bt.record(fast, cfg, 0.01, None, META, "cuda_graph"), bt.record(fast, None, 0.02, None, META, "cuda_graph")))
+    bt.install(out, data, HELDOUT)
+    monkeypatch.setenv("ALCOP_DB", str(tmp_path / "absent.sqlite"))
+    monkeypatch.setattr(dmod, "default_tables", lambda: read_jsonl(data / "default_h100.jsonl"))
+    monkeypatch.setattr(config_choice, "gpu_spec", lambda index: SPEC)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    real = config_choice.choose_config
+    monkeypatch.setattr(config_choice, "choose_config", lambda device, workload: real(_FakeCuda(), workload))
+    fastpath.invalidate()
+    assert dmod.dispatcher().decide(slow, SPEC).slower_than_torch
+    assert not dmod.dispatcher().decide(fast, SPEC).slower_than_torch
+    g = torch.Generator().manual_seed(0)
+    a, b_slow, b_fast = (torch.randn(s, generator=g) for s in ((16, 32), (32, 24), (32, 40)))
+    want_slow, want_fast = a.double() @ b_slow.double(), a.double() @ b_fast.double()
+    fastpath.reset_stats()
+    with at.patched():
+        for _ in range(3):
+            torch.testing.assert_close(torch.matmul(a, b_slow).double(), want_slow, rtol=1e-5, atol=1e-5)
+        assert fastpath.stats().to_torch == 2  # the first call ran alcop and learnt the decision
+        for _ in range(3):
+            torch.testing.assert_close(torch.matmul(a, b_fast).double(), want_fast, rtol=1e-5, atol=1e-5)
+    assert fastpath.stats().to_torch == 2 and fastpath.stats().hits == 4
+    fastpath.invalidate()
+
+
+def test_runs_stop_before_what_would_pass_the_budget(bt):
+    """A chunk's preparation and each workload take the fake clock's seconds; the run stops before a
+    chunk or workload that would end past the budget, judged by the slowest so far."""
+    now = [0.0]
+    cost = {"prepare": 10.0, **{i: 5.0 for i in range(10)}, 3: 30.0}
+    log: list[Any] = []
+
+    def prepare(part):
+        now[0] += cost["prepare"]
+        log.append(("prepare", part))
+        return part
+
+    def measure(item):
+        now[0] += cost[item]
+        log.append(item)
+
+    n = bt.run_chunks(list(range(10)), 4, 100.0, 0.0, prepare, measure, clock=lambda: now[0])
+    # 0-3 end at 55 s (3 took 30 s); the next chunk (10 s + 30 s) would end at 95 s: started; 4 ends at 70,
+    # 5 at 75, then 75 + 30 > 100: stopped before 6.
+    assert n == 6 and log == [("prepare", [0, 1, 2, 3]), 0, 1, 2, 3, ("prepare", [4, 5, 6, 7]), 4, 5]
+    assert bt.run_chunks([], 4, 100.0, 0.0, prepare, measure, clock=lambda: now[0]) == 0
+
+
+@pytest.mark.parametrize("w", [Workload("conv2d", (2, 9, 9, 8, 16, 3, 3, 2, 1, 1, 1), "bfloat16", "nhwc"),
+                               Workload("conv3d", (1, 4, 5, 5, 8, 16, 3, 3, 3, 1, 1, 1, 1), "float16", "nhwc"),
+                               Workload("bmm", (3, 20, 24, 16), "float16", "nn")])
+def test_torch_call_and_reference_compute_the_runners_workload(bt, w):
+    from alcop_triton.kernels.runner import make_runner
+    r = make_runner(w, KernelConfig(), "cpu")
+    x = r.inputs(0)
+    ref = bt.reference(w, x)
+    assert ref.dtype == torch.float32 and ref.shape == r.reference(x).shape
+    torch.testing.assert_close(ref, r.reference(x).float(), rtol=1e-2, atol=1e-2)  # the runner's, before rounding
+    got = bt.torch_call(w)(*x)
+    assert got.dtype == x[0].dtype and ((got.float() - ref).norm() / ref.norm()).item() <= 1e-2
