@@ -5,10 +5,11 @@
 
 Runs, each in a process of its own, into ``OUT``:
 
-1. ``suite``: ``benchmarks/suite.py`` over the alcop, heldout, models, conv2d and conv3d sets, with
-   Inductor on the alcop and heldout sets (``OUT/suite/``; resumable by workload);
-2. ``overhead``: ``benchmarks/overhead.py`` (``OUT/overhead/``);
-3. ``e2e``: ``benchmarks/e2e.py``, one model per process (``OUT/e2e/``, the models merged).
+1. ``overhead``: ``benchmarks/overhead.py`` (``OUT/overhead/``);
+2. ``e2e``: ``benchmarks/e2e.py``, one model per process (``OUT/e2e/``, the models merged;
+   ``--no-compile`` leaves out its torch.compile modes);
+3. ``suite``: ``benchmarks/suite.py`` over the alcop, heldout, models, conv2d and conv3d sets, with
+   Inductor on the alcop and heldout sets (``OUT/suite/``; resumable by workload).
 
 A stage whose results are complete in ``OUT`` is skipped, so the same command, repeated, finishes
 the run within calls of limited length: ``--budget-s`` bounds one call, a stage is started only when
@@ -95,15 +96,13 @@ def start_or_resume(out: Path, meta: dict[str, Any], dry_run: bool) -> dict[str,
     return run
 
 
-def stage_commands(out: Path, run: dict[str, Any], dry_run: bool) -> list[tuple[str, list[str], Callable[[], bool]]]:
-    """(stage, script arguments, is it complete?) in the order they run; the suite's budget is added
-    when it starts."""
+def stage_commands(out: Path, run: dict[str, Any], dry_run: bool, no_compile: bool = False
+                   ) -> list[tuple[str, list[str], Callable[[], bool]]]:
+    """(stage, script arguments, is it complete?) in the order they run: the short stages first, so a
+    call that the suite would fill still gives them; the suite's budget is added when it starts."""
     py = [sys.executable]
     dry = ["--dry-run"] if dry_run else []
     stages: list[tuple[str, list[str], Callable[[], bool]]] = [
-        ("suite", py + [str(HERE / "suite.py"), "--out", str(out / "suite"), "--sets", SUITE_SETS,
-                        "--inductor-sets", INDUCTOR_SETS, "--run-id", run["run_id"]] + dry,
-         lambda: suite_complete(out)),
         ("overhead", py + [str(HERE / "overhead.py"), "--out", str(out / "overhead")] + dry,
          lambda: (out / "overhead" / "overhead.json").is_file())]
 
@@ -111,8 +110,11 @@ def stage_commands(out: Path, run: dict[str, Any], dry_run: bool) -> list[tuple[
         return lambda: not e2e_missing(out, [model])
 
     for m in E2E_MODELS:
-        stages.append((f"e2e:{m}", py + [str(HERE / "e2e.py"), "--out", str(out / "e2e"), "--models", m] + dry,
-                       e2e_done(m)))
+        stages.append((f"e2e:{m}", py + [str(HERE / "e2e.py"), "--out", str(out / "e2e"), "--models", m] + dry
+                       + (["--no-compile"] if no_compile else []), e2e_done(m)))
+    stages.append(("suite", py + [str(HERE / "suite.py"), "--out", str(out / "suite"), "--sets", SUITE_SETS,
+                                  "--inductor-sets", INDUCTOR_SETS, "--run-id", run["run_id"]] + dry,
+                   lambda: suite_complete(out)))
     return stages
 
 
@@ -162,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--readme", default=None, help="README to rewrite when complete (default: the repository's, "
                                                    "not in a dry run)")
     ap.add_argument("--dry-run", action="store_true", help="every stage's CPU dry run: tests the driver")
+    ap.add_argument("--no-compile", action="store_true", help="e2e without its torch.compile modes (long compiles)")
     a = ap.parse_args(argv)
     out = Path(a.out).resolve()
     if not a.dry_run:
@@ -171,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             print("headline: no CUDA device (use --dry-run to test the driver on CPU)", file=sys.stderr)
             return 2
     run = start_or_resume(out, run_meta(a.dry_run), a.dry_run)
-    done = run_stages(out, run, stage_commands(out, run, a.dry_run), a.budget_s, execute)
+    done = run_stages(out, run, stage_commands(out, run, a.dry_run, a.no_compile), a.budget_s, execute)
     if not done:
-        left = [n for n, _, c in stage_commands(out, run, a.dry_run) if not c()]
+        left = [n for n, _, c in stage_commands(out, run, a.dry_run, a.no_compile) if not c()]
         print(f"headline: run {run['run_id']} incomplete ({', '.join(left)} left); run the same command again")
         return 0
     readme = a.readme or (None if a.dry_run else str(ROOT / "README.md"))

@@ -572,7 +572,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 if usable(r, timer) and usable(base, timer):
                     e["ratios"][wid] = base[timer]["ms"] / r[timer]["ms"]  # type: ignore[index]
     for (set_, _), impls in by.items():
-        if "first_call_s" in impls.get("inductor", {}):
+        if impls.get("inductor", {}).get("first_call_s") is not None:  # None: a row kept without it
             sets[set_].setdefault("inductor_compile_s", []).append(sum(inductor_compile_s(impls["inductor"])))
     for s in sets.values():
         if "inductor_compile_s" in s:
@@ -615,6 +615,10 @@ def markdown(run: dict[str, Any], rows: Sequence[dict[str, Any]], summary: dict[
             "was taken, the median shown).", ""]
     if progress and progress.get("left"):
         out += [f"**Incomplete**: {progress['left']} workload(s) not yet measured; re-run the same command.", ""]
+    rebuilt = sorted({r["id"] for r in rows if r.get("reconstructed")})
+    if rebuilt:  # rows whose file was lost and rebuilt from this run's own report of the call that measured them
+        out += [f"**Rows rebuilt from a report**: {len(rebuilt)} workload(s) ({', '.join(rebuilt[:3])}, ...): "
+                f"{next(r['reconstructed'] for r in rows if r.get('reconstructed'))}.", ""]
     out += ["## Summary", "", "| set | workloads | timer | implementation | geomean vs torch | min (workload) | "
             "faster than torch | errors | wrong | unstable |", "|---|---|---|---|---|---|---|---|---|---|"]
     for set_, s in summary.items():
@@ -653,7 +657,7 @@ def markdown(run: dict[str, Any], rows: Sequence[dict[str, Any]], summary: dict[
         if errs:
             out += ["Errors and fallbacks:", ""] + [f"- {wid}, {i}: {e}" for wid, i, e in errs] + [""]
         comp = [inductor_compile_s(impls["inductor"]) for impls in wls.values()
-                if "first_call_s" in impls.get("inductor", {})]
+                if impls.get("inductor", {}).get("first_call_s") is not None]
         if comp:
             pre = sum(c[1] for c in comp)
             out += [f"Inductor compile + autotune time per workload (its first call"
@@ -661,7 +665,8 @@ def markdown(run: dict[str, Any], rows: Sequence[dict[str, Any]], summary: dict[
                     + f"): total {sum(c[0] + c[1] for c in comp):.0f} s"
                     + (f" ({pre:.0f} s of it pretuning)" if pre else "")
                     + f", mean {statistics.mean(c[0] + c[1] for c in comp):.1f} s, "
-                    f"max {max(c[0] + c[1] for c in comp):.1f} s over {len(comp)} workloads.", ""]
+                    f"max {max(c[0] + c[1] for c in comp):.1f} s over {len(comp)} workloads"
+                    + (f" ({len(wls) - len(comp)} rows kept without it)" if len(comp) < len(wls) else "") + ".", ""]
     return "\n".join(out) + "\n"
 
 
@@ -736,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     # Sets where an Inductor compile already took longer than the cap (in this call or an earlier one).
     slow_inductor = {r["set"] for r in read_rows(out / "rows.jsonl")
-                     if r["impl"] == "inductor" and r.get("first_call_s", 0) > a.inductor_cap_s}
+                     if r["impl"] == "inductor" and (r.get("first_call_s") or 0) > a.inductor_cap_s}
 
     def impls_for(case: Case) -> list[str]:
         use_ind = case.set in ind_sets and case.set not in slow_inductor
