@@ -205,7 +205,8 @@ class ModelBasedTuner(Tuner):
         best_seen = [t.config for t in sorted(self.trials, key=lambda t: -t.throughput)[:16] if t.throughput > 0]
         picks = self.optimizer.find_maximums(self.model.predict, n - n_random, self.visited, self.rng, best_seen)
         # Exploration slots, and any the optimizer could not fill, get uniform random configs.
-        rest = [c for c in free if c not in set(picks)]
+        chosen = set(picks)
+        rest = [c for c in free if c not in chosen]
         k = min(len(rest), n - len(picks))
         if k > 0:
             picks += [rest[int(i)] for i in self.rng.choice(len(rest), size=k, replace=False)]
