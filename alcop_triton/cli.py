@@ -445,9 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", default="full", choices=VARIANTS, help="ablation: restrict pipelining knobs")
     p.add_argument("--top-k", type=int, help="keep only the analytical model's top K configs")
     p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
-                   help="end a workload before --trials when the best time has not improved by more than 1%% over "
-                        "the last --patience trials and the model ranks nothing it would try next above the best "
-                        "measured config (default: on)")
+                   help="end a workload before --trials (after at least 32 trials) when the best time has not "
+                        "improved by more than 1%% over the last --patience trials and no config of the next batch "
+                        "is predicted faster than the best measured one, by the analytical model scaled with its "
+                        "most favourable error on this workload (default: on)")
     p.add_argument("--patience", type=int, default=16, help="trials without progress before early stop is considered")
     p.add_argument("--compile-workers", type=int, default=None,
                    help="processes compiling each batch ahead of its measurement (default: every spare core on a "

@@ -56,9 +56,17 @@ def default_workers() -> int:
     return max(1, (os.cpu_count() or 1) - 2)
 
 
-def _warm(compiler: str) -> None:
-    """Import what compiling needs (torch, triton, the kernels) once per worker, before the first batch."""
+def _warm(compiler: str, device: str) -> None:
+    """Import what compiling needs (torch, triton, the kernels) and open the device once per worker,
+    while the tuning process builds its space and model."""
+    from .measure import DEFAULT_FACTORY
+
     resolve_factory(compiler)
+    resolve_factory(DEFAULT_FACTORY)
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.empty(1, device=device)
 
 
 def _compile(compiler: str, workload: dict[str, Any], config: dict[str, Any], device: str) -> str | None:
@@ -100,7 +108,7 @@ class CompilePool:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
             for _ in range(self.workers):
-                self._pool.submit(_warm, self.compiler)
+                self._pool.submit(_warm, self.compiler, self.device)
         return self
 
     def submit(self, configs: Iterable[KernelConfig]) -> None:
