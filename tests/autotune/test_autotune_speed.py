@@ -154,3 +154,19 @@ def test_session_compiles_ahead(compiled_dir, tmp_path):
     # Every measured config was compiled first (Scripted checks it); the lookahead compiled more.
     assert len(list(compiled_dir.iterdir())) >= len([c for c in m.seen if c.block_n != 16 and c.block_k != 128])
     assert len(db) == 12 and sum(r.error is not None for r in db.records()) == sum(c.block_m == 16 for c in m.seen)
+
+
+@pytest.mark.parametrize("config", [KernelConfig(128, 128, 64, 8, 8, 4), KernelConfig(64, 256, 64, 8, 8, 3, async_copy="tma"),
+                                    KernelConfig(128, 64, 64, 8, 4, 1, reg_stages=2, reg_split=2)])
+def test_kernel_source_does_not_depend_on_the_shape(config):
+    # Compile reuse across shapes rests on it: Triton's cache key is the source plus the specialisation.
+    import torch
+
+    from alcop_triton.kernels import matmul as mm
+
+    kernel = mm.compiled("float16", False, mm.Epilogue(), config)
+    sources = set()
+    for m, n, k in [(2304, 1792, 2816), (1970, 2304, 768), (896, 2560, 2560)]:
+        kernel.bind(torch.empty(m, k, dtype=torch.float16), torch.empty(n, k, dtype=torch.float16).t())
+        sources.add(kernel.last.source)
+    assert len(sources) == 1
