@@ -116,6 +116,11 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
                                                            compile_threads=batch_size, timeout_s=timeout_s).start())
         with timings.phase("space"):
             space = ConfigSpace.build(workload, target.spec, variant=variant, top_k=top_k)
+        if pool is not None and tuner in ("analytical", "analytical+xgb"):
+            # The analytical model's favourites: the first batch of both tuners is (mostly) among them, so
+            # the workers compile it while the learned model is pretrained.
+            with timings.phase("model"):
+                pool.submit(space.ranked()[:batch_size])
         with timings.phase("model"):
             t = make_tuner(tuner, space, seed=seed)
         vers = versions()
