@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -116,12 +117,28 @@ def _print_table(rows: list[list[str]], header: list[str]) -> None:
 
 # ----------------------------------------------------------------------------------------------
 
+def _tune_summary(w: Workload, result: Any, budget: int, split: dict[str, float]) -> dict[str, Any]:
+    """One workload's entry of ``tune --json``: best config, trials run, early stop and the time split."""
+    b = result.best
+    return {"workload": w.to_dict(), "tuner": result.tuner, "budget": budget, "trials_run": len(result.trials),
+            "failed": sum(1 for t in result.trials if not t.result.ok), "early_stopped": result.early_stopped,
+            "interrupted": result.interrupted,
+            "best": None if b is None else {"config": b.config.to_dict(), "time_ms": b.result.time_ms,
+                                            "timer": b.result.timer},
+            "seconds": split}
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .autotune.timing import format_split, process_start_time
+
+    started = process_start_time()
+    start_s = max(0.0, args.main_time - started) if started is not None else 0.0
     workloads = _workloads(args)
     device = _prepare_device(args.device)
     from .autotune import session
+    from .autotune.tuner import EarlyStop
 
     target = session.resolve_target(device, args.gpu)
     db = _db(args)
@@ -129,7 +146,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
           f"with {args.tuner}, {args.trials} trials each; records -> {db.path}")
     if target.device == "cpu":
         print("note: no CUDA device; measuring in the Triton interpreter (slow; times are CPU times)")
+    early_stop = EarlyStop(patience=args.patience) if args.early_stop else None
     summary: list[list[str]] = []
+    entries: list[dict[str, Any]] = []
+    t_mark = args.main_time
     for w in workloads:
         bar = tqdm(total=args.trials, desc=w.key(), unit="trial", leave=True, dynamic_ncols=True)
         best = {"ms": None}
@@ -143,21 +163,42 @@ def cmd_tune(args: argparse.Namespace) -> int:
         try:
             result = session.tune(w, target, db, tuner=args.tuner, n_trials=args.trials, batch_size=args.batch,
                                   seed=args.seed, variant=args.variant, top_k=args.top_k, timeout_s=args.timeout,
-                                  on_trial=on_trial)
+                                  on_trial=on_trial, early_stop=early_stop, compile_workers=args.compile_workers)
         finally:
             bar.close()
+        # This workload's wall time: the first also carries the process start and the command's setup.
+        now = time.time()
+        split = dict(result.timings)
+        split["start"] = start_s if not entries else 0.0
+        split["other"] = split.get("other", 0.0) + max(0.0, now - t_mark - split.get("total", 0.0))
+        split["total"] = now - t_mark + split["start"]
+        t_mark = now
+        entries.append(_tune_summary(w, result, args.trials, split))
         b = result.best
         failed = sum(1 for t in result.trials if not t.result.ok)
+        stopped = f" (early stop: {len(result.trials)} of {args.trials} trials)" if result.early_stopped else ""
+        print(f"{w.key()}: {format_split(split)}{stopped}")
         summary.append([w.key(), str(b.config) if b else "(none valid)",
                         f"{b.result.time_ms:.4f}" if b else "-", _tflops(w, b.result.time_ms if b else None),
                         f"{len(result.trials)}/{failed}"])
         if result.interrupted:
             print(f"interrupted during {w.key()} after {len(result.trials)} trial(s); every measured record "
                   f"is in {db.path}", file=sys.stderr)
-            _print_table(summary, ["workload", "best config", "ms", "TFLOP/s", "trials/failed"])
-            return EXIT_INTERRUPTED
+            break
     _print_table(summary, ["workload", "best config", "ms", "TFLOP/s", "trials/failed"])
-    return 0
+    if args.json:
+        from .autotune.database import atomic_write_text, versions
+
+        atomic_write_text(args.json, json.dumps({
+            "command": "alcop-tune tune", "device": target.device_name, "gpu": target.key.name,
+            "versions": versions(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "timer": "wall clock (time.perf_counter / time.time); process start from /proc",
+            "early_stop": None if early_stop is None else {"patience": early_stop.patience,
+                                                           "min_gain": early_stop.min_gain,
+                                                           "min_trials": early_stop.min_trials},
+            "workloads": entries}, indent=1) + "\n")
+        print(f"wrote {args.json}")
+    return EXIT_INTERRUPTED if entries and entries[-1]["interrupted"] else 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -403,6 +444,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--variant", default="full", choices=VARIANTS, help="ablation: restrict pipelining knobs")
     p.add_argument("--top-k", type=int, help="keep only the analytical model's top K configs")
+    p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
+                   help="end a workload before --trials (after at least 32 trials) when the best time has not "
+                        "improved by more than 1%% over the last --patience trials and no config of the next batch "
+                        "is predicted faster than the best measured one, by the analytical model scaled with its "
+                        "most favourable error on this workload (default: on)")
+    p.add_argument("--patience", type=int, default=16, help="trials without progress before early stop is considered")
+    p.add_argument("--compile-workers", type=int, default=None,
+                   help="processes compiling each batch ahead of its measurement (default: every spare core on a "
+                        "GPU; 0: off)")
+    p.add_argument("--json", help="write the best configs, trials run and the time split per workload as JSON")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("bench", parents=[common], help="alcop vs torch vs Triton tutorial 03 configs")
@@ -456,12 +507,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    main_time = time.time()  # the end of the process's start (interpreter, imports): tune's time split
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["calibrate"]:
         from .model import calibrate
         return calibrate.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.main_time = main_time
     if args.db:
         # Children and dispatch in this process see the same database.
         os.environ["ALCOP_DB"] = str(Path(args.db).expanduser())

@@ -3,6 +3,7 @@
 Layout (TVM autotvm style, one concern per file):
     space.py       ConfigSpace: knobs per op, static + model pruning, ablation variants
     measure.py     MeasureResult/ErrorKind; LocalMeasurer, ProcessMeasurer (isolated, timeouts)
+    precompile.py  CompilePool: a batch's kernels compiled in worker processes before it is measured
     cost_model.py  CostModel protocol; analytical and XGBoost adapters
     optimizer.py   simulated annealing over a cost model
     tuner.py       grid, random, xgb, analytical, analytical+xgb
@@ -10,6 +11,7 @@ Layout (TVM autotvm style, one concern per file):
     dispatch.py    best_config(workload, gpu_spec): DB -> shipped table -> nearest -> analytical
     replay.py      tuners against recorded measurements; best-in-k comparisons
     session.py     one tuning run end to end (used by the CLI and ALCOP_AUTOTUNE=1)
+    timing.py      the run's time split: start, space, model, compile, measure, other
     capture.py     GEMM/conv workloads of a torch model; bench.py, report.py: CLI helpers
 """
 

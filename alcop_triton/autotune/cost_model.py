@@ -77,7 +77,8 @@ class XGBoostCostModel:
             configs = list(space.configs)
             if len(configs) > pretrain_size:
                 top = space.ranked()[: pretrain_size // 8]
-                rest = [c for c in configs if c not in set(top)]
+                chosen = set(top)
+                rest = [c for c in configs if c not in chosen]
                 pick = np.random.default_rng(seed).choice(len(rest), pretrain_size - len(top), replace=False)
                 configs = top + [rest[int(i)] for i in sorted(pick)]
             self._model.pretrain([space.workload], configs)

@@ -8,14 +8,17 @@ a failed run leaves the database as it was plus the completed records.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..records import Workload
 from .database import Database, GpuKey, TuningRecord, gpu_key, versions
 from .measure import INTERPRETER_GPU, ErrorKind, MeasureResult, Measurer, ProcessMeasurer
+from .precompile import DEFAULT_COMPILER, CompilePool, PrecompilingMeasurer, default_workers
 from .space import ConfigSpace
-from .tuner import Trial, TuneResult, make_tuner
+from .timing import Timings
+from .tuner import EarlyStop, Trial, TuneResult, make_tuner
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,9 @@ def _history(db: Database, workload: Workload, target: Target, vers: dict[str, s
 def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "analytical+xgb", n_trials: int = 50,
          batch_size: int = 8, seed: int = 0, variant: str = "full", top_k: int | float | None = None,
          timeout_s: float = 120.0, measurer: Measurer | None = None,
-         on_trial: Callable[[Trial], None] | None = None, resume: bool = True) -> TuneResult:
+         on_trial: Callable[[Trial], None] | None = None, resume: bool = True,
+         early_stop: EarlyStop | None = None, compile_workers: int | None = None,
+         compiler: str = DEFAULT_COMPILER) -> TuneResult:
     """Tune one workload and store every measurement in ``db`` as it arrives.
 
     Args:
@@ -89,17 +94,40 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
         on_trial: called after each trial is stored (progress bars).
         resume: start from this GPU's earlier measurements of the workload (same alcop/triton
             versions): they are not measured again and ``n_trials`` new configs are tried.
+        early_stop: end before ``n_trials`` by this rule (``tuner.EarlyStop``); None: never.
+        compile_workers: processes compiling each batch (and the likely next one) before it is
+            measured (``precompile.CompilePool``); None: every spare core on a GPU, none in the
+            interpreter (nothing to compile) or with a given ``measurer``; 0: off.
+        compiler: the pool's compile function, "module:function" (tests).
+
+    The result's ``timings`` split the call's wall time into ``space``, ``model``, ``compile``,
+    ``measure`` and ``other`` (``timing.PHASES``; ``start`` is the caller's to add).
     """
+    t_start = time.perf_counter()
+    timings = Timings()
+    if compile_workers is None:
+        compile_workers = default_workers() if measurer is None and target.device.startswith("cuda") else 0
     with contextlib.ExitStack() as stack:
+        # Spawned first: the children import torch and triton while the space and models are built.
+        pool = stack.enter_context(CompilePool(workload, target.device, workers=compile_workers, compiler=compiler,
+                                               timeout_s=timeout_s)) if compile_workers > 0 else None
         if measurer is None:
-            # Spawned first: the child imports torch and triton while the space and models are built.
             measurer = stack.enter_context(ProcessMeasurer(workload, target.device, seed=seed,
                                                            compile_threads=batch_size, timeout_s=timeout_s).start())
-        space = ConfigSpace.build(workload, target.spec, variant=variant, top_k=top_k)
-        t = make_tuner(tuner, space, seed=seed)
+        with timings.phase("space"):
+            space = ConfigSpace.build(workload, target.spec, variant=variant, top_k=top_k)
+        if pool is not None and tuner in ("analytical", "analytical+xgb"):
+            # The analytical model's favourites: the first batch of both tuners is (mostly) among them, so
+            # the workers compile it while the learned model is pretrained.
+            with timings.phase("model"):
+                pool.submit(space.ranked()[:batch_size])
+        with timings.phase("model"):
+            t = make_tuner(tuner, space, seed=seed)
         vers = versions()
         if resume:
-            t.warm_start(_history(db, workload, target, vers))
+            history = _history(db, workload, target, vers)
+            with timings.phase("model"):
+                t.warm_start(history)
 
         def store(trial: Trial) -> None:
             db.add(TuningRecord.from_result(workload, trial.result, target.key, device=target.device_name,
@@ -107,4 +135,12 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
             if on_trial is not None:
                 on_trial(trial)
 
-        return t.tune(measurer, n_trials, batch_size=batch_size, on_trial=store)
+        ahead = PrecompilingMeasurer(measurer, pool, lambda: t.upcoming) if pool is not None else None
+        result = t.tune(ahead or measurer, n_trials, batch_size=batch_size, on_trial=store, early_stop=early_stop,
+                        timings=timings)
+        if ahead is not None:
+            # The tuner timed the wrapper as a whole: its wait for the pool is compile time.
+            timings.add("measure", -ahead.compile_s)
+            timings.add("compile", ahead.compile_s)
+    result.timings = timings.close(time.perf_counter() - t_start)
+    return result

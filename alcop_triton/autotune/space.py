@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -37,6 +38,7 @@ multi-stage multi-level (shared + register)."""
 
 KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
                                "reg_stages", "reg_split", "async_copy", "persistent", "split_k")
+_knob_values = operator.attrgetter(*KNOB_NAMES)
 
 
 @dataclass(frozen=True)
@@ -303,6 +305,13 @@ class ConfigSpace:
         """
         values = values or self.knob_values()
         movable = [k for k in KNOB_NAMES if len(values[k]) > 1]
+        by_knobs = self.__dict__.get("_by_knobs")
+        if by_knobs is None:
+            # Neighbours are looked up by their knob values: no KernelConfig is built (and validated)
+            # for a move that leaves the space, which is most moves of simulated annealing.
+            by_knobs = {_knob_values(x): x for x in self.configs}
+            object.__setattr__(self, "_by_knobs", by_knobs)
+        here = _knob_values(c)
         for _ in range(tries if movable else 0):
             knob = movable[int(rng.integers(len(movable)))]
             vals = values[knob]
@@ -310,11 +319,9 @@ class ConfigSpace:
             j = i + (1 if rng.random() < 0.5 else -1)
             if not 0 <= j < len(vals):
                 j = i - (j - i)
-            try:
-                n = c.replace(**{knob: vals[j]})
-            except ScheduleError:
-                continue
-            if n in self:
+            pos = KNOB_NAMES.index(knob)
+            n = by_knobs.get(here[:pos] + (vals[j],) + here[pos + 1:])
+            if n is not None:
                 return n
         return c
 

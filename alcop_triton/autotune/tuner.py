@@ -12,10 +12,25 @@ tuner              cost model       prior           model updated        proposa
 
 Failed trials are kept and scored 0 (TVM does the same) so the learned model learns where the
 invalid regions are; they are never reported as best. Every tuner is deterministic given its seed.
+
+Early stop (``EarlyStop``, on by default in ``alcop-tune tune``): after a batch, a run ends before
+its budget when both hold:
+
+1. stalled: the best time has not improved by more than ``min_gain`` over the last ``patience``
+   trials (and at least ``min_trials`` were measured);
+2. unlikely to beat: no config of the batch the tuner would propose next is predicted faster than
+   the best measured time, where a config's prediction is its analytical time scaled by the most
+   favourable ratio of measured to analytical time among this run's valid trials (the model's
+   error as it was seen on this workload, at its most optimistic).
+
+The learned models' scores are ranks, not times, and measured and unmeasured configs are labelled
+on different scales, so the second test uses the analytical model's times, which it calibrates
+with the measurements. A space without a GPU spec (no analytical model) never stops early.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -29,6 +44,7 @@ from .cost_model import CostModel, XGBoostCostModel
 from .measure import MeasureResult, Measurer
 from .optimizer import SimulatedAnnealingOptimizer, stochastic_round
 from .space import ConfigSpace
+from .timing import Timings
 
 TUNERS: tuple[str, ...] = ("grid", "random", "xgb", "analytical", "analytical+xgb")
 
@@ -50,6 +66,38 @@ def throughput(workload: Workload, result: MeasureResult) -> float:
     return workload.flops / (result.time_ms * 1e-3) if result.ok and result.time_ms else 0.0
 
 
+@dataclass(frozen=True)
+class EarlyStop:
+    """When a run may end before its trial budget (the module docstring states the rule).
+
+    Args:
+        patience: trials without an improvement of more than ``min_gain`` before stopping is considered.
+        min_gain: relative improvement of the best time that counts as progress (0.01: 1 %).
+        min_trials: trials this run measures at least.
+
+    The defaults come from replaying ``analytical+xgb`` with a budget of 50 on the recorded H100 grids
+    (``benchmarks/early_stop_replay.py``; its report is ``benchmarks/results/early_stop_replay/``):
+    38 instead of 50 trials on average, for a best time 0.2 % slower on average (4.6 % on the worst
+    workload); a patience of 16 from trial 16 on saved more trials but lost up to 7 % on a workload.
+    """
+
+    patience: int = 16
+    min_gain: float = 0.01
+    min_trials: int = 32
+
+    def __post_init__(self) -> None:
+        if self.patience < 1 or self.min_trials < 1 or not 0 <= self.min_gain < 1:
+            raise ScheduleError(f"{self}: patience and min_trials must be >= 1, min_gain in [0, 1)")
+
+    def stalled(self, trials: Sequence[Trial]) -> bool:
+        """Whether the best throughput of ``trials`` (in order) gained at most ``min_gain`` in the last ``patience``."""
+        if len(trials) < max(self.min_trials, self.patience + 1):
+            return False
+        before = max((t.throughput for t in trials[: -self.patience]), default=0.0)
+        after = max(t.throughput for t in trials)
+        return before > 0 and after <= before * (1 + self.min_gain)
+
+
 @dataclass
 class TuneResult:
     workload: Workload
@@ -57,6 +105,8 @@ class TuneResult:
     trials: list[Trial] = field(default_factory=list)
     seconds: float = 0.0
     interrupted: bool = False
+    early_stopped: bool = False  # ended before its budget by ``EarlyStop``
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase (``timing.PHASES``)
 
     @property
     def best(self) -> Trial | None:
@@ -83,13 +133,31 @@ class Tuner(ABC):
         self.rng = np.random.default_rng(seed)
         self.visited: set[KernelConfig] = set()
         self.trials: list[Trial] = []
+        # Configs the next batch will probably hold, named by ``next_batch``: compiled ahead while
+        # the current batch is measured.
+        self.upcoming: list[KernelConfig] = []
 
     def has_next(self) -> bool:
         return len(self.visited) < len(self.space)
 
     @abstractmethod
     def next_batch(self, n: int) -> list[KernelConfig]:
-        """Up to ``n`` unvisited configs to measure next."""
+        """Up to ``n`` unvisited configs to measure next (and sets ``upcoming``)."""
+
+    def best_is_ahead(self, proposals: Sequence[KernelConfig]) -> bool:
+        """Whether no config of ``proposals`` is predicted faster than the best measured one (rule 2 of
+        the module docstring); False without an analytical model or a valid measurement."""
+        if self.space.spec is None:
+            return False
+        est = self.space.estimates()
+        ratios = [t.result.time_ms * 1e-3 / est[self.space.index(t.config)] for t in self.trials
+                  if t.result.ok and t.result.time_ms and t.config in self.space
+                  and math.isfinite(est[self.space.index(t.config)])]
+        if not ratios:
+            return False
+        best_s = min(t.result.time_ms for t in self.trials if t.result.ok and t.result.time_ms) * 1e-3
+        optimistic = min(ratios)
+        return all(est[self.space.index(c)] * optimistic >= best_s for c in proposals)
 
     def update(self, trials: Sequence[Trial]) -> None:
         """Learn from a measured batch (model-free tuners ignore it)."""
@@ -105,15 +173,19 @@ class Tuner(ABC):
         self.update(self.trials[start:])
 
     def tune(self, measurer: Measurer, n_trials: int, *, batch_size: int = 8,
-             on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
+             on_trial: Callable[[Trial], None] | None = None, early_stop: EarlyStop | None = None,
+             timings: Timings | None = None) -> TuneResult:
         """Measure up to ``n_trials`` new configs; ``on_trial`` sees each as it is measured.
 
         Ctrl-C stops early: the trials measured so far are returned with ``interrupted=True``
-        (and were already passed to ``on_trial``, e.g. written to the database).
+        (and were already passed to ``on_trial``, e.g. written to the database). ``early_stop``
+        may end the run before ``n_trials`` (``early_stopped=True``); ``timings`` gets the time of
+        proposals and model updates as ``model`` and of the measurer as ``measure``.
         """
         if n_trials < 1 or batch_size < 1:
             raise ScheduleError(f"n_trials={n_trials}, batch_size={batch_size}: both must be >= 1")
         res = TuneResult(self.space.workload, self.name)
+        clock = timings if timings is not None else Timings()
         t0 = time.perf_counter()
 
         def record(r: MeasureResult) -> None:
@@ -124,14 +196,27 @@ class Tuner(ABC):
                 on_trial(t)
 
         try:
+            proposed: list[KernelConfig] | None = None
             while len(res.trials) < n_trials and self.has_next():
-                batch = self.next_batch(min(batch_size, n_trials - len(res.trials)))
+                with clock.phase("model"):
+                    batch = proposed if proposed is not None else self.next_batch(
+                        min(batch_size, n_trials - len(res.trials)))
+                    proposed = None
                 if not batch:
                     break
                 self.visited.update(batch)
                 start = len(self.trials)
-                measurer.measure(batch, on_result=record)
-                self.update(self.trials[start:])
+                with clock.phase("measure"):
+                    measurer.measure(batch, on_result=record)
+                with clock.phase("model"):
+                    self.update(self.trials[start:])
+                    if early_stop is not None and len(res.trials) < n_trials and self.has_next() \
+                            and early_stop.stalled(res.trials):
+                        # The next batch, proposed by the updated model (and measured next if the run goes on).
+                        proposed = self.next_batch(min(batch_size, n_trials - len(res.trials)))
+                        if self.best_is_ahead(proposed):
+                            res.early_stopped = True
+                            break
         except KeyboardInterrupt:
             res.interrupted = True
         res.seconds = time.perf_counter() - t0
@@ -150,7 +235,9 @@ class FixedOrderTuner(Tuner):
         """Every config of the space, in proposal order."""
 
     def next_batch(self, n: int) -> list[KernelConfig]:
-        return [c for c in self._order if c not in self.visited][:n]
+        ahead = [c for c in self._order if c not in self.visited][: 2 * n]
+        self.upcoming = ahead[n:]
+        return ahead[:n]
 
 
 class GridTuner(FixedOrderTuner):
@@ -203,9 +290,13 @@ class ModelBasedTuner(Tuner):
         # worth more than random configs (and the 10-trial budget is what users feel).
         n_random = min(n, stochastic_round(self.eps * n, self.rng)) if self.trials else 0
         best_seen = [t.config for t in sorted(self.trials, key=lambda t: -t.throughput)[:16] if t.throughput > 0]
-        picks = self.optimizer.find_maximums(self.model.predict, n - n_random, self.visited, self.rng, best_seen)
+        # Twice as many maxima as needed: the rest are the likely members of the next batch.
+        ranked = self.optimizer.find_maximums(self.model.predict, 2 * (n - n_random), self.visited, self.rng,
+                                              best_seen)
+        picks, self.upcoming = ranked[: n - n_random], ranked[n - n_random:]
         # Exploration slots, and any the optimizer could not fill, get uniform random configs.
-        rest = [c for c in free if c not in set(picks)]
+        chosen = set(picks)
+        rest = [c for c in free if c not in chosen]
         k = min(len(rest), n - len(picks))
         if k > 0:
             picks += [rest[int(i)] for i in self.rng.choice(len(rest), size=k, replace=False)]
@@ -247,5 +338,5 @@ def make_tuner(name: str, space: ConfigSpace, *, seed: int = 0) -> Tuner:
     return cls(space, seed=seed)
 
 
-__all__ = ["TUNERS", "Trial", "TuneResult", "Tuner", "FixedOrderTuner", "GridTuner", "RandomTuner", "AnalyticalTuner",
+__all__ = ["TUNERS", "EarlyStop", "Trial", "TuneResult", "Tuner", "FixedOrderTuner", "GridTuner", "RandomTuner", "AnalyticalTuner",
            "ModelBasedTuner", "XGBTuner", "AnalyticalXGBTuner", "make_tuner", "throughput"]

@@ -153,7 +153,14 @@ def resources(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Resour
     for pointer loads,
     and a fixed base. More than ``spec.max_regs_per_thread`` would spill and is treated as invalid.
     """
-    c, eb = config, workload.elem_bytes
+    return _resources(workload.elem_bytes, config, spec)
+
+
+@lru_cache(maxsize=1 << 17)
+def _resources(eb: int, config: KernelConfig, spec: GPUSpec) -> Resources:
+    """``resources`` of one element size: the workload's shape does not enter, so a space's build, its
+    estimates and the cost model's features share one evaluation per config."""
+    c = config
     path = mma_path(c, spec)
     threads = 32 * c.num_warps
     stage = (c.block_m * c.block_k + c.block_k * c.block_n) * eb

@@ -1,0 +1,200 @@
+"""Compile a workload's candidate configs ahead of measurement, in worker processes.
+
+Compiling a config (alcop's lowering and code generation, then Triton's frontend, LLVM and ptxas)
+takes 1-3 s of CPU, much of it under the GIL, so the measurement process's compile threads run
+nearly one at a time. A ``CompilePool`` spreads the compiles of a batch over worker processes (one
+per spare core) before the batch is measured: each worker binds the config's kernel to
+uninitialised device tensors of the workload's own shapes and strides, so Triton specialises it
+exactly as for the measured call, and compiles it without launching it (``Launch.compile``). The
+measurement process then finds every kernel in Triton's on-disk cache. The cache is keyed by the
+kernel source (the same for every shape: sizes are runtime arguments) and the specialisation
+(which sizes and strides divide by 16), so a config compiled for one shape also serves the next
+shape with the same divisibility.
+
+Failures here are not recorded: the measurement process meets the same config again, in its
+isolated child, and records what goes wrong there. A worker that dies (a compiler crash) breaks
+the pool; it is restarted for the next batch.
+
+This module imports neither torch nor triton at import time (``measure.py`` says why).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import wait as wait_futures
+from typing import Any, Callable, Iterable, Sequence
+
+from ..records import KernelConfig, Workload
+from .measure import resolve_factory
+
+DEFAULT_COMPILER = "alcop_triton.autotune.precompile:compile_config"
+
+_INPUTS: dict[tuple[Workload, str], tuple[Any, ...]] = {}  # per worker: the workload's uninitialised inputs
+
+
+def compile_config(workload: Workload, config: KernelConfig, device: str) -> None:
+    """Compile ``config``'s kernel for ``workload``'s inputs on ``device`` without running it."""
+    import torch
+
+    from .measure import DEFAULT_FACTORY
+
+    runner = resolve_factory(DEFAULT_FACTORY)(workload, config, "meta")
+    key = (workload, device)
+    if key not in _INPUTS:
+        _INPUTS[key] = tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+                             for t in runner.inputs(0))
+    launch, _ = runner.bind(_INPUTS[key])
+    if launch is not None:
+        launch.compile()
+
+
+def default_workers() -> int:
+    """Spare cores: all but two (this process and the measurement process)."""
+    return max(1, (os.cpu_count() or 1) - 2)
+
+
+def _warm(compiler: str, device: str) -> None:
+    """Import what compiling needs (torch, triton, the kernels) and open the device once per worker,
+    while the tuning process builds its space and model."""
+    from .measure import DEFAULT_FACTORY
+
+    resolve_factory(compiler)
+    resolve_factory(DEFAULT_FACTORY)
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.empty(1, device=device)
+
+
+def _compile(compiler: str, workload: dict[str, Any], config: dict[str, Any], device: str) -> str | None:
+    """Run ``compiler`` on one (workload, config); the error text if it raised."""
+    try:
+        resolve_factory(compiler)(Workload.from_dict(workload), KernelConfig.from_dict(config), device)
+    except Exception as exc:  # noqa: BLE001 - the measurement process records it
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
+    return None
+
+
+class CompilePool:
+    """Worker processes compiling one workload's configs (see the module docstring).
+
+    Args:
+        workload, device: what the configs are compiled for.
+        workers: processes (``default_workers()``: every spare core).
+        compiler: "module:function" with ``compile_config``'s signature (tests pass their own).
+        timeout_s: longest wait for a batch; what is not compiled by then is left to the measurer.
+    """
+
+    def __init__(self, workload: Workload, device: str, *, workers: int | None = None,
+                 compiler: str = DEFAULT_COMPILER, timeout_s: float = 120.0) -> None:
+        self.workload, self.device, self.compiler, self.timeout_s = workload, device, compiler, timeout_s
+        self.workers = max(1, workers if workers is not None else default_workers())
+        self._pool: ProcessPoolExecutor | None = None
+        self._futures: dict[KernelConfig, Future[str | None]] = {}
+        self.errors: dict[KernelConfig, str] = {}
+        self.compiled = 0
+
+    def __enter__(self) -> "CompilePool":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> "CompilePool":
+        """Spawn the workers now: their imports overlap the caller's space build and model training."""
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(self.workers):
+                self._pool.submit(_warm, self.compiler, self.device)
+        return self
+
+    def submit(self, configs: Iterable[KernelConfig]) -> None:
+        """Queue compiles of the configs not queued yet (returns at once)."""
+        self.start()
+        assert self._pool is not None
+        wd = self.workload.to_dict()
+        for c in configs:
+            if c not in self._futures:
+                try:
+                    self._futures[c] = self._pool.submit(_compile, self.compiler, wd, c.to_dict(), self.device)
+                except RuntimeError:  # a broken pool refuses work: restart it
+                    self._restart()
+                    self._futures[c] = self._pool.submit(_compile, self.compiler, wd, c.to_dict(), self.device)
+
+    def wait(self, configs: Sequence[KernelConfig]) -> None:
+        """Compile ``configs`` (queuing those not queued) and return when all are done or ``timeout_s`` passed."""
+        self.submit(configs)
+        futures = [self._futures[c] for c in configs]
+        wait_futures(futures, timeout=self.timeout_s)
+        broken = False
+        for c, f in zip(configs, futures):
+            if not f.done():
+                continue
+            try:
+                err = f.result()
+            except Exception as exc:  # noqa: BLE001 - BrokenProcessPool: a worker died
+                err, broken = f"compile worker died: {type(exc).__name__}", True
+            if err is None:
+                self.compiled += 1
+            else:
+                self.errors[c] = err
+        if broken:
+            self._restart()
+
+    def _restart(self) -> None:
+        """A fresh pool; configs whose compile was lost with the old one may be queued again."""
+        self._stop()
+        self._futures = {c: f for c, f in self._futures.items() if f.done() and f.exception() is None}
+        self.start()
+
+    def _stop(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # A hung compile must not hold the tuning run: stop waiting for the workers and end them.
+        processes = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in processes:
+            if p.is_alive():
+                p.kill()
+        for p in processes:
+            p.join(timeout=5)
+
+    def close(self) -> None:
+        self._stop()
+
+
+Lookahead = Callable[[], Sequence[KernelConfig]]
+
+
+class PrecompilingMeasurer:
+    """A measurer whose batches are compiled by a ``CompilePool`` first.
+
+    After a batch is compiled, the configs ``lookahead()`` names (what the tuner would propose next)
+    are queued, so the workers compile the next batch's likely members while this one is measured.
+    ``compile_s`` and ``measure_s`` add up the time spent waiting on each.
+    """
+
+    def __init__(self, inner: Any, pool: CompilePool, lookahead: Lookahead | None = None) -> None:
+        self.inner, self.pool, self.lookahead = inner, pool, lookahead
+        self.workload: Workload = inner.workload
+        self.compile_s = 0.0
+        self.measure_s = 0.0
+
+    def measure(self, configs: Sequence[KernelConfig], on_result: Any = None) -> list[Any]:
+        t0 = time.perf_counter()
+        self.pool.wait(configs)
+        t1 = time.perf_counter()
+        if self.lookahead is not None:
+            self.pool.submit(self.lookahead())
+        self.compile_s += t1 - t0
+        try:
+            return list(self.inner.measure(configs, on_result))
+        finally:
+            self.measure_s += time.perf_counter() - t1
+
+
+__all__ = ["CompilePool", "DEFAULT_COMPILER", "PrecompilingMeasurer", "compile_config", "default_workers"]
