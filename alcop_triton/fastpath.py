@@ -265,7 +265,8 @@ def _first_grad_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], p
     autograd Function, to the call's own tensors (same objects, same positions, then non-tensor
     arguments), and returned that Function's output itself: then a repeat is that one apply."""
     gen = generation.current()
-    outer, applied = _local.applying, []
+    outer = _local.applying
+    applied: list[tuple[Callable[..., Tensor], tuple[Any, ...], Tensor]] = []
     _local.applying = applied
     try:
         out = grad(*tensors, *params)
