@@ -173,8 +173,10 @@ def section(results: Path, gpu_results: Path | None = None) -> str:
         if head is None:
             raise ValueError(f"--gpu-results: {gpu_results} holds no headline.json (a run of benchmarks/headline.py)")
         run_id = head["run_id"]
+        e2e = load(HEADLINE["e2e"], gpu_results) or {}
+        compiled = any(m.startswith("compile") for r in e2e.get("results", []) for m in r.get("modes", {}))
         out += [f"The suite, host-time and end-to-end reports below are one run of `python benchmarks/headline.py "
-                f"{shown(gpu_results)}`: run `{run_id}`, {head['device']}, torch {head['torch']}, Triton "
+                f"{shown(gpu_results)}{'' if compiled or not e2e else ' --no-compile'}`: run `{run_id}`, {head['device']}, torch {head['torch']}, Triton "
                 f"{head['triton']}, alcop_triton {head['alcop']}, started {head['date']}.", ""]
     renders: list[Callable[..., list[str]]] = [suite_section, overhead_section, e2e_section]
     for (rel, cmd), key, render in zip((SUITE, OVERHEAD, E2E), HEADLINE, renders):

@@ -97,6 +97,12 @@ def test_gpu_reports_from_a_headline_run(tmp_path):
     assert f"`{gpu.as_posix()}/overhead/overhead.md`: missing; `python benchmarks/headline.py" in text
     with pytest.raises(ValueError, match="--gpu-results: .* holds no headline.json"):
         rm.section(tmp_path / "results", tmp_path)
+    # the command cited is the one that ran: e2e without compile modes means --no-compile
+    assert " --no-compile`: run `r7`" in text
+    e2e = json.loads((gpu / "e2e" / "e2e.json").read_text())
+    e2e["results"][0]["modes"]["compile"] = {"ms": 1.0, "speedup_vs_eager": 1.5, "max_rel_err": 0.0}
+    (gpu / "e2e" / "e2e.json").write_text(json.dumps(e2e))
+    assert "--no-compile" not in rm.section(tmp_path / "results", gpu)
 
 
 def test_committed_headline_run_is_the_default_source(tmp_path):
