@@ -6,45 +6,37 @@ import os
 from pathlib import Path
 
 import pytest
+import test_autotune_session as session_test
 
-from alcop_triton.autotune.database import Database, GpuKey
+from alcop_triton.autotune.database import Database
 from alcop_triton.autotune.measure import ErrorKind, MeasureResult
 from alcop_triton.autotune.precompile import CompilePool, PrecompilingMeasurer
-from alcop_triton.autotune.session import Target, tune
+from alcop_triton.autotune.session import tune
 from alcop_triton.autotune.space import ConfigSpace
 from alcop_triton.autotune.timing import PHASES, Timings
 from alcop_triton.autotune.tuner import EarlyStop, Trial
 from alcop_triton.errors import ScheduleError
-from alcop_triton.model.hardware import get_spec
-from alcop_triton.records import KernelConfig, Workload
+from alcop_triton.records import KernelConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-W = Workload("matmul", (512, 512, 1024), "float16", "nt")
-TARGET = Target("cuda", get_spec("H100"), GpuKey("H100", "9.0"), "NVIDIA H100 80GB HBM3", "wgmma")
+W, TARGET = session_test.W, session_test.TARGET
 COMPILER = "alcop_fake_compiler:compile_config"
 
 
-class Scripted:
-    """Times grow with block_k and stages; block_m == 16 fails its check. ``compiled``: a directory in
-    which every config must have been compiled before it is measured (but those the fake compiler fails)."""
-
-    workload = W
+class Scripted(session_test.Scripted):
+    """The session tests' scripted measurer (times grow with block_k and stages; block_m == 16 fails its
+    check). ``compiled``: a directory in which every config must have been compiled before it is
+    measured (but those the fake compiler fails)."""
 
     def __init__(self, compiled: Path | None = None):
-        self.seen: list[KernelConfig] = []
+        super().__init__()
         self.compiled = compiled
 
     def measure(self, configs, on_result=None):
-        out = []
         for c in configs:
             if self.compiled is not None and c.block_n != 16 and c.block_k != 128:
                 assert (self.compiled / str(c)).exists(), f"{c} measured before it was compiled"
-            self.seen.append(c)
-            r = (MeasureResult(c, None, ErrorKind.WRONG_ANSWER, "mismatch") if c.block_m == 16
-                 else MeasureResult(c, 0.01 * c.block_k / 16 + 0.001 * c.smem_stages, None, "", "cuda_graph"))
-            on_result(r)
-            out.append(r)
-        return out
+        return super().measure(configs, on_result)
 
 
 class Calibrated:
