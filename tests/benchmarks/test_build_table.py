@@ -4,11 +4,8 @@ candidate sets, record format, resuming, installing a table, and a torch timing 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import inspect
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +19,8 @@ from alcop_triton.autotune.space import shape_reason
 from alcop_triton.model.hardware import get_spec
 from alcop_triton.records import KernelConfig, Workload
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import ROOT, load_script
+
 SUITE = ROOT / "tests" / "data" / "alcop_suite.json"
 HELDOUT = ROOT / "benchmarks" / "workloads" / "heldout.json"
 SPEC = get_spec("H100")
@@ -31,12 +29,7 @@ META = {"gpu": "H100", "device": "NVIDIA H100 80GB HBM3", "cc": "9.0", "mma": "w
 
 
 def _load(name: str) -> Any:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[f"bench_{name}"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"{name}.py", f"bench_{name}")
 
 
 @pytest.fixture(scope="module")

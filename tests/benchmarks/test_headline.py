@@ -4,22 +4,15 @@ the run's identity are kept across calls."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("headline", ROOT / "benchmarks" / "headline.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["headline"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("headline.py", "headline")
 
 
 hl = _load()

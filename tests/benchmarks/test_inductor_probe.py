@@ -3,19 +3,12 @@ generated code and the report (kernel times compared within one timer, stopped w
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("inductor_compile", ROOT / "benchmarks" / "probes" / "inductor_compile.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["inductor_compile"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("probes/inductor_compile.py", "inductor_compile")
 
 
 ic = _load()

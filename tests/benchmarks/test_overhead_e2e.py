@@ -3,23 +3,16 @@ the summaries and reports, the models' structure and the mode runner with a scri
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_script
 
 
-def _load(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[f"bench_{name}"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def _load(name: str) -> ModuleType:
+    return load_script(f"{name}.py", f"bench_{name}")
 
 
 oh = _load("overhead")

@@ -3,22 +3,15 @@ says which GPU reports are missing, and replaces only the text between the marke
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("readme_measured", ROOT / "benchmarks" / "readme_measured.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["readme_measured"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("readme_measured.py", "readme_measured")
 
 
 rm = _load()

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("reg_prefetch_ir", ROOT / "benchmarks" / "probes" / "reg_prefetch_ir.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["reg_prefetch_ir"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("probes/reg_prefetch_ir.py", "reg_prefetch_ir")
 
 
 ir = _load()

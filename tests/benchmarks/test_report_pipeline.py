@@ -3,21 +3,14 @@ the shapes both kinds cover, suspect torch baselines, the run-to-run comparison 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_script
 
 
 def _load():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("report_pipeline", ROOT / "benchmarks" / "report_pipeline.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("report_pipeline.py", "report_pipeline")
 
 
 def _rec(op: str, shape: tuple[int, ...], bk: int, stages: int, ms: float | None, impl: str = "alcop",

@@ -4,25 +4,17 @@ the held-out set's contract. No GPU, no wall-clock assertions."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import math
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import ROOT, load_script
 
 
 def _load():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("suite", ROOT / "benchmarks" / "suite.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["suite"] = mod   # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("suite.py", "suite")
 
 
 su = _load()

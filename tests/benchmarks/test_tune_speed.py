@@ -3,20 +3,13 @@ two trials) writes the report with the time split, the trials run and the compar
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import ROOT, load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_tune_speed", ROOT / "benchmarks" / "tune_speed.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_tune_speed"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("tune_speed.py", "bench_tune_speed")
 
 
 ts = _load()
