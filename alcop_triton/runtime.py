@@ -152,6 +152,13 @@ def resident_programs(compiled: Any, num_warps: int, device: Any) -> int:
     return int(p.multi_processor_count) * max(1, min(per_sm))
 
 
+def _hook(h: Any) -> Any:
+    """A launch hook to pass to the launcher, or None. Triton keeps hooks in chains that are usually
+    empty; an empty chain is None here, which spares the launcher two Python calls (enter and exit)
+    and the launch metadata the enter hook would receive. A hook added later is seen at the next launch."""
+    return h if h is not None and getattr(h, "calls", True) else None
+
+
 def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequence[Any], kwargs: Mapping[str, Any],
             n_tensors: int, tma: bool) -> Callable[..., None]:
     """A launch of one kernel specialisation with everything but its tensors bound: ``launch(*tensors)``.
@@ -187,35 +194,32 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
     active: Any = driver.active  # the CUDA driver, whose stream getter the base class does not declare
     stream_of, current_device, hooks = active.get_current_stream, torch._C._cuda_getDevice, knobs.runtime
     c_launch = getattr(launcher, "launch", None)
+    call: Callable[[Any, Any, Any, Any, tuple[Any, ...]], None]
     if tma or not isinstance(c_launch, types.BuiltinFunctionType) or launcher.global_scratch_size \
             or launcher.profile_scratch_size:
         # Triton's launcher object: it allocates scratch buffers (device-side TMA descriptors) per
         # launch and unpacks host tensor descriptors (then ``launch`` is a Python wrapper).
-        def launch(*tensors: Any) -> None:
+        def call(stream: Any, meta: Any, enter: Any, leave: Any, tensors: tuple[Any, ...]) -> None:
             if tma:
                 ensure_allocator()
-            if current_device() != index:  # the kernel was loaded into this device's context
-                with torch.cuda.device(index):
-                    launch(*tensors)
-                return
-            stream = stream_of(index)
-            enter = hooks.launch_enter_hook
-            meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors, *tail)
-            launcher(g0, g1, g2, stream, function, metadata, meta, enter, hooks.launch_exit_hook, *tensors, *tail)
-        return launch
-    # No scratch: call the compiled C launcher itself, with the tensors' addresses. Triton's Python
-    # wrapper around it only allocates scratch, and an address (unlike a tensor) spares the C launcher
-    # a data_ptr() call and a cuPointerGetAttribute per tensor: the signature already fixed the device.
-    coop, pdl, address = launcher.launch_cooperative_grid, launcher.launch_pdl, torch.Tensor.data_ptr
+            launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *tail)
+    else:
+        # No scratch: the compiled C launcher itself, given the tensors' addresses. Triton's Python
+        # wrapper around it only allocates scratch, and an address (unlike a tensor) spares the C
+        # launcher a data_ptr() call and a cuPointerGetAttribute per tensor: the signature fixed the device.
+        coop, pdl, address = launcher.launch_cooperative_grid, launcher.launch_pdl, torch.Tensor.data_ptr
 
-    def launch_raw(*tensors: Any) -> None:
-        if current_device() != index:
+        def call(stream: Any, meta: Any, enter: Any, leave: Any, tensors: tuple[Any, ...]) -> None:
+            c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, metadata, meta, enter, leave,
+                     *map(address, tensors), *tail)
+
+    def launch(*tensors: Any) -> None:
+        if current_device() != index:  # the kernel was loaded into this device's context
             with torch.cuda.device(index):
-                launch_raw(*tensors)
+                launch(*tensors)
             return
         stream = stream_of(index)
-        enter = hooks.launch_enter_hook
+        enter, leave = _hook(hooks.launch_enter_hook), _hook(hooks.launch_exit_hook)
         meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors, *tail)
-        c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, metadata, meta, enter, hooks.launch_exit_hook,
-                 *map(address, tensors), *tail)
-    return launch_raw
+        call(stream, meta, enter, leave, tensors)
+    return launch

@@ -1,0 +1,102 @@
+"""``runtime.prebind`` on CUDA, with Triton's compiled kernel and driver replaced by recorders: the
+argument order of the two launch routes and the launch hooks. (On a GPU the same launches run for
+real in tests/gpu.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from triton import knobs
+
+from alcop_triton import runtime
+
+
+class _Stream:
+    def get_current_stream(self, index: int) -> int:
+        return 777
+
+
+class _LauncherObject:
+    """Triton's launcher object: ``launch`` is its compiled C function; calling the object allocates
+    scratch first. Here the C function is ``print`` (a builtin, as a compiled launcher is)."""
+    launch_cooperative_grid = 0
+    launch_pdl = 0
+    profile_scratch_size = 0
+
+    def __init__(self, scratch: int) -> None:
+        self.launch = print
+        self.global_scratch_size = scratch
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, *args: Any) -> None:
+        self.calls.append(args)
+
+
+class _Compiled:
+    function, packed_metadata = 5, (4, 1, 0)
+
+    def __init__(self, launcher: _LauncherObject) -> None:
+        self.run = launcher
+
+    def launch_metadata(self, grid: Any, stream: Any, *args: Any) -> str:
+        return "META"
+
+
+class _Param:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Jit:
+    params = [_Param("a"), _Param("b"), _Param("n"), _Param("BLOCK")]
+
+    def __init__(self, compiled: _Compiled) -> None:
+        self.compiled = compiled
+
+    def warmup(self, *args: Any, **kwargs: Any) -> _Compiled:
+        return self.compiled
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    from triton.runtime.driver import driver
+    monkeypatch.setattr(driver, "_active", _Stream(), raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)  # absent from CPU builds
+
+
+def _launch(scratch: int) -> tuple[Any, _LauncherObject, torch.Tensor, torch.Tensor]:
+    obj = _LauncherObject(scratch)
+    a, b = torch.zeros(4), torch.zeros(4)
+    run = runtime.prebind(None, _Jit(_Compiled(obj)), torch.device("cuda", 0), (3,), [a, b, 7], {"BLOCK": 16}, 2,
+                          tma=False)
+    return run, obj, a, b
+
+
+def test_kernel_without_scratch_calls_the_c_launcher_with_addresses(fake_cuda: None,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    run, obj, a, b = _launch(scratch=0)
+    run(a, b)
+    # grid, stream, function, cooperative, pdl, no scratch buffers, metadata, launch metadata and hooks
+    # (empty chains: none), the tensors' addresses, then the other arguments and the constexprs.
+    assert capsys.readouterr().out.split() == ["3", "1", "1", "777", "5", "0", "0", "None", "None", "(4,", "1,", "0)",
+                                               "None", "None", "None", str(a.data_ptr()), str(b.data_ptr()), "7", "16"]
+    assert obj.calls == []
+
+
+def test_kernel_with_scratch_goes_through_the_launcher_object(fake_cuda: None) -> None:
+    run, obj, a, b = _launch(scratch=128)
+    run(a, b)
+    assert obj.calls == [(3, 1, 1, 777, 5, (4, 1, 0), None, None, None, a, b, 7, 16)]
+
+
+def test_a_registered_launch_hook_gets_the_metadata(fake_cuda: None, capsys: pytest.CaptureFixture[str]) -> None:
+    seen: list[Any] = []
+    knobs.runtime.launch_enter_hook.add(seen.append)
+    try:
+        run, obj, a, b = _launch(scratch=128)
+        run(a, b)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(seen.append)
+    assert obj.calls[0][6] == "META" and obj.calls[0][7] is knobs.runtime.launch_enter_hook
