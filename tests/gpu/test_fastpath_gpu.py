@@ -97,3 +97,15 @@ def test_hit_on_another_device_than_the_current_one() -> None:
     with torch.cuda.device(0):
         again = at.matmul(a, b)
     assert fastpath.stats().hits == 1 and torch.equal(again, first)
+
+
+def test_grad_calls_repeat_their_autograd_function() -> None:
+    x, w = _rand(64, 48).requires_grad_(), _rand(32, 48, seed=1).requires_grad_()
+    for _ in range(2):
+        y = at.linear(x, w)
+    assert fastpath.stats().hits >= 1 and type(y.grad_fn).__name__ == "AlcopLinearBackward"
+    y.float().square().sum().backward()
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    F.linear(xr, wr).square().sum().backward()
+    for got, ref in ((x.grad, xr.grad), (w.grad, wr.grad)):
+        assert ((got.float() - ref).norm() / ref.norm()).item() < 2e-2
