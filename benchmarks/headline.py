@@ -8,7 +8,11 @@ Runs, each in a process of its own, into ``OUT``:
 1. ``overhead``: ``benchmarks/overhead.py`` (``OUT/overhead/``);
 2. ``e2e``: ``benchmarks/e2e.py``, one model per process (``OUT/e2e/``, the models merged;
    ``--no-compile`` leaves out its torch.compile modes);
-3. ``suite``: ``benchmarks/suite.py`` over the alcop, heldout, models, conv2d and conv3d sets, with
+3. ``ablation``: the pipelining ablation (``benchmarks/ablation_h100.sh``, one grid per MMA path:
+   wgmma and, with ``DISABLE_MMA_V3=1``, mma.sync), its report over both paths
+   (``report_pipeline.py``) and the model evaluation on the wgmma grid (``eval_model.py``), in
+   ``OUT/ablation/`` and ``OUT/model/``; not in a dry run (the grids need a GPU);
+4. ``suite``: ``benchmarks/suite.py`` over the alcop, heldout, models, conv2d and conv3d sets, with
    Inductor on the alcop and heldout sets (``OUT/suite/``; resumable by workload).
 
 A stage whose results are complete in ``OUT`` is skipped, so the same command, repeated, finishes
@@ -42,8 +46,10 @@ ROOT = HERE.parent
 SUITE_SETS = "alcop,heldout,models,conv2d,conv3d"
 INDUCTOR_SETS = "alcop,heldout"
 E2E_MODELS = ("bert", "gpt2", "resnet50")
+ABLATION_MMAS = ("wgmma", "mma_sync")
+ABLATION_GRID = "alcop_space"
 # Seconds a stage is expected to take when this run has not timed it yet.
-DEFAULT_S = {"overhead": 120.0, "e2e": 240.0}
+DEFAULT_S = {"overhead": 120.0, "e2e": 240.0, "ablation": 330.0, "model": 240.0}
 MARGIN_S = 20.0   # process start-up and the README rewrite
 
 
@@ -112,9 +118,31 @@ def stage_commands(out: Path, run: dict[str, Any], dry_run: bool, no_compile: bo
     for m in E2E_MODELS:
         stages.append((f"e2e:{m}", py + [str(HERE / "e2e.py"), "--out", str(out / "e2e"), "--models", m] + dry
                        + (["--no-compile"] if no_compile else []), e2e_done(m)))
+    if not dry_run:  # the grids need a GPU: a dry run has no CPU stand-in for them
+        stages += ablation_stages(out)
     stages.append(("suite", py + [str(HERE / "suite.py"), "--out", str(out / "suite"), "--sets", SUITE_SETS,
                                   "--inductor-sets", INDUCTOR_SETS, "--run-id", run["run_id"]] + dry,
                    lambda: suite_complete(out)))
+    return stages
+
+
+def ablation_stages(out: Path) -> list[tuple[str, list[str], Callable[[], bool]]]:
+    """The pipelining ablation (``ablation_h100.sh``: the ``ABLATION_GRID`` grid on the ALCOP dense + bmm
+    suite, one stage per MMA path), then its report over both paths and the model evaluation on the
+    wgmma grid (``eval_model.py``: random, analytical, XGBoost and both, held out by workload)."""
+    ab, py = out / "ablation", [sys.executable]
+    grids = [ab / f"h100_{mma}_{ABLATION_GRID}.jsonl" for mma in ABLATION_MMAS]
+    stages: list[tuple[str, list[str], Callable[[], bool]]] = [
+        # the grid's own budget keeps it inside one call (a full grid took 258-269 s on the H100)
+        (f"ablation:{mma}", ["env", f"MMA={mma}", f"GRID={ABLATION_GRID}", "BUDGET_S=480", "bash",
+                             str(HERE / "ablation_h100.sh"), str(ab)],
+         (lambda mma=mma: (ab / f"pipeline_{mma}.json").is_file())) for mma in ABLATION_MMAS]
+    stages.append(("ablation_report", py + [str(HERE / "report_pipeline.py"), *map(str, grids), "--out",
+                                           str(ab / "pipeline_variants")],
+                   lambda: (ab / "pipeline_variants.json").is_file()))
+    stages.append(("model", py + [str(HERE / "eval_model.py"), "--data", str(grids[0]), "--out",
+                                  str(out / "model" / "model_eval"), "--nthread", "8"],
+                   lambda: (out / "model" / "model_eval.json").is_file()))
     return stages
 
 

@@ -35,6 +35,7 @@ MODEL_EVALS = ("model_eval.json", "model_eval_alcop_space.json", "model_eval_abl
 # is one, is the default source of the GPU reports.
 HEADLINE = {"suite": "suite/report.json", "overhead": "overhead/overhead.json", "e2e": "e2e/e2e.json"}
 HEADLINE_DIR = "headline_h100"
+HEADLINE_ABLATION, HEADLINE_MODEL = "ablation/pipeline_variants.json", "model/model_eval.json"
 
 
 def shown(path: Path) -> str:
@@ -138,7 +139,7 @@ def pipeline_section(r: dict[str, Any], path: str, title: str) -> list[str]:
 
 
 def model_section(reports: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    out = ["### Performance model, held out by workload (" + ", ".join(f"`benchmarks/results/{p.replace('.json', '.md')}`"
+    out = ["### Performance model, held out by workload (" + ", ".join(f"`{p.replace('.json', '.md')}`"
                                                                    for p, _ in reports) + ")", "",
            "Best-in-top-k = best measured time / best measured time among the model's k top-ranked configs (mean "
            "over workloads); pairwise = share of config pairs ordered as measured (pairs within 1% skipped). "
@@ -148,7 +149,7 @@ def model_section(reports: list[tuple[str, dict[str, Any]]]) -> list[str]:
               "xgb": ("XGBoost alone", "xgb_pairwise"), "analytical_xgb": ("analytical + XGBoost", "analytical_xgb_pairwise")}
     for path, r in reports:
         s = r["summary"]
-        data = ", ".join(r.get("data", [])) or path
+        data = ", ".join(Path(d).name for d in r.get("data", [])) or path
         for key, (label, pw) in labels.items():
             if key not in s:
                 continue
@@ -175,7 +176,9 @@ def section(results: Path, gpu_results: Path | None = None) -> str:
         run_id = head["run_id"]
         e2e = load(HEADLINE["e2e"], gpu_results) or {}
         compiled = any(m.startswith("compile") for r in e2e.get("results", []) for m in r.get("modes", {}))
-        out += [f"The suite, host-time and end-to-end reports below are one run of `python benchmarks/headline.py "
+        whole = load(HEADLINE_ABLATION, gpu_results) is not None
+        out += [f"The suite, host-time{', end-to-end, pipelining-ablation and model' if whole else ' and end-to-end'} "
+                f"reports below are one run of `python benchmarks/headline.py "
                 f"{shown(gpu_results)}{'' if compiled or not e2e else ' --no-compile'}`: run `{run_id}`, {head['device']}, torch {head['torch']}, Triton "
                 f"{head['triton']}, alcop_triton {head['alcop']}, started {head['date']}.", ""]
     renders: list[Callable[..., list[str]]] = [suite_section, overhead_section, e2e_section]
@@ -190,12 +193,21 @@ def section(results: Path, gpu_results: Path | None = None) -> str:
                     f"{shown(gpu_results)}` on the GPU writes it.", ""]  # type: ignore[arg-type]
         else:
             out += render(r, f"`{shown(base / rel)}`", run_id)
-    for (rel, _), title in ((PIPELINE, "Pipelining ablation, ALCOP dense + bmm suite"),
-                            (CONV, "Pipelining ablation, conv2d (ResNet layers, partial grids)")):
-        r = load(rel)
-        if r is not None:
-            out += pipeline_section(r, f"`{shown(results / rel)}`", title)
-    evals = [(p, r) for p in MODEL_EVALS if (r := load(p)) is not None]
+    # The ablation and the model evaluation from the headline run where it holds them (then nothing from
+    # other runs is shown), else from the committed reports of earlier runs.
+    ablation = None if gpu_results is None else load(HEADLINE_ABLATION, gpu_results)
+    if ablation is not None and gpu_results is not None:
+        out += pipeline_section(ablation, f"`{shown(gpu_results / HEADLINE_ABLATION)}`",
+                                "Pipelining ablation, ALCOP dense + bmm suite")
+        model = load(HEADLINE_MODEL, gpu_results)
+        evals = [(shown(gpu_results / HEADLINE_MODEL), model)] if model is not None else []
+    else:
+        for (rel, _), title in ((PIPELINE, "Pipelining ablation, ALCOP dense + bmm suite"),
+                                (CONV, "Pipelining ablation, conv2d (ResNet layers, partial grids)")):
+            r = load(rel)
+            if r is not None:
+                out += pipeline_section(r, f"`{shown(results / rel)}`", title)
+        evals = [(shown(results / p), r) for p in MODEL_EVALS if (r := load(p)) is not None]
     if evals:
         out += model_section(evals)
     return "\n".join(out).rstrip() + "\n"

@@ -80,7 +80,13 @@ def test_stage_commands_cover_every_gpu_report(tmp_path):
     run = hl.start_or_resume(tmp_path, META, False)
     stages = hl.stage_commands(tmp_path, run, False)
     # the short stages first: a call the suite fills still gives them
-    assert [n for n, _, _ in stages] == ["overhead", "e2e:bert", "e2e:gpt2", "e2e:resnet50", "suite"]
+    assert [n for n, _, _ in stages] == ["overhead", "e2e:bert", "e2e:gpt2", "e2e:resnet50", "ablation:wgmma",
+                                         "ablation:mma_sync", "ablation_report", "model", "suite"]
+    # the grids need a GPU: a dry run leaves them out
+    assert not any(n.startswith(("ablation", "model")) for n, _, _ in hl.stage_commands(tmp_path, run, True))
+    grid = dict((n, cmd) for n, cmd, _ in stages)
+    assert "MMA=mma_sync" in grid["ablation:mma_sync"] and grid["ablation:mma_sync"][-2].endswith("ablation_h100.sh")
+    assert grid["model"][grid["model"].index("--data") + 1].endswith("ablation/h100_wgmma_alcop_space.jsonl")
     assert all("--no-compile" not in cmd for _, cmd, _ in stages)
     assert all("--no-compile" in cmd for n, cmd, _ in hl.stage_commands(tmp_path, run, False, no_compile=True)
                if n.startswith("e2e"))
@@ -95,3 +101,6 @@ def test_stage_commands_cover_every_gpu_report(tmp_path):
     (tmp_path / "e2e").mkdir()
     (tmp_path / "e2e" / "e2e.json").write_text(json.dumps({"results": [{"model": "gpt2"}]}))
     assert stages[-1][2]() and [n for n, _, c in stages if c()] == ["e2e:gpt2", "suite"]
+    (tmp_path / "ablation").mkdir()
+    (tmp_path / "ablation" / "pipeline_wgmma.json").write_text("{}")
+    assert [n for n, _, c in stages if c()] == ["e2e:gpt2", "ablation:wgmma", "suite"]

@@ -104,3 +104,18 @@ def test_committed_headline_run_is_the_default_source(tmp_path):
     readme.write_text(f"{rm.BEGIN}\n{rm.END}\n")
     assert rm.main(["--readme", str(readme), "--results", str(tmp_path / "results")]) == 0
     assert "run `r7`" in readme.read_text() and "one run of `python benchmarks/headline.py" in readme.read_text()
+
+
+def test_ablation_and_model_from_the_headline_run_replace_the_earlier_reports(tmp_path):
+    gpu = _headline_dir(tmp_path)
+    results = rm.ROOT / "benchmarks" / "results"
+    before = rm.section(results, gpu)
+    assert "conv_variants.md" in before and "model_eval_ablation.md" in before  # earlier runs' reports
+    (gpu / "ablation").mkdir()
+    (gpu / "ablation" / "pipeline_variants.json").write_text((results / "pipeline_variants.json").read_text())
+    (gpu / "model").mkdir()
+    (gpu / "model" / "model_eval.json").write_text((results / "model_eval.json").read_text())
+    text = rm.section(results, gpu)
+    assert f"`{gpu.as_posix()}/ablation/pipeline_variants.md`" in text and f"`{gpu.as_posix()}/model/model_eval.md`" in text
+    assert "conv_variants.md" not in text and "model_eval_ablation.md" not in text
+    assert "pipelining-ablation and model reports below are one run of" in text
