@@ -105,20 +105,29 @@ def _conv_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None
     ctx.save_for_backward(x, w, bias, output if activation == "relu" else None)
 
 
+def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple[int, ...],
+               pad_left: tuple[int, ...], dilation: tuple[int, ...], groups: int, input_grad: bool = True,
+               weight_grad: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """A convolution's input and weight gradients from the output gradient ``dz``: the DSL kernels of
+    ``kernels/conv_grad.py`` (what a backward pass through ``alcop::conv`` runs; None where not asked)."""
+    dx = dw = None
+    if input_grad:
+        key = conv_grad.conv_input_grad_kernel(x.dim() - 2, x.dtype, stride, pad_left, dilation, groups,
+                                               kconv.is_channels_last(x))
+        dx = torch.ops.alcop.dsl_call(key, [dz, x, w]).flatten(1, 2)
+    if weight_grad:
+        key = conv_grad.conv_weight_grad_kernel(x.dim() - 2, x.dtype, stride, pad_left, dilation, groups)
+        dw = torch.ops.alcop.dsl_call(key, [dz, x, w]).flatten(0, 1)
+    return dx, dw
+
+
 def _conv_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, w, bias, out = ctx.saved_tensors
     stride, pad_left, pad_right, dilation, groups = ctx.params
     need = ctx.needs_input_grad
     dz = activation_grad(ctx.activation, grad, out, lambda: torch.ops.alcop.conv(
         x, w, bias, stride, pad_left, pad_right, dilation, groups, None))
-    dx = dw = None
-    if need[0]:
-        key = conv_grad.conv_input_grad_kernel(x.dim() - 2, x.dtype, stride, pad_left, dilation, groups,
-                                               kconv.is_channels_last(x))
-        dx = torch.ops.alcop.dsl_call(key, [dz, x, w]).flatten(1, 2)
-    if need[1]:
-        key = conv_grad.conv_weight_grad_kernel(x.dim() - 2, x.dtype, stride, pad_left, dilation, groups)
-        dw = torch.ops.alcop.dsl_call(key, [dz, x, w]).flatten(0, 1)
+    dx, dw = conv_grads(x, w, dz, stride, pad_left, dilation, groups, need[0], need[1])
     dbias = dz.sum(dim=[0] + list(range(2, dz.dim()))) if need[2] else None
     return dx, dw, dbias, None, None, None, None, None, None
 

@@ -1,6 +1,6 @@
 """One benchmark run: alcop as dispatched against cuBLAS/cuDNN, Triton's tutorial matmul and Inductor.
 
-    python benchmarks/suite.py --out OUT [--sets alcop,heldout,models,conv2d] [--inductor-sets alcop,heldout] [--inductor-pretune 8]
+    python benchmarks/suite.py --out OUT [--sets alcop,heldout,models,conv2d] [--inductor-sets alcop,heldout] [--inductor-pretune N]
                                [--budget-s 480] [--quick] [--dry-run]
 
 For every workload of the named sets it times each implementation both ways users see it:
@@ -14,11 +14,13 @@ For every workload of the named sets it times each implementation both ways user
 
 Implementations: ``torch`` (cuBLAS / cuDNN), ``alcop`` (the drop-ins ``alcop_triton.matmul``, ``bmm``,
 ``conv2d``, ``conv3d`` with a fresh tuning database, so configs come from the shipped table, the
-nearest tuned shape or the model), ``triton_tutorial`` (``benchmarks/tutorial_matmul.py``: Triton's
+nearest tuned shape or the model; on the ``conv2d_bwd`` set, the input and weight gradient kernels a
+backward pass through alcop's convolution runs, against cuDNN's ``convolution_backward`` as torch),
+``triton_tutorial`` (``benchmarks/tutorial_matmul.py``: Triton's
 tutorial kernel with its autotune configs; GEMMs only), ``inductor`` (``torch.compile`` in
 ``max-autotune-no-cudagraphs`` mode with Triton GEMM templates only, default search space; sets
-named in ``--inductor-sets``; compile time recorded; how the compiles are scheduled (worker pool
-warmed once, a pretuning graph per ``--inductor-pretune`` workloads) is described at
+named in ``--inductor-sets``; compile time recorded; how the compiles are scheduled (Inductor's
+defaults; optionally a pretuning graph per ``--inductor-pretune`` workloads) is described at
 ``inductor_setup`` and recorded in each row; after one compile exceeds ``--inductor-cap-s`` the rest
 of that set runs without it).
 
@@ -66,12 +68,13 @@ TIMER_TEXT = {"eager": "eager call, CUDA events after an L2 flush, host cost inc
               "wall": "wall clock, CPU interpreter (dry run: not a measurement)"}
 UNSTABLE = 0.10
 TOLERANCE = 1e-2
-SETS = ("alcop", "heldout", "models", "conv2d", "conv3d", "smoke")
+SETS = ("alcop", "heldout", "models", "conv2d", "conv2d_bwd", "conv3d", "smoke")
 
 
 @dataclass(frozen=True)
 class Case:
-    """One workload of a set: op, shape ([M, N, K], [B, M, N, K] or the conv tuple), layout, reason."""
+    """One workload of a set: op, shape ([M, N, K], [B, M, N, K] or the conv tuple), layout, reason.
+    ``backward``: a convolution's input and weight gradients from an output gradient, not its forward."""
 
     set: str
     op: str
@@ -79,10 +82,11 @@ class Case:
     layout: str
     reason: str
     dtype: str = "float16"
+    backward: bool = False
 
     @property
     def id(self) -> str:
-        return f"{self.op} {'x'.join(map(str, self.shape))} {self.layout}"
+        return f"{self.op} {'x'.join(map(str, self.shape))} {self.layout}" + (" backward" if self.backward else "")
 
     @property
     def gemm(self) -> bool:
@@ -99,20 +103,23 @@ class Case:
         n_, *sp, ci, co = self.shape[:nd + 3]
         win, stride, pad = self.shape[nd + 3:2 * nd + 3], self.shape[-2], self.shape[-1]
         out = [(s + 2 * pad - w) // stride + 1 for s, w in zip(sp, win)]
-        return 2.0 * n_ * math.prod(out) * co * ci * math.prod(win)
+        # the backward computes two products of the forward's size (input and weight gradients)
+        return (4.0 if self.backward else 2.0) * n_ * math.prod(out) * co * ci * math.prod(win)
 
 
 def load_set(name: str) -> list[Case]:
     """The workloads of a named set: the ALCOP suite's (``tests/data/alcop_suite.json``) or a JSON
     file in ``benchmarks/workloads/`` (each workload with its reason)."""
-    if name in ("alcop", "conv2d", "conv3d"):
+    if name in ("alcop", "conv2d", "conv2d_bwd", "conv3d"):
         suite = json.loads(ALCOP_SUITE.read_text())
         src = "ALCOP artifact's single-operator suite"
         if name == "alcop":
             return ([Case(name, "matmul", tuple(s), "nt", f"{src}, dense") for s in suite["dense"]["shapes_MNK"]]
                     + [Case(name, "bmm", tuple(s), "nt", f"{src}, bmm") for s in suite["bmm"]["shapes_BMNK"]])
-        layout = "nhwc" if name == "conv2d" else "ndhwc"
-        return [Case(name, name, tuple(s), layout, f"{src}, {name}") for s in suite[name]["shapes"]]
+        op = name.removesuffix("_bwd")
+        layout = "nhwc" if op == "conv2d" else "ndhwc"
+        return [Case(name, op, tuple(s), layout, f"{src}, {op}", backward=name.endswith("_bwd"))
+                for s in suite[op]["shapes"]]
     path = WORKLOADS / f"{name}.json"
     if not path.is_file():
         raise ValueError(f"--sets: unknown set {name!r}; known: {', '.join(SETS)}")
@@ -125,7 +132,8 @@ def load_set(name: str) -> list[Case]:
 
 def make_inputs(case: Case, device: str, seed: int = 0) -> tuple[Any, ...]:
     """fp16 inputs in the case's layout: (a, b) as the product's operands (b a transposed view for
-    ``nt``), or (x, w, stride, pad) for a convolution in channels-last memory."""
+    ``nt``), or (x, w, stride, pad) for a convolution in channels-last memory, plus the output
+    gradient for a backward case."""
     import torch
 
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -145,7 +153,10 @@ def make_inputs(case: Case, device: str, seed: int = 0) -> tuple[Any, ...]:
     fmt = torch.channels_last if nd == 2 else torch.channels_last_3d
     x = rand(n_, ci, *sp).contiguous(memory_format=fmt)
     w = (rand(co, ci, *win) / math.sqrt(math.prod(win))).contiguous(memory_format=fmt)
-    return x, w, stride, pad
+    if not case.backward:
+        return x, w, stride, pad
+    out = [(s + 2 * pad - k) // stride + 1 for s, k in zip(sp, win)]
+    return x, w, stride, pad, rand(n_, co, *out).contiguous(memory_format=fmt)
 
 
 def torch_fn(case: Case) -> Callable[..., Any]:
@@ -156,6 +167,10 @@ def torch_fn(case: Case) -> Callable[..., Any]:
         return torch.matmul
     if case.op == "bmm":
         return torch.bmm
+    nd = 2 if case.op == "conv2d" else 3
+    if case.backward:  # cuDNN's input and weight gradients, the op torch's autograd runs for a convolution
+        return lambda x, w, stride, pad, dy: tuple(torch.ops.aten.convolution_backward(
+            dy, x, w, None, [stride] * nd, [pad] * nd, [1] * nd, False, [0] * nd, 1, [True, True, False])[:2])
     conv = F.conv2d if case.op == "conv2d" else F.conv3d
     return lambda x, w, stride, pad: conv(x, w, None, stride, pad)
 
@@ -169,6 +184,11 @@ def impl_fn(impl: str, case: Case) -> Callable[..., Any] | None:
 
         if case.gemm:
             return at.matmul if case.op == "matmul" else at.bmm
+        if case.backward:  # the gradient kernels a backward pass through alcop's convolution runs
+            from alcop_triton.autograd import conv_grads
+
+            nd = 2 if case.op == "conv2d" else 3
+            return lambda x, w, stride, pad, dy: conv_grads(x, w, dy, (stride,) * nd, (pad,) * nd, (1,) * nd, 1)
         conv = at.conv2d if case.op == "conv2d" else at.conv3d
         return lambda x, w, stride, pad: conv(x, w, None, stride, pad)
     if impl == "triton_tutorial":
@@ -301,8 +321,8 @@ def reference(case: Case, inputs: tuple[Any, ...]) -> Any:
     with cfg.tf32(False):
         if case.gemm:
             return torch_fn(case)(inputs[0].float(), inputs[1].float())
-        x, w, stride, pad = inputs
-        return torch_fn(case)(x.float(), w.float(), stride, pad)
+        x, w, stride, pad, *dy = inputs
+        return torch_fn(case)(x.float(), w.float(), stride, pad, *(d.float() for d in dy))
 
 
 def alcop_fallback(call: Callable[[], Any]) -> str | None:
@@ -326,7 +346,12 @@ def alcop_fallback(call: Callable[[], Any]) -> str | None:
 
 
 def rel_error(out: Any, ref: Any) -> float:
-    """max |out - ref| / max |ref| (float32), inf on a shape mismatch or a non-finite output."""
+    """max |out - ref| / max |ref| (float32), inf on a shape mismatch or a non-finite output; of
+    several outputs (a backward's gradients), the largest."""
+    if isinstance(ref, tuple):
+        if not isinstance(out, tuple) or len(out) != len(ref):
+            return math.inf
+        return max(rel_error(o, r) for o, r in zip(out, ref))
     if tuple(out.shape) != tuple(ref.shape):
         return math.inf
     diff = (out.float() - ref).abs().max().item()

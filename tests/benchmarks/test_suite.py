@@ -276,3 +276,17 @@ def test_inductor_compile_time_counts_the_pretuning_share():
     md = su.markdown({"run_id": "r1", "device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d"},
                      rows, su.summarize(rows), {"eager": "E", "graph": "G"})
     assert "total 10 s (5 s of it pretuning), mean 5.0 s, max 7.0 s over 2 workloads." in md
+
+
+def test_conv_backward_case_matches_torch_in_the_interpreter():
+    # the suite's conv2d_bwd set: alcop's input and weight gradient kernels against torch's
+    # convolution_backward, on a tiny layer (N, H, W, C_in, C_out, kh, kw, stride, pad)
+    case = su.Case("conv2d_bwd", "conv2d", (1, 5, 5, 8, 8, 3, 3, 1, 1), "nhwc", "test", backward=True)
+    assert case.id.endswith(" backward") and case.flops() == 2 * su.Case(
+        "conv2d", "conv2d", case.shape, "nhwc", "test").flops()
+    inputs = su.make_inputs(case, "cpu")
+    ref = su.reference(case, inputs)
+    out = su.impl_fn("alcop", case)(*inputs)
+    assert [tuple(o.shape) for o in out] == [(1, 8, 5, 5), (8, 8, 3, 3)] and su.rel_error(out, ref) <= su.TOLERANCE
+    assert su.rel_error(out[:1], ref) == math.inf and su.impl_fn("triton_tutorial", case) is None
+    assert [c.backward for c in su.load_set("conv2d_bwd")] == [True] * len(su.load_set("conv2d"))
