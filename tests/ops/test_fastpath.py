@@ -154,16 +154,22 @@ def test_other_strides_dtypes_and_alignment_miss() -> None:
     assert counts() == (0, 4) and fastpath.stats().entries == 4
 
 
-def test_calls_requiring_grad_store_their_autograd_function() -> None:
+def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = randn(6, 5).requires_grad_(), randn(5, 4, seed=1)
     y = at.matmul(a, b)
     assert y.requires_grad and fastpath.stats().misses >= 1
     key = fastpath.signature("matmul", (a, b), ())
     assert isinstance(fastpath._entries[key], fastpath.GradEntry)
+    assert isinstance(fastpath._entries[key].inner, fastpath.Entry)  # the forward's own call, stored too
     before = fastpath.stats().hits
+    keyed = []
+    signature = fastpath.signature
+    monkeypatch.setattr(fastpath, "signature", lambda *a: keyed.append(a[0]) or signature(*a))
     a2 = randn(6, 5, seed=2).requires_grad_()  # same signature, other values: the stored apply
     y2 = at.matmul(a2, b)
-    assert fastpath.stats().hits > before and type(y2.grad_fn).__name__ == "AlcopMmBackward"
+    # two hits (the call, its Function's forward), one signature: the forward's entry was known
+    assert fastpath.stats().hits == before + 2 and keyed == ["matmul"]
+    assert type(y2.grad_fn).__name__ == "AlcopMmBackward"
     (y2 * y2).sum().backward()
     assert_close(a2.grad, 2 * (f64(a2)[0] @ f64(b)[0]) @ f64(b)[0].T)
     with torch.no_grad():  # no autograd needed: the eager route's entry, even though a requires grad
