@@ -98,7 +98,7 @@ class _Local(threading.local):
     # the signature of the call its forward made (the last one keyed, ``last_key``).
     applying: list[tuple[Callable[..., Tensor], tuple[Any, ...], Tensor, tuple[Any, ...] | None]] | None = None
     last_key: tuple[Any, ...] | None = None
-    keyed = 0  # calls keyed so far in this thread
+    keyed = 0  # calls keyed in this thread while ``applying`` was set
     # The entry a ``GradEntry``'s Function forward reaches (its next call), known from the first call.
     next_entry: Entry | None = None
     patched = False  # the call comes through patch mode (``patch.AlcopMode``)
@@ -231,8 +231,9 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         key = signature(op, tensors, params)
     except (TypeError, RuntimeError, AttributeError):  # not tensors, or tensors without strides: the checks say why
         key = None
-    local.last_key = key
-    local.keyed += 1
+    if local.applying is not None:  # inside a first autograd-route call: it asks which calls its route keyed
+        local.last_key = key
+        local.keyed += 1
     if key is None:
         _counters.dispatched += 1
         return (dispatched or eager)(*tensors, *params)
