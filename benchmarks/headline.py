@@ -20,7 +20,7 @@ the run within calls of limited length: ``--budget-s`` bounds one call, a stage 
 the time it is expected to take (its longest duration in this run, or another e2e model's, else a default) fits in what
 is left or it is the call's first (then stopped when the budget is spent), and the suite gets what
 is left as its own budget. ``OUT/headline.json`` holds the run id,
-date, device and versions, and each stage's status and durations; a call on another device or with
+date, device and versions, and each stage's status, durations and the commit each call measured; a call on another device or with
 other versions refuses to resume. When every stage is complete, README's Measured section is
 rewritten from ``OUT`` (``benchmarks/readme_measured.py --gpu-results OUT``), citing the run id;
 ``benchmarks/results/headline_h100`` is where ``readme_measured.py`` looks for a committed run.
@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -80,6 +81,14 @@ def run_meta(dry_run: bool) -> dict[str, Any]:
     return {"device": device, "torch": torch.__version__, "triton": triton.__version__,
             "alcop": alcop_triton.__version__, "cuda": None if dry_run else torch.version.cuda,
             "python": platform.python_version()}
+
+
+def source_commit() -> str | None:
+    """The commit a stage measures: ``ALCOP_COMMIT`` (a copy of the tree without ``.git``), else git's HEAD."""
+    if os.environ.get("ALCOP_COMMIT"):
+        return os.environ["ALCOP_COMMIT"]
+    r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
 
 
 def start_or_resume(out: Path, meta: dict[str, Any], dry_run: bool) -> dict[str, Any]:
@@ -170,6 +179,7 @@ def run_stages(out: Path, run: dict[str, Any], stages: Sequence[tuple[str, list[
         rc = execute(cmd, max(left, 1.0))
         info["calls"].append(round(clock() - s0, 1))
         info["last_rc"] = rc
+        info.setdefault("commits", []).append(source_commit())   # a resumed run may span commits: say which
         (out / "headline.json").write_text(json.dumps(run, indent=1))
         if rc != 0 or not complete():
             break   # a failed stage stops the call; an incomplete suite has used its budget
