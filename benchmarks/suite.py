@@ -514,19 +514,30 @@ def done_keys(rows: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
     return {(r["set"], r["id"]) for r in rows}
 
 
+SET_KEYS = ("sets", "inductor_sets")   # what a resumed run may widen
+
+
 def start_or_resume(out: Path, meta: dict[str, Any], args: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
     """``OUT/run.json``: the run's id (``run_id``, else a new one), date, device, versions and
     settings. A resumed run must be on the same device and versions and with the same timer
-    settings, else its rows would not compare."""
+    settings, else its rows would not compare; it may take on more sets (the rows already taken
+    keep their timers), and ``sets_added`` says which sets joined at which call."""
     path = out / "run.json"
     if path.exists():
         run = json.loads(path.read_text())
         fixed = {k: meta[k] for k in ("device", "torch", "triton", "alcop")}
-        if {k: run[k] for k in fixed} != fixed or run["settings"] != args:
+        old, timers = run["settings"], {k: v for k, v in args.items() if k not in SET_KEYS}
+        if ({k: run[k] for k in fixed} != fixed or {k: v for k, v in old.items() if k not in SET_KEYS} != timers
+                or any(not set(old.get(k, ())) <= set(args.get(k, ())) for k in SET_KEYS)):
             raise SystemExit(f"suite: {out} holds run {run['run_id']} on {run['device']} (torch {run['torch']}, "
                              f"Triton {run['triton']}, settings {run['settings']}); this call is "
                              f"{fixed} with {args}: use another --out")
         run["calls"] = run.get("calls", 1) + 1
+        added = {k: sorted(set(args.get(k, ())) - set(old.get(k, ()))) for k in SET_KEYS
+                 if set(args.get(k, ())) - set(old.get(k, ()))}
+        if added:
+            run.setdefault("sets_added", []).append({"call": run["calls"], **added})
+            run["settings"] = args
     else:
         now = _dt.datetime.now(_dt.timezone.utc)
         run = {"run_id": run_id or now.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6],

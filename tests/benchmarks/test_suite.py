@@ -161,6 +161,18 @@ def test_resume_refuses_another_device_or_settings(tmp_path):
         su.start_or_resume(tmp_path, meta, {"reps": 10})
 
 
+def test_resume_may_add_sets_but_not_drop_them(tmp_path):
+    meta = {"device": "GPU A", "torch": "2.11", "triton": "3.6.0", "alcop": "0.1.0"}
+    su.start_or_resume(tmp_path, meta, {"sets": ["alcop"], "inductor_sets": [], "reps": 100})
+    wider = su.start_or_resume(tmp_path, meta, {"sets": ["alcop", "conv2d_bwd"], "inductor_sets": [], "reps": 100})
+    assert wider["settings"]["sets"] == ["alcop", "conv2d_bwd"]
+    assert wider["sets_added"] == [{"call": 2, "sets": ["conv2d_bwd"]}]
+    with pytest.raises(SystemExit, match="use another --out"):
+        su.start_or_resume(tmp_path, meta, {"sets": ["conv2d_bwd"], "inductor_sets": [], "reps": 100})
+    with pytest.raises(SystemExit, match="use another --out"):
+        su.start_or_resume(tmp_path, meta, {"sets": ["alcop", "conv2d_bwd"], "inductor_sets": [], "reps": 10})
+
+
 def test_sets_load_with_reasons_and_flops():
     alcop = su.load_set("alcop")
     assert len(alcop) == 47 and {c.op for c in alcop} == {"matmul", "bmm"}
