@@ -164,11 +164,16 @@ def _function(name: str, impl: Callable[..., torch.Tensor], setup_context: Calla
     def forward(ctx: Any, *inputs: Any) -> torch.Tensor:
         out = impl(*inputs)
         setup_context(ctx, inputs, out)
-        fast.note_applied(apply, inputs, out)  # a first call stores this apply for its signature
+        fast.note_applied(stored, inputs, out)  # a first call stores this apply for its signature
         return out
     fn = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
                                                   "backward": staticmethod(backward)})
     apply: Callable[..., torch.Tensor] = fn.apply  # type: ignore[attr-defined]
+    # What a stored call repeats: autograd's own apply, below ``Function.apply``'s Python wrapper. The
+    # wrapper's work is moot there: a stored signature has no functorch transform active (else the
+    # call had no signature) and its tensors have storage (the signature read their addresses), so
+    # none is a dead functorch wrapper to unwrap; and this Function has no setup_context to bind for.
+    stored: Callable[..., torch.Tensor] = super(torch.autograd.Function, fn).apply  # type: ignore[misc]
     return apply
 
 

@@ -152,6 +152,32 @@ def resident_programs(compiled: Any, num_warps: int, device: Any) -> int:
     return int(p.multi_processor_count) * max(1, min(per_sm))
 
 
+_SCRATCH: dict[tuple[int, int], Any] = {}   # (device, stream) -> the int8 tensor its launches share
+_RETIRED: list[Any] = []
+
+
+def scratch_address(index: int, stream: int, nbytes: int) -> Any:
+    """Global scratch of at least ``nbytes`` for a launch on ``stream`` of device ``index``.
+
+    Kernels launched on one stream run one after another, so they can share one buffer; it grows to
+    the largest request. A buffer is never freed, because a captured CUDA graph may hold its address
+    (they are a few hundred bytes per program). During a capture a missing or small buffer is not
+    kept, since memory allocated there belongs to the graph's pool: that launch gets a tensor of its
+    own, freed when the launch returns, as Triton's launcher does.
+    """
+    import torch
+    buf = _SCRATCH.get((index, stream))
+    if buf is not None and buf.numel() >= nbytes:
+        return buf.data_ptr()
+    fresh = torch.empty(nbytes, dtype=torch.int8, device=torch.device("cuda", index))
+    if torch.cuda.is_current_stream_capturing():
+        return fresh
+    if buf is not None:
+        _RETIRED.append(buf)
+    _SCRATCH[(index, stream)] = fresh
+    return fresh.data_ptr()
+
+
 def _hook(h: Any) -> Any:
     """A launch hook to pass to the launcher, or None. Triton keeps hooks in chains that are usually
     empty; an empty chain is None here, which spares the launcher two Python calls (enter and exit)
@@ -195,22 +221,24 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
     stream_of, current_device, hooks = active.get_current_stream, torch._C._cuda_getDevice, knobs.runtime
     c_launch = getattr(launcher, "launch", None)
     call: Callable[[Any, Any, Any, Any, tuple[Any, ...]], None]
-    if tma or not isinstance(c_launch, types.BuiltinFunctionType) or launcher.global_scratch_size \
-            or launcher.profile_scratch_size:
-        # Triton's launcher object: it allocates scratch buffers (device-side TMA descriptors) per
-        # launch and unpacks host tensor descriptors (then ``launch`` is a Python wrapper).
+    if not isinstance(c_launch, types.BuiltinFunctionType) or launcher.profile_scratch_size:
+        # Triton's launcher object: it unpacks host tensor descriptors (then ``launch`` is a Python
+        # wrapper) and allocates the profiler's scratch per launch.
         def call(stream: Any, meta: Any, enter: Any, leave: Any, tensors: tuple[Any, ...]) -> None:
             if tma:
                 ensure_allocator()
             launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *tail)
     else:
-        # No scratch: the compiled C launcher itself, given the tensors' addresses. Triton's Python
-        # wrapper around it only allocates scratch, and an address (unlike a tensor) spares the C
-        # launcher a data_ptr() call and a cuPointerGetAttribute per tensor: the signature fixed the device.
+        # The compiled C launcher itself, given the tensors' addresses. An address (unlike a tensor)
+        # spares it a data_ptr() call and a cuPointerGetAttribute per tensor: the signature fixed the
+        # device. Device-side tensor descriptors (TMA) need global scratch, which Triton's wrapper
+        # allocates at every launch; here it is one buffer per stream, kept (``scratch_address``).
         coop, pdl, address = launcher.launch_cooperative_grid, launcher.launch_pdl, torch.Tensor.data_ptr
+        nbytes = g0 * g1 * g2 * launcher.num_ctas * launcher.global_scratch_size
 
         def call(stream: Any, meta: Any, enter: Any, leave: Any, tensors: tuple[Any, ...]) -> None:
-            c_launch(g0, g1, g2, stream, function, coop, pdl, None, None, metadata, meta, enter, leave,
+            scratch = scratch_address(index, stream, nbytes) if nbytes else None
+            c_launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, metadata, meta, enter, leave,
                      *map(address, tensors), *tail)
 
     def launch(*tensors: Any) -> None:

@@ -14,8 +14,10 @@ Rows, for matmul, bmm, linear (+bias+gelu), conv2d and an ``@alcop_triton.op`` D
 (gelu(x w^T + b)): ``triton`` (a bare launch of Triton's tutorial matmul kernel with one fixed
 config: the launcher's own cost; matmul and bmm only), ``torch`` (the torch op; for linear and the
 DSL kernel ``F.gelu(F.linear(x, w, b))``), ``alcop`` (the drop-in called directly) and
-``alcop_patched`` (the torch spelling under ``alcop_triton.patched()``), each with inputs that do
-not and that do require grad (forward only: what building the autograd record costs).
+``alcop_patched`` (the torch spelling under ``alcop_triton.patched()``, entered once around the
+timed calls as around a model's forward; what entering and leaving the block costs is reported on
+its own), each with inputs that do not and that do require grad (forward only: what building the
+autograd record costs). The implementations of one op are timed in interleaved rounds.
 Writes ``OUT/overhead.json`` and ``OUT/overhead.md``.
 """
 
@@ -34,10 +36,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 SYNC_EVERY = 64
+ROUNDS = 6   # interleaved rounds per (op, grad): see ``measure``
 OPS = ("matmul", "bmm", "linear_gelu", "conv2d", "dsl_linear_gelu")
-IMPLS = ("triton", "torch", "alcop", "alcop_patched")
+IMPLS = ("triton", "torch", "alcop", "alcop_unfused", "alcop_patched")
 TIMER = ("host µs per call: time.perf_counter_ns around each call, GPU synchronised every 64 calls outside the "
-         "timed intervals, median (10th-90th percentile) of the calls after warm-up; no CUDA graph")
+         "timed intervals, the implementations interleaved in 6 rounds, median (10th-90th percentile) of the "
+         "calls after warm-up; no CUDA graph")
 
 
 def host_times_us(fn: Callable[[], Any], calls: int, warmup: int, sync: Callable[[], None],
@@ -124,31 +128,63 @@ def cases(device: str, grad: bool, size: int = 64) -> dict[str, dict[str, Callab
     for op in OPS:
         out[op] = {"triton": bare(a, b) if op == "matmul" else bare(ab, bb) if op == "bmm" else None,
                    "torch": torch_calls[op], "alcop": alcop_calls[op],
+                   # patch mode cannot fuse torch's separate gelu: its direct equivalent is this spelling
+                   "alcop_unfused": (lambda: F.gelu(at.linear(x, w, bias))) if op == "linear_gelu" else None,
                    # the DSL op is not a torch function patch mode could route
                    "alcop_patched": None if op == "dsl_linear_gelu" else patched(torch_calls[op])}
     return out
 
 
-def measure(device: str, calls: int, warmup: int,
+def measure(device: str, calls: int, warmup: int, rounds: int = ROUNDS,
             timer: Callable[..., list[float]] = host_times_us) -> list[dict[str, Any]]:
+    """Each (op, grad)'s implementations timed in ``rounds`` interleaved rounds of ``calls / rounds``
+    calls, so a drift of the host's speed during the run falls on all of them alike. The patched
+    spelling runs with the mode entered once around its timed calls, as around a model's forward."""
+    import contextlib
+
     import torch
 
+    import alcop_triton as at
+
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    per_round = max(1, calls // rounds)
     rows = []
     for grad in (False, True):
         for op, impls in cases(device, grad).items():
-            for impl, fn in impls.items():
-                row: dict[str, Any] = {"op": op, "impl": impl, "requires_grad": grad}
-                if fn is None:
-                    row["error"] = "not applicable"
-                else:
+            times: dict[str, list[float]] = {i: [] for i, fn in impls.items() if fn is not None}
+            errors: dict[str, str] = {}
+            for r in range(rounds):
+                for impl in times:
+                    if impl in errors:
+                        continue
+                    block = at.patched() if impl == "alcop_patched" else contextlib.nullcontext()
                     try:
-                        row.update(stats(timer(fn, calls, warmup, sync)))
+                        with block:
+                            times[impl] += timer(impls[impl], per_round, warmup if r == 0 else min(warmup, SYNC_EVERY), sync)
                     except Exception as exc:   # a failing implementation is a result
-                        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+                        errors[impl] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+            for impl in impls:
+                row: dict[str, Any] = {"op": op, "impl": impl, "requires_grad": grad}
+                if impl in errors:
+                    row["error"] = errors[impl]
+                elif impl in times:
+                    row.update(stats(times[impl]))
+                else:
+                    row["error"] = "not applicable"
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
+
+
+def block_cost_us(calls: int, warmup: int) -> dict[str, float]:
+    """Host µs of entering and leaving ``with alcop_triton.patched():`` once (no call inside): paid
+    once per block, e.g. per model forward, not per call."""
+    import alcop_triton as at
+
+    def block() -> None:
+        with at.patched():
+            pass
+    return stats(host_times_us(block, calls, warmup, lambda: None))
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -161,7 +197,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         med = {i: impls[i]["median_us"] for i in IMPLS if "median_us" in impls.get(i, {})}
         out.append({"op": op, "requires_grad": grad, **{f"{i}_us": med.get(i) for i in IMPLS},
                     "alcop_over_torch": med["alcop"] / med["torch"] if {"alcop", "torch"} <= med.keys() else None,
-                    "patched_minus_direct_us": med["alcop_patched"] - med["alcop"]
+                    "patched_minus_direct_us": med["alcop_patched"] - med.get("alcop_unfused", med["alcop"])
                     if {"alcop", "alcop_patched"} <= med.keys() else None})
     return out
 
@@ -176,9 +212,12 @@ def markdown(meta: dict[str, Any], rows: Sequence[dict[str, Any]], summary: Sequ
            f"Timer: {TIMER}.", "",
            "triton = a bare launch of Triton's tutorial matmul kernel, one fixed config (matmul and bmm only); "
            "torch = the torch op (linear and the DSL kernel: `F.gelu(F.linear(x, w, b))`); alcop = the drop-in "
-           "called directly (`at.linear(..., activation='gelu')`, the `@alcop_triton.op` kernel); alcop_patched = "
-           "the torch spelling under `alcop_triton.patched()`. Sizes: 64x64 fp16 products (bmm: 4 of them), "
-           "conv2d 1x16x8x8 with 16 3x3 filters.", "",
+           "called directly (`at.linear(..., activation='gelu')`, the `@alcop_triton.op` kernel); alcop_unfused = "
+           "`F.gelu(at.linear(x, w, b))`, the direct call that patch mode's linear_gelu equals (patch mode "
+           "cannot fuse torch's separate gelu), so patched - direct subtracts it there; alcop_patched = "
+           "the torch spelling under `alcop_triton.patched()`, the block entered once around the timed calls "
+           f"(entering and leaving it costs {meta['patched_block_us']['median_us']:.1f} µs, once per block). "
+           "Sizes: 64x64 fp16 products (bmm: 4 of them), conv2d 1x16x8x8 with 16 3x3 filters.", "",
            "| op | requires_grad | triton µs | torch µs | alcop µs | alcop patched µs | alcop / torch | "
            "patched - direct µs |", "|---|---|---|---|---|---|---|---|"]
     for s in summary:
@@ -226,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     calls, warmup = (5, 1) if a.dry_run else (a.calls, a.warmup)
     meta = meta_of(device, calls, warmup)
     rows = measure(device, calls, warmup)
+    meta["patched_block_us"] = block_cost_us(calls, warmup)
     summary = summarize(rows)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

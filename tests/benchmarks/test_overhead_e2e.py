@@ -44,6 +44,26 @@ def test_host_timer_times_each_call_and_syncs_outside_the_intervals():
     assert events[-1] == "sync"
 
 
+def test_implementations_are_interleaved_and_patch_mode_is_entered_around_the_timed_calls(monkeypatch):
+    order: list[tuple[str, bool]] = []
+
+    def impl(name: str):
+        return lambda: order.append((name, torch._C._len_torch_function_stack() > 0))
+
+    monkeypatch.setattr(oh, "cases", lambda device, grad: {"matmul": {
+        "torch": impl("torch"), "alcop": impl("alcop"), "alcop_patched": impl("patched"), "triton": None}})
+
+    def timer(fn, calls, warmup, sync):
+        fn()
+        return [1.0] * calls
+
+    rows = oh.measure("cpu", calls=6, warmup=1, rounds=3, timer=timer)
+    # per grad setting, three rounds of (torch, alcop, patched); only the patched calls see a mode
+    assert order == [("torch", False), ("alcop", False), ("patched", True)] * 6
+    got = {(r["impl"], r["requires_grad"]): r for r in rows}
+    assert got[("alcop", False)]["calls"] == 6 and got[("triton", True)]["error"] == "not applicable"
+
+
 def test_overhead_stats_and_summary():
     s = oh.stats([float(x) for x in range(1, 101)])
     assert (s["median_us"], s["p10_us"], s["p90_us"], s["calls"]) == (50.5, 11.0, 91.0, 100)
@@ -52,15 +72,18 @@ def test_overhead_stats_and_summary():
 
     rows = [row("matmul", "torch", False, 20.0), row("matmul", "alcop", False, 30.0),
             row("matmul", "alcop_patched", False, 31.5), row("matmul", "triton", False, 25.0),
-            row("conv2d", "torch", True, 40.0),
+            row("linear_gelu", "alcop", False, 20.0), row("linear_gelu", "alcop_unfused", False, 26.0),
+            row("linear_gelu", "alcop_patched", False, 27.0), row("conv2d", "torch", True, 40.0),
             {"op": "conv2d", "impl": "alcop", "requires_grad": True, "error": "RuntimeError: x"}]
-    mm, conv = oh.summarize(rows)
+    mm, lin, conv = oh.summarize(rows)
     assert mm["alcop_over_torch"] == 1.5 and mm["patched_minus_direct_us"] == 1.5 and mm["triton_us"] == 25.0
+    assert lin["patched_minus_direct_us"] == 1.0   # against the unfused spelling patch mode runs
     assert conv["alcop_over_torch"] is None and conv["alcop_us"] is None
-    meta = {"device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d", "calls": 3000, "warmup": 200}
-    md = oh.markdown(meta, rows, [mm, conv])
+    meta = {"device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d", "calls": 3000, "warmup": 200,
+            "patched_block_us": oh.stats([2.5] * 10)}
+    md = oh.markdown(meta, rows, [mm, lin, conv])
     assert "perf_counter_ns" in md and "| matmul | False | 25.0 | 20.0 | 30.0 | 31.5 | **1.50x** | 1.5 |" in md
-    assert "conv2d alcop (requires_grad=True): RuntimeError: x" in md
+    assert "conv2d alcop (requires_grad=True): RuntimeError: x" in md and "costs 2.5 µs, once per block" in md
 
 
 def test_models_have_the_stated_sizes():

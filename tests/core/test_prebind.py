@@ -1,5 +1,5 @@
 """``runtime.prebind`` on CUDA, with Triton's compiled kernel and driver replaced by recorders: the
-argument order of the two launch routes and the launch hooks. (On a GPU the same launches run for
+argument order of the two launch routes, the shared scratch buffers and the launch hooks. (On a GPU the same launches run for
 real in tests/gpu.)"""
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ class _LauncherObject:
     scratch first. Here the C function is ``print`` (a builtin, as a compiled launcher is)."""
     launch_cooperative_grid = 0
     launch_pdl = 0
-    profile_scratch_size = 0
+    num_ctas = 1
 
-    def __init__(self, scratch: int) -> None:
+    def __init__(self, scratch: int, profile_scratch: int) -> None:
         self.launch = print
-        self.global_scratch_size = scratch
+        self.global_scratch_size, self.profile_scratch_size = scratch, profile_scratch
         self.calls: list[tuple[Any, ...]] = []
 
     def __call__(self, *args: Any) -> None:
@@ -66,17 +66,17 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)  # absent from CPU builds
 
 
-def _launch(scratch: int) -> tuple[Any, _LauncherObject, torch.Tensor, torch.Tensor]:
-    obj = _LauncherObject(scratch)
+def _launch(scratch: int = 0, profile_scratch: int = 0) -> tuple[Any, _LauncherObject, torch.Tensor, torch.Tensor]:
+    obj = _LauncherObject(scratch, profile_scratch)
     a, b = torch.zeros(4), torch.zeros(4)
     run = runtime.prebind(None, _Jit(_Compiled(obj)), torch.device("cuda", 0), (3,), [a, b, 7], {"BLOCK": 16}, 2,
-                          tma=False)
+                          tma=scratch > 0)
     return run, obj, a, b
 
 
 def test_kernel_without_scratch_calls_the_c_launcher_with_addresses(fake_cuda: None,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    run, obj, a, b = _launch(scratch=0)
+    run, obj, a, b = _launch()
     run(a, b)
     # grid, stream, function, cooperative, pdl, no scratch buffers, metadata, launch metadata and hooks
     # (empty chains: none), the tensors' addresses, then the other arguments and the constexprs.
@@ -85,17 +85,51 @@ def test_kernel_without_scratch_calls_the_c_launcher_with_addresses(fake_cuda: N
     assert obj.calls == []
 
 
-def test_kernel_with_scratch_goes_through_the_launcher_object(fake_cuda: None) -> None:
+@pytest.fixture
+def fake_scratch(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """CUDA allocations become CPU tensors; the list's one flag says whether a capture is under way."""
+    capturing = [False]
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda n, dtype, device: empty(n, dtype=dtype))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(runtime, "_SCRATCH", {})
+    monkeypatch.setattr(runtime, "_RETIRED", [])
+    return capturing
+
+
+def test_kernel_with_scratch_gets_its_streams_buffer(fake_cuda: None, fake_scratch: list[bool],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     run, obj, a, b = _launch(scratch=128)
+    run(a, b)
+    run(a, b)
+    buf = runtime._SCRATCH[(0, 777)]
+    assert buf.numel() == 3 * 128   # grid x scratch per program
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == out[1] and out[0].split()[7] == str(buf.data_ptr()) and obj.calls == []
+
+
+def test_scratch_grows_keeps_old_buffers_and_is_not_kept_from_a_capture(fake_scratch: list[bool]) -> None:
+    small = runtime.scratch_address(0, 1, 64)
+    assert runtime.scratch_address(0, 1, 32) == small          # large enough: shared
+    assert runtime.scratch_address(0, 2, 32) != small          # another stream: its own
+    big = runtime.scratch_address(0, 1, 256)
+    assert big != small and runtime._RETIRED[0].data_ptr() == small   # a graph may still use the old one
+    fake_scratch[0] = True
+    during = runtime.scratch_address(0, 3, 64)
+    assert isinstance(during, torch.Tensor) and (0, 3) not in runtime._SCRATCH
+
+
+def test_profiler_scratch_goes_through_the_launcher_object(fake_cuda: None) -> None:
+    run, obj, a, b = _launch(profile_scratch=64)
     run(a, b)
     assert obj.calls == [(3, 1, 1, 777, 5, (4, 1, 0), None, None, None, a, b, 7, 16)]
 
 
-def test_a_registered_launch_hook_gets_the_metadata(fake_cuda: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_registered_launch_hook_gets_the_metadata(fake_cuda: None) -> None:
     seen: list[Any] = []
     knobs.runtime.launch_enter_hook.add(seen.append)
     try:
-        run, obj, a, b = _launch(scratch=128)
+        run, obj, a, b = _launch(profile_scratch=64)
         run(a, b)
     finally:
         knobs.runtime.launch_enter_hook.remove(seen.append)

@@ -76,6 +76,27 @@ def test_hit_inside_a_cuda_graph_after_warm_up() -> None:
     assert not torch.equal(y, expected) and torch.equal(y, at.matmul(a, b))
 
 
+def test_hits_of_a_tma_kernel_share_their_streams_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # device-side tensor descriptors need global scratch: one buffer per stream, reused by every hit
+    from alcop_triton import config_choice, runtime
+    from alcop_triton.records import KernelConfig
+    cfg = KernelConfig(128, 128, 64, group_m=8, num_warps=8, smem_stages=3, async_copy="tma", persistent=True)
+    monkeypatch.setattr(config_choice, "choose_config", lambda device, workload: cfg)
+    a, b = _rand(512, 256), _rand(256, 384, seed=1)
+    first = at.matmul(a, b)
+    ys = [at.matmul(a, b) for _ in range(3)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ys.append(at.matmul(a, b))
+    side.synchronize()
+    streams = {s for (_, s) in runtime._SCRATCH}
+    assert fastpath.stats().hits == 4 and {torch.cuda.current_stream().cuda_stream, side.cuda_stream} <= streams
+    assert all(torch.equal(y, first) for y in ys)
+    ref = (a.double() @ b.double()).to(first.dtype)
+    assert ((first.float() - ref.float()).norm() / ref.float().norm()).item() < 1e-2
+
+
 def test_launch_hooks_see_hits() -> None:
     from triton import knobs
     seen: list[str] = []
