@@ -71,6 +71,14 @@ def _top_mode() -> Any:
     return torch._C._get_function_stack_at(n - 1) if n else None
 
 
+def _inside_alcop_mode() -> bool:
+    """Whether an ``AlcopMode`` is on this thread's torch function mode stack. A second one on top
+    would route nothing more, but while it handles a call, the torch calls the drop-ins make would
+    meet the first one and each pay a Python dispatch: so a nested block adds none."""
+    return any(isinstance(torch._C._get_function_stack_at(i), AlcopMode)
+               for i in range(torch._C._len_torch_function_stack()))
+
+
 def enable() -> None:
     """Route torch's products and convolutions through alcop in this thread until ``disable()``."""
     if _state.mode is not None:
@@ -102,6 +110,10 @@ def is_enabled() -> bool:
 
 @contextlib.contextmanager
 def patched() -> Iterator[None]:
-    """Route torch's products and convolutions through alcop inside the block."""
+    """Route torch's products and convolutions through alcop inside the block (inside another such
+    block, or after ``enable()``, it is that one's)."""
+    if _inside_alcop_mode():
+        yield
+        return
     with AlcopMode():
         yield

@@ -114,3 +114,20 @@ def test_enable_is_per_thread() -> None:
     finally:
         patch.disable()
     assert "aten.mm" in seen[0] and "alcop.mm" in here
+
+
+def test_a_nested_block_pushes_no_second_mode() -> None:
+    # a second AlcopMode would send every torch call the drop-ins make back through Python
+    with patch.patched():
+        depth = torch._C._len_torch_function_stack()
+        with patch.patched():
+            assert torch._C._len_torch_function_stack() == depth
+            here = _calls_outside(lambda: torch.mm(randn(3, 4), randn(4, 2)))
+        assert torch._C._len_torch_function_stack() == depth
+    assert torch._C._len_torch_function_stack() == 0 and "alcop.mm" in here
+    patch.enable()
+    try:
+        with patch.patched():
+            assert torch._C._len_torch_function_stack() == 1
+    finally:
+        patch.disable()
