@@ -8,6 +8,7 @@ reference for inputs alcop cannot run.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -18,7 +19,7 @@ from alcop_triton.dsl_kernels import DslKernel, kernel_key, register_resolver
 from alcop_triton.fallback import torch_conv, vjp_fn
 from alcop_triton.records import dtype_name
 
-from .conv import SPATIAL
+from .conv import SPATIAL, is_channels_last
 
 @dataclass(frozen=True)
 class _ConvGradTensors:
@@ -141,3 +142,75 @@ def conv_weight_grad_kernel(nd: int, dtype: torch.dtype, stride: Sequence[int], 
     """The ``alcop::dsl_call`` key of the conv weight-gradient kernel for these parameters."""
     return kernel_key("alcop::conv_grad", dict(grad="weight", nd=nd, dtype=dtype_name(dtype), stride=list(stride),
                                                pad=list(pad), dilation=list(dilation), groups=groups))
+
+
+# ----------------------------------------------------------------------------- gradients through faster kernels
+
+IM2COL_BYTES = 1 << 30
+"""Largest im2col buffer ``weight_grad_by_gemm`` makes at once; a larger one is made and multiplied in
+batch chunks (their products summed in float32, in chunk order: deterministic)."""
+
+
+def _pad_right(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
+               dilation: Sequence[int]) -> list[int]:
+    """The right padding of the forward that made ``dy`` from ``x``: the rows it read past ``x``'s end
+    (negative: rows of ``x`` that no output read)."""
+    nd = x.dim() - 2
+    return [(dy.shape[2 + i] - 1) * stride[i] + dilation[i] * (w.shape[2 + i] - 1) - pad[i] - (x.shape[2 + i] - 1)
+            for i in range(nd)]
+
+
+def input_grad_by_conv(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+                       pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
+    """dX as the forward convolution kernel computes it, or None where it cannot: a stride-1 convolution's
+    input gradient is dY convolved with W flipped in space and with input and output channels swapped
+    (per group), padded by ``dilation * (K - 1)`` minus the forward's padding on each side. Needs stride
+    1 and no padding wider than the dilated window (else the DSL kernel of ``conv_input_grad_te``)."""
+    nd = x.dim() - 2
+    ks = w.shape[2:]
+    right = _pad_right(x, w, dy, stride, pad, dilation)
+    left_t = [dilation[i] * (ks[i] - 1) - pad[i] for i in range(nd)]
+    right_t = [dilation[i] * (ks[i] - 1) - right[i] for i in range(nd)]
+    if any(s != 1 for s in stride) or min(left_t + right_t) < 0:
+        return None
+    co = w.shape[0]
+    # (CO, C/g, *K) -> (C, CO/g, *K), flipped in space; one copy of the (small) weight, in x's layout.
+    wt = w.unflatten(0, (groups, co // groups)).transpose(1, 2).flatten(0, 1).flip(list(range(2, 2 + nd)))
+    layout = (torch.channels_last if nd == 2 else torch.channels_last_3d) if nd > 1 and is_channels_last(x) \
+        else torch.contiguous_format
+    wt = wt.contiguous(memory_format=layout)
+    return torch.ops.alcop.conv(dy, wt, None, [1] * nd, left_t, right_t, list(dilation), groups, None)
+
+
+def weight_grad_by_gemm(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+                        pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
+    """dW = dY^T @ im2col(X) as one alcop GEMM (its long reduction is what split-K is for), or None for
+    grouped convolutions (then the DSL kernel of ``conv_weight_grad_te``). im2col(X) is a copy of X's
+    windows, (N * O, K * C) rows in channels-last order, made by torch from a strided view of X padded
+    once; dY in channels-last order is (N * O, CO). The result is (CO, C, *K), channels-last strided."""
+    if groups != 1:
+        return None
+    nd, n, c, co = x.dim() - 2, x.shape[0], x.shape[1], w.shape[0]
+    ks, os_ = list(w.shape[2:]), list(dy.shape[2:])
+    right = [max(0, r) for r in _pad_right(x, w, dy, stride, pad, dilation)]
+    # channels last, padded: (N, *S', C); rows no output reads stay (the strided view skips them)
+    xp = torch.nn.functional.pad(x.movedim(1, -1), [0, 0] + [p for i in reversed(range(nd)) for p in (pad[i], right[i])])
+    xp = xp.contiguous()
+    sp = xp.stride()
+    window = (n, *os_, *ks, c)
+    strides = (sp[0], *(stride[i] * sp[1 + i] for i in range(nd)), *(dilation[i] * sp[1 + i] for i in range(nd)), 1)
+    dym = dy.movedim(1, -1).reshape(n, -1, co)   # (N, O, CO): a view when dY is channels last
+    per_image = math.prod(os_) * math.prod(ks) * c * x.element_size()
+    chunk = max(1, min(n, IM2COL_BYTES // max(1, per_image)))
+    acc: torch.Tensor | None = None
+    for start in range(0, n, chunk):
+        rows = min(chunk, n - start)
+        cols = xp.as_strided((rows, *window[1:]), strides, xp.storage_offset() + start * sp[0])
+        cols = cols.reshape(-1, math.prod(ks) * c)
+        part = torch.ops.alcop.mm(dym[start:start + rows].reshape(-1, co).t(), cols)   # (CO, K * C)
+        if rows == n:
+            acc = part
+        else:
+            acc = part.float() if acc is None else acc + part.float()
+    assert acc is not None
+    return acc.to(x.dtype).reshape(co, *ks, c).movedim(-1, 1)

@@ -113,8 +113,23 @@ def test_conv_backward(nd: int, n: int, c: int, co: int, s: int, k: int, stride:
     kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     x = with_layout(randn(n, c, *[s] * nd, seed=20), layout)
     w, b = randn(co, c // groups, *[k] * nd, seed=21), randn(co, seed=22)
+    # dX on the forward conv kernel at stride 1, dW as a GEMM without groups; the DSL kernels otherwise
+    expect = ("alcop.conv",) + (("alcop.mm",) if groups == 1 else ()) \
+        + (("alcop.dsl_call",) if stride != 1 or groups != 1 else ())
     check_backward(lambda x, w, b: ours(x, w, b, activation=activation, **kw),
-                   lambda x, w, b: act(theirs(x, w, b, **kw)), [x, w, b], record_ops, ("alcop.conv", "alcop.dsl_call"))
+                   lambda x, w, b: act(theirs(x, w, b, **kw)), [x, w, b], record_ops, expect)
+
+
+def test_conv_gradients_in_im2col_chunks_and_through_the_dsl_kernels(monkeypatch: pytest.MonkeyPatch,
+                                                                     record_ops: type) -> None:
+    from alcop_triton.kernels import conv_grad
+    # im2col rows of one image at a time (the chunk products summed in float32), and padding wider than the
+    # window (no stride-1 conv form of dX: the DSL kernel), channels last
+    monkeypatch.setattr(conv_grad, "IM2COL_BYTES", 1)
+    x = with_layout(randn(3, 4, 6, 6, seed=30), "channels_last")
+    w = randn(5, 4, 3, 3, seed=31)
+    check_backward(lambda x, w: ops.conv2d(x, w, padding=3), lambda x, w: F.conv2d(x, w, padding=3), [x, w],
+                   record_ops, ("alcop.conv", "alcop.mm", "alcop.dsl_call"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -136,10 +151,18 @@ def test_double_backward_of_mm() -> None:
     assert_close(gb, gb64)
 
 
-def test_double_backward_of_conv_says_it_is_not_supported() -> None:
+def test_double_backward_of_conv_through_alcop_ops_or_a_clear_error() -> None:
+    # stride 1, no groups: both gradients are alcop conv/GEMM calls, differentiable themselves
     x, w = randn(1, 2, 5, 5).requires_grad_(), randn(2, 2, 3, 3, seed=1).requires_grad_()
-    y = ops.conv2d(x, w, padding=1)
+    (gx,) = torch.autograd.grad(ops.conv2d(x, w, padding=1).square().sum(), x, create_graph=True)
+    (gw,) = torch.autograd.grad(gx.sum(), w)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    (gx64,) = torch.autograd.grad(F.conv2d(x64, w64, padding=1).square().sum(), x64, create_graph=True)
+    assert_close(gx, gx64)
+    assert_close(gw, torch.autograd.grad(gx64.sum(), w64)[0])
+    # stride 2: the input gradient is a DSL kernel, which has no derivative of its own
+    y = ops.conv2d(x, w, padding=1, stride=2)
     (gx,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)  # first order still works
-    assert_close(gx, torch.autograd.grad(F.conv2d(x.double(), w.double(), padding=1).square().sum(), x)[0])
+    assert_close(gx, torch.autograd.grad(F.conv2d(x.double(), w.double(), padding=1, stride=2).square().sum(), x)[0])
     with pytest.raises(NotImplementedError, match="double backward"):
         gx.sum().backward()

@@ -1,0 +1,29 @@
+"""On a CUDA GPU: convolution gradients (the forward conv kernel for a stride-1 input gradient, a GEMM over
+im2col rows for the weight gradient, DSL kernels otherwise) against torch's in float64."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from alcop_triton.autograd import conv_grads
+
+pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or under TRITON_INTERPRET=1
+
+
+@pytest.mark.parametrize("stride,pad,dilation,groups", [(1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 2, 1), (1, 1, 1, 4)])
+@pytest.mark.parametrize("layout", [torch.channels_last, torch.contiguous_format])
+def test_conv2d_gradients_match_torch(stride: int, pad: int, dilation: int, groups: int,
+                                      layout: torch.memory_format) -> None:
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = torch.randn(6, 32, 19, 21, device="cuda", generator=g).half().contiguous(memory_format=layout)
+    w = (torch.randn(48, 32 // groups, 3, 3, device="cuda", generator=g) * 0.2).half().contiguous(memory_format=layout)
+    y = F.conv2d(x, w, stride=stride, padding=pad, dilation=dilation, groups=groups)
+    dy = torch.randn_like(y)
+    dx, dw = conv_grads(x, w, dy, (stride,) * 2, (pad,) * 2, (dilation,) * 2, groups)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    F.conv2d(x64, w64, stride=stride, padding=pad, dilation=dilation, groups=groups).backward(dy.double())
+    for got, want in ((dx, x64.grad), (dw, w64.grad)):
+        assert got is not None and got.shape == want.shape and got.dtype == torch.float16
+        assert ((got.double() - want).norm() / want.norm()).item() < 1e-2
