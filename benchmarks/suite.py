@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))   # alcop_triton from this checkout when run as a script
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 ALCOP_SUITE = ROOT / "tests" / "data" / "alcop_suite.json"
 
