@@ -180,7 +180,8 @@ def section(results: Path, gpu_results: Path | None = None) -> str:
         out += [f"The suite, host-time{', end-to-end, pipelining-ablation and model' if whole else ' and end-to-end'} "
                 f"reports below are one run of `python benchmarks/headline.py "
                 f"{shown(gpu_results)}{'' if compiled or not e2e else ' --no-compile'}`: run `{run_id}`, {head['device']}, torch {head['torch']}, Triton "
-                f"{head['triton']}, alcop_triton {head['alcop']}, started {head['date']}.", ""]
+                f"{head['triton']}, alcop_triton {head['alcop']}, started {head['date']}, resumed over {head['calls']} "
+                f"calls (`{shown(gpu_results / 'headline.json')}` names the commit each stage measured).", ""]
     renders: list[Callable[..., list[str]]] = [suite_section, overhead_section, e2e_section]
     for (rel, cmd), key, render in zip((SUITE, OVERHEAD, E2E), HEADLINE, renders):
         base = results if gpu_results is None else gpu_results

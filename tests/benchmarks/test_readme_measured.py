@@ -66,7 +66,7 @@ def _headline_dir(tmp_path):
     (gpu / "suite").mkdir(parents=True)
     (gpu / "suite" / "report.json").write_text(json.dumps(_suite_report()))
     (gpu / "headline.json").write_text(json.dumps({"run_id": "r7", "device": "GPU X", "torch": "2.11", "triton": "3.6.0",
-                                                   "alcop": "0.1.0", "date": "2026-01-01"}))
+                                                   "alcop": "0.1.0", "date": "2026-01-01", "calls": 3}))
     (gpu / "e2e").mkdir()
     meta = {"device": "GPU X", "torch": "2.11", "triton": "3.6.0", "alcop": "0.1.0", "date": "2026-01-01",
             "timer": "E2E TIMER"}
@@ -78,7 +78,7 @@ def _headline_dir(tmp_path):
 def test_gpu_reports_from_a_headline_run(tmp_path):
     gpu = _headline_dir(tmp_path)
     text = rm.section(tmp_path / "results", gpu)
-    assert "one run of `python benchmarks/headline.py" in text and "run `r7`, GPU X" in text
+    assert "one run of `python benchmarks/headline.py" in text and "run `r7`, GPU X" in text and "resumed over 3 calls" in text
     assert f"{gpu.as_posix()}/suite/report.md" in text and "| heldout | 2 | eager | 0.900x" in text
     assert "GPU X, torch 2.11, Triton 3.6.0, alcop_triton 0.1.0, 2026-01-01, run `r7`. Timer: E2E TIMER." in text
     assert "| bert | 2x16 | eager | 1.50 | 1.000x | 0.0e+00 |" in text
