@@ -24,6 +24,7 @@ Writes ``OUT/overhead.json`` and ``OUT/overhead.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -135,8 +136,6 @@ def measure(device: str, calls: int, warmup: int, rounds: int = ROUNDS,
     """Each (op, grad)'s implementations timed in ``rounds`` interleaved rounds of ``calls / rounds``
     calls, so a drift of the host's speed during the run falls on all of them alike. The patched
     spelling runs with the mode entered once around its timed calls, as around a model's forward."""
-    import contextlib
-
     import torch
 
     import alcop_triton as at

@@ -98,11 +98,17 @@ def is_channels_last(x: Any) -> bool:
     return bool(x.dim() > 3 and x.stride(1) == 1 and x.shape[1] > 1)  # bool(): a guard when shapes are symbolic
 
 
+def memory_format_of(x: Any) -> Any:
+    """torch's memory format that stores a tensor of ``x``'s rank the way ``x`` is stored."""
+    import torch
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim()) if is_channels_last(x) else None
+    return fmt or torch.contiguous_format
+
+
 def empty_output(x: Any, shape: Sequence[int]) -> Any:
     """An uninitialised (N, C_out, *spatial) output, stored channels-last when the input ``x`` is."""
     import torch
-    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(shape)) if is_channels_last(x) else None
-    return torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=fmt or torch.contiguous_format)
+    return torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=memory_format_of(x))
 
 
 def conv(x: Any, w: Any, bias: Any, stride: tuple[int, ...], pad_left: tuple[int, ...], pad_right: tuple[int, ...],

@@ -19,7 +19,7 @@ from alcop_triton.dsl_kernels import DslKernel, kernel_key, register_resolver
 from alcop_triton.fallback import torch_conv, vjp_fn
 from alcop_triton.records import dtype_name
 
-from .conv import SPATIAL, is_channels_last
+from .conv import SPATIAL, memory_format_of
 
 @dataclass(frozen=True)
 class _ConvGradTensors:
@@ -176,9 +176,7 @@ def input_grad_by_conv(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, strid
     co = w.shape[0]
     # (CO, C/g, *K) -> (C, CO/g, *K), flipped in space; one copy of the (small) weight, in x's layout.
     wt = w.unflatten(0, (groups, co // groups)).transpose(1, 2).flatten(0, 1).flip(list(range(2, 2 + nd)))
-    layout = (torch.channels_last if nd == 2 else torch.channels_last_3d) if nd > 1 and is_channels_last(x) \
-        else torch.contiguous_format
-    wt = wt.contiguous(memory_format=layout)
+    wt = wt.contiguous(memory_format=memory_format_of(x))
     return torch.ops.alcop.conv(dy, wt, None, [1] * nd, left_t, right_t, list(dilation), groups, None)
 
 
@@ -197,7 +195,7 @@ def weight_grad_by_gemm(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
     xp = torch.nn.functional.pad(x.movedim(1, -1), [0, 0] + [p for i in reversed(range(nd)) for p in (pad[i], right[i])])
     xp = xp.contiguous()
     sp = xp.stride()
-    window = (n, *os_, *ks, c)
+    window = (*os_, *ks, c)   # per image
     strides = (sp[0], *(stride[i] * sp[1 + i] for i in range(nd)), *(dilation[i] * sp[1 + i] for i in range(nd)), 1)
     dym = dy.movedim(1, -1).reshape(n, -1, co)   # (N, O, CO): a view when dY is channels last
     per_image = math.prod(os_) * math.prod(ks) * c * x.element_size()
@@ -205,7 +203,7 @@ def weight_grad_by_gemm(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
     acc: torch.Tensor | None = None
     for start in range(0, n, chunk):
         rows = min(chunk, n - start)
-        cols = xp.as_strided((rows, *window[1:]), strides, xp.storage_offset() + start * sp[0])
+        cols = xp.as_strided((rows, *window), strides, xp.storage_offset() + start * sp[0])
         cols = cols.reshape(-1, math.prod(ks) * c)
         part = torch.ops.alcop.mm(dym[start:start + rows].reshape(-1, co).t(), cols)   # (CO, K * C)
         if rows == n:
