@@ -94,13 +94,13 @@ class _Recording:
 
 class _Local(threading.local):
     recording: _Recording | None = None
-    # A first call on the autograd route: the autograd Functions it applied (``note_applied``), each with
-    # the signature of the call its forward made (the last one keyed, ``last_key``).
-    applying: list[tuple[Callable[..., Tensor], tuple[Any, ...], Tensor, tuple[Any, ...] | None]] | None = None
+    # A first call on the autograd route: the autograd Functions it applied (``note_applied``: apply,
+    # replay, inputs, output), each with the signature of the call its forward made (the last one
+    # keyed, ``last_key``).
+    applying: list[tuple[Callable[..., Tensor], Callable[..., Tensor], tuple[Any, ...], Tensor,
+                         tuple[Any, ...] | None]] | None = None
     last_key: tuple[Any, ...] | None = None
     keyed = 0  # calls keyed in this thread while ``applying`` was set
-    # The entry a ``GradEntry``'s Function forward reaches (its next call), known from the first call.
-    next_entry: Entry | None = None
     patched = False  # the call comes through patch mode (``patch.AlcopMode``)
 
 
@@ -148,21 +148,23 @@ class GradEntry:
     """A stored signature whose tensors require grad: the one autograd Function its first call applied,
     on the call's tensors and that call's other arguments. The front end's checks and rewrites are
     skipped (they depend only on the signature). The Function's forward makes one no-grad call, whose
-    signature follows from this one: where the first call stored an ``Entry`` for it (``inner``), that
-    call takes it without computing its signature again (``call``'s ``next_entry``)."""
+    signature follows from this one. Where the first call stored an ``Entry`` for it (``inner``), a
+    repeat applies the op's replay Function instead (``replay(*tensors, *constants, inner)``): its
+    forward runs ``inner`` itself, with none of the forward's own call, cache lookup or bookkeeping.
+    Otherwise the Function is applied as the first call did and its forward's call takes the cache."""
 
-    __slots__ = ("apply", "constants", "inner")
+    __slots__ = ("apply", "replay", "constants", "inner")
 
-    def __init__(self, apply: Callable[..., Tensor], constants: tuple[Any, ...], inner: Entry | None) -> None:
-        self.apply, self.constants, self.inner = apply, constants, inner
+    def __init__(self, apply: Callable[..., Tensor], replay: Callable[..., Tensor], constants: tuple[Any, ...],
+                 inner: Entry | None) -> None:
+        self.apply, self.replay, self.constants, self.inner = apply, replay, constants, inner
 
     def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
-        local = _local
-        local.next_entry = self.inner
-        try:
+        inner = self.inner
+        if inner is None:
             return self.apply(*tensors, *self.constants)
-        finally:
-            local.next_entry = None
+        _counters.hits += 1  # the forward's call: a hit, taken without its lookup
+        return self.replay(*tensors, *self.constants, inner)
 
 
 _entries: dict[tuple[Any, ...], Entry | TorchEntry | GradEntry] = {}
@@ -220,11 +222,6 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     ``torch_fn(*tensors, *params)`` computes the same with torch: in patch mode, a signature whose
     workload the records say torch runs faster is stored as a call to it."""
     local = _local
-    inner = local.next_entry
-    if inner is not None:  # the forward of a stored GradEntry's Function: its call's entry is known
-        local.next_entry = None
-        _counters.hits += 1
-        return inner(tensors)
     if local.recording is not None:  # inside another call's first run: that one records the launches
         return eager(*tensors, *params)
     try:
@@ -288,7 +285,8 @@ def _first_grad_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], p
     gen = generation.current()
     keyed = _local.keyed
     outer = _local.applying
-    applied: list[tuple[Callable[..., Tensor], tuple[Any, ...], Tensor, tuple[Any, ...] | None]] = []
+    applied: list[tuple[Callable[..., Tensor], Callable[..., Tensor], tuple[Any, ...], Tensor,
+                        tuple[Any, ...] | None]] = []
     _local.applying = applied
     try:
         out = grad(*tensors, *params)
@@ -298,24 +296,25 @@ def _first_grad_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], p
     entry = None
     distinct = len({id(t) for t in tensors if t is not None}) == sum(t is not None for t in tensors)
     if len(applied) == 1 and distinct:
-        apply, inputs, result, inner_key = applied[0]
+        apply, replay, inputs, result, inner_key = applied[0]
         n = len(tensors)
         constants = inputs[n:]
         if result is out and len(inputs) >= n and all(x is t for x, t in zip(inputs, tensors)) \
                 and not any(isinstance(c, torch.Tensor) for c in constants):
             # The forward's call is known only when it was the route's one keyed call.
             inner = _entries.get(inner_key) if inner_key is not None and _local.keyed == keyed + 1 else None
-            entry = GradEntry(apply, constants, inner if type(inner) is Entry else None)
+            entry = GradEntry(apply, replay, constants, inner if type(inner) is Entry else None)
     _store(key, entry, gen)
     return out
 
 
-def note_applied(apply: Callable[..., Tensor], inputs: tuple[Any, ...], out: Tensor) -> None:
-    """An autograd Function's forward ran (``apply(*inputs)`` gave ``out``): a first call on the
-    autograd route stores it (``_first_grad_call``)."""
+def note_applied(apply: Callable[..., Tensor], replay: Callable[..., Tensor], inputs: tuple[Any, ...],
+                 out: Tensor) -> None:
+    """An autograd Function's forward ran (``apply(*inputs)`` gave ``out``; ``replay`` is its op's replay
+    Function, see ``GradEntry``): a first call on the autograd route stores it (``_first_grad_call``)."""
     applying = _local.applying
     if applying is not None:  # the forward's own call was the last one keyed
-        applying.append((apply, inputs, out, _local.last_key))
+        applying.append((apply, replay, inputs, out, _local.last_key))
 
 
 def span(t: Tensor) -> int:

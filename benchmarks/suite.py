@@ -69,7 +69,7 @@ TIMER_TEXT = {"eager": "eager call, CUDA events after an L2 flush, host cost inc
               "wall": "wall clock, CPU interpreter (dry run: not a measurement)"}
 UNSTABLE = 0.10
 TOLERANCE = 1e-2
-SETS = ("alcop", "heldout", "models", "conv2d", "conv2d_bwd", "conv3d", "smoke")
+SETS = ("alcop", "heldout", "models", "decode", "conv2d", "conv2d_bwd", "conv3d", "smoke")
 
 
 @dataclass(frozen=True)
@@ -735,6 +735,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inductor-pretune", type=int, default=1,
                     help="compile one graph with the next N Inductor GEMM workloads first, filling the autotune "
                          "cache their own compiles then read; 1 for none")
+    ap.add_argument("--impls", default=",".join(IMPLS),
+                    help="comma list of implementations to time (torch always); fewer for a quick comparison")
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop cleanly before this many seconds")
     ap.add_argument("--reps", type=int, default=100, help="eager calls per pass")
     ap.add_argument("--quick", action="store_true", help="smoke test: 3 workloads per set, 20 reps, no Inductor")
@@ -742,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-id", default=None, help="id of a new run (a larger run's, e.g. benchmarks/headline.py's)")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from rows.jsonl")
     a = ap.parse_args(argv)
+    impls = ["torch"] + [i for i in IMPLS[1:] if i in a.impls.split(",")]
+    if unknown := set(a.impls.split(",")) - set(IMPLS):
+        ap.error(f"--impls: {', '.join(sorted(unknown))} unknown; known: {', '.join(IMPLS)}")
     if a.run_id is not None and not re.fullmatch(r"[0-9A-Za-z_-]{1,64}", a.run_id):
         ap.error(f"--run-id: {a.run_id!r} is not 1 to 64 letters, digits, '-' or '_'")
 
@@ -765,6 +770,8 @@ def main(argv: list[str] | None = None) -> int:
     ind_sets = set() if (a.quick or a.dry_run) else {s for s in a.inductor_sets.split(",") if s}
     reps = 20 if a.quick else a.reps
     settings = {"sets": sets, "inductor_sets": sorted(ind_sets), "reps": reps, "quick": a.quick, "dry_run": a.dry_run}
+    if len(impls) < len(IMPLS):   # recorded only when narrowed, so runs taken before the option still resume
+        settings["impls"] = impls
     if ind_sets:
         settings["inductor_pretune"] = max(1, a.inductor_pretune)
     out = Path(a.out)
@@ -782,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def impls_for(case: Case) -> list[str]:
         use_ind = case.set in ind_sets and case.set not in slow_inductor
-        return [i for i in IMPLS if i != "inductor" or use_ind]
+        return [i for i in impls if i != "inductor" or use_ind]
 
     pretuned: dict[tuple[str, str], dict[str, Any]] = {}   # workload -> its chunk's size and share of the chunk's seconds
 

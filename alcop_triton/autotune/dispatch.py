@@ -112,11 +112,16 @@ def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> 
 
     Candidates: the ``NEIGHBOUR_TOP`` fastest configs of each of the ``NEIGHBOURS`` nearest measured
     shapes (same op and dtype; same layout preferred), and the model's ``MODEL_TOP`` for this shape.
-    Each is scored by the analytical estimate for this shape times its correction: the weighted
-    geomean of measured / estimated time where it was measured (nearer shapes weigh more); a config
-    measured nowhere near takes the neighbours' typical correction times ``UNMEASURED_PENALTY``. Configs
-    the shape rules reject (tiles beyond the problem, stages beyond the trip count, split-K where tiles
-    fill the GPU) or that failed in any run are never chosen. None when nothing was measured.
+    Each is scored by the analytical estimate for this shape times its correction: how far the model
+    was off for that config where it was measured (every measurement of it on a neighbour counts, not
+    only the fastest), *relative to the model's typical error on that neighbour* (the median over the
+    neighbour's measured configs). The model's error has a per-shape part (it over-estimates small
+    problems, under-estimates others) that says nothing about which config wins; left in, a config
+    measured only on a small neighbour would inherit that neighbour's optimism and beat the winner
+    of a large one. Nearer shapes weigh more. A config measured on no neighbour takes the relative
+    correction 1 times ``UNMEASURED_PENALTY``. Configs the shape rules reject (tiles beyond the
+    problem, stages beyond the trip count, split-K where tiles fill the GPU) or that failed in any run
+    are never chosen. None when nothing was measured.
     """
     from ..model import analytical
     from .space import shape_reason
@@ -130,19 +135,26 @@ def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> 
                 failed.add(r.config)
     order = sorted(by_wl, key=lambda gw: (shape_distance(gw[1], workload) + 0.5 * (gw[1].layout != workload.layout),
                                           gw[0] != getattr(spec, "name", ""), gw[1].key(), gw[0]))
-    ratios: dict[KernelConfig, list[tuple[float, float]]] = {}
+    errors: dict[KernelConfig, list[tuple[float, float]]] = {}   # config -> (weight, log relative error)
+    candidates: list[KernelConfig] = []
     used: list[str] = []
     for gpu, w in order:
-        ranked = rank_configs(current_version_group(by_wl[(gpu, w)]))[:NEIGHBOUR_TOP]
+        ranked = rank_configs(current_version_group(by_wl[(gpu, w)]))
         measured_on = _spec_of(gpu, spec)
         if not ranked or measured_on is None:
             continue
-        used.append(w.key() + ("" if gpu == getattr(spec, "name", gpu) else f" on {gpu}"))
-        weight = 1.0 / (1.0 + shape_distance(w, workload))
+        logs: dict[KernelConfig, float] = {}
         for rc in ranked:
             e = analytical.estimate(w, rc.config, measured_on)
             if e.valid and math.isfinite(e.time_s) and e.time_s > 0:
-                ratios.setdefault(rc.config, []).append((weight, math.log(rc.time_ms * 1e-3 / e.time_s)))
+                logs[rc.config] = math.log(rc.time_ms * 1e-3 / e.time_s)
+        if not logs:
+            continue
+        used.append(w.key() + ("" if gpu == getattr(spec, "name", gpu) else f" on {gpu}"))
+        weight, bias = 1.0 / (1.0 + shape_distance(w, workload)), statistics.median(logs.values())
+        for c, x in logs.items():
+            errors.setdefault(c, []).append((weight, x - bias))
+        candidates += [rc.config for rc in ranked[:NEIGHBOUR_TOP] if rc.config not in candidates]
         if len(used) == NEIGHBOURS:
             break
     if not used:
@@ -151,8 +163,7 @@ def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> 
     def correction(pairs: list[tuple[float, float]]) -> float:
         return math.exp(sum(wt * x for wt, x in pairs) / sum(wt for wt, _ in pairs))
 
-    typical = statistics.median(correction(p) for p in ratios.values()) if ratios else 1.0
-    candidates = list(ratios) + [c for c in model_shortlist(workload, spec)[:MODEL_TOP] if c not in ratios]
+    candidates += [c for c in model_shortlist(workload, spec)[:MODEL_TOP] if c not in candidates]
     best: tuple[float, int] | None = None
     for i, c in enumerate(candidates):
         if c in failed or shape_reason(workload, c, spec) is not None:
@@ -160,13 +171,13 @@ def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> 
         e = analytical.estimate(workload, c, spec)
         if not e.valid or not math.isfinite(e.time_s):
             continue
-        score = e.time_s * (correction(ratios[c]) if c in ratios else typical * UNMEASURED_PENALTY)
+        score = e.time_s * (correction(errors[c]) if c in errors else UNMEASURED_PENALTY)
         if best is None or (score, i) < best:
             best = (score, i)
     if best is None:
         return None
     c = candidates[best[1]]
-    how = "measured near" if c in ratios else "model shortlist"
+    how = "measured near" if c in errors else "model shortlist"
     return c, f"{how}; scored over {len(candidates)} candidates from {', '.join(used)}"
 
 

@@ -76,6 +76,25 @@ def test_nearest_shapes_scored_with_the_models_error_where_measured(tmp_path, no
     assert dec.config == winner
 
 
+def test_a_neighbours_overall_model_error_does_not_carry_over(no_defaults):
+    # The model is 3x pessimistic about every config of the small neighbour (a per-shape error) and
+    # exact on the large one. The small neighbour's fastest config must not inherit that 3x: against
+    # its own neighbour's configs it is no better than the model said, while the large neighbour's
+    # winner beat the model there by 2x.
+    small, large = Workload("matmul", (512, 4096, 1024), "float16", "nt"), Workload("matmul", (4096, 4096, 4096), "float16", "nt")
+    target = Workload("matmul", (2048, 12288, 4096), "float16", "nt")
+    small_cfgs = [KernelConfig(128, 128, 64, num_warps=8, smem_stages=s) for s in (3, 4, 5)]
+    large_cfgs = [KernelConfig(128, 256, 64, num_warps=8, smem_stages=s, async_copy="tma") for s in (3, 4)]
+    winner = large_cfgs[0]
+
+    def ms(w, c, factor):
+        return analytical.estimate(w, c, SPEC).time_s * 1e3 * factor
+    records = [rec(small, c, ms(small, c, 1 / 3)) for c in small_cfgs]
+    records += [rec(large, c, ms(large, c, 0.5 if c == winner else 1.0)) for c in large_cfgs]
+    config, detail = transfer(target, records, SPEC)
+    assert config == winner and "measured near" in detail
+
+
 def test_transfer_never_picks_tiles_beyond_the_problem_or_failed_configs(no_defaults):
     big = Workload("matmul", (4096, 4096, 4096), "float16", "nt")
     huge, failed = KernelConfig(128, 256, 64, num_warps=8, smem_stages=4), KernelConfig(16, 64, 128, smem_stages=4)
