@@ -83,6 +83,18 @@ def compiled(dtype: str, batched: bool, ep: Epilogue, cfg: at.KernelConfig, out_
 PAD_MIN_MACS = 1 << 24
 """Below this many multiply-adds (batch x M x N x K) unaligned operands are used as they are: the copies'
 launches would cost more than the scalar loads they avoid."""
+PAD_MIN_K = 512
+"""Below this reduction length unaligned operands are used as they are, however large the product: each
+output tile runs only a few reduction steps, so the pipelining that aligned rows enable has little to
+overlap, while the copies add two kernels and a trip of both operands through memory. Measured on the
+H100 (benchmarks/results/odd_sizes_h100, CUDA graphs): without the copies 257x263x271 ran 1.19x cuBLAS
+against 0.66x with them, a 384x197x64x197 bmm 0.99x against 0.42x, 4099x257x263 1.05x against 0.98x;
+from K = 761 up the copies won every shape (777x1234x555 too: 1.60x against 0.12x)."""
+
+
+def _copies_pay(macs: int, k: int) -> bool:
+    """Whether copying unaligned operands to aligned buffers beats reading them as they are."""
+    return macs >= PAD_MIN_MACS and k >= PAD_MIN_K
 
 
 def _vector_ready(x: Any) -> bool:
@@ -101,12 +113,13 @@ def aligned_operands(a: Any, b: Any) -> tuple[Any, Any]:
     no cp.async, so no pipelining, and register spills on large tiles (measured 10-40x slower than
     cuBLAS on the H100). K is zero-padded to a multiple of 16 bytes, which changes neither the product
     nor the epilogue; when K grows, both operands are copied so they agree. The copies read and write
-    each operand once, a small cost next to a GEMM of ``PAD_MIN_MACS`` or more.
+    each operand once, a small cost next to a GEMM of ``PAD_MIN_MACS`` or more with a reduction of
+    ``PAD_MIN_K`` or more (``_copies_pay``).
     """
     if _vector_ready(a) and _vector_ready(b):
         return a, b
     k = a.shape[-1]
-    if k == 0 or math.prod(a.shape[:-1]) * b.shape[-1] * k < PAD_MIN_MACS:
+    if not _copies_pay(math.prod(a.shape[:-1]) * b.shape[-1] * k, k):
         return a, b
     vec = 16 // a.element_size()
     kp = -(-k // vec) * vec
@@ -132,7 +145,7 @@ def aligned_workload(w: at.Workload) -> at.Workload:
     vec = 16 // w.elem_bytes
     lay = w.layout if len(w.layout) == 2 else "nn"
     row = {"a": k if lay[0] == "n" else m, "b": n if lay[1] == "n" else k}
-    if all(r % vec == 0 for r in row.values()) or bsz * m * n * k < PAD_MIN_MACS:
+    if all(r % vec == 0 for r in row.values()) or not _copies_pay(bsz * m * n * k, k):
         return w
     kp = -(-k // vec) * vec
     la = "n" if kp != k or row["a"] % vec else lay[0]

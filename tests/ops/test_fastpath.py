@@ -278,6 +278,7 @@ def test_operands_copied_to_aligned_buffers_are_copied_again_on_a_hit(monkeypatc
                                                                      no_slow_path: Callable[[], None]) -> None:
     from alcop_triton.kernels import matmul as km
     monkeypatch.setattr(km, "PAD_MIN_MACS", 1)  # pad even this small product (rows of 45 halves: 90 bytes)
+    monkeypatch.setattr(km, "PAD_MIN_K", 1)
     a, b = randn(19, 45, dtype=torch.float16), randn(21, 45, dtype=torch.float16, seed=1).t()
     assert_close(at.matmul(a, b), f64(a)[0] @ f64(b)[0])
     assert counts() == (0, 1) and fastpath.stats().entries == 1

@@ -27,8 +27,9 @@ def _operands(m: int, n: int, k: int, layout: str, dtype: torch.dtype, batch: in
 @pytest.mark.parametrize("m,n,k", [(24, 40, 45), (23, 41, 48), (24, 40, 48), (777, 1234, 555)])
 def test_aligned_workload_names_what_aligned_operands_makes(layout: str, m: int, n: int, k: int,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    if m * n * k < km.PAD_MIN_MACS:
+    if not km._copies_pay(m * n * k, k):
         monkeypatch.setattr(km, "PAD_MIN_MACS", 1)
+        monkeypatch.setattr(km, "PAD_MIN_K", 1)
     a, b = _operands(m, n, k, layout, torch.float16)
     pa, pb = km.aligned_operands(a, b)
     assert km.workload_of(pa, pb) == km.aligned_workload(km.workload_of(a, b))
@@ -49,6 +50,13 @@ def test_aligned_operands_leave_aligned_and_small_problems_alone() -> None:
     assert km.aligned_workload(w) == w
     big = at.Workload("bmm", (4, 1000, 333, 555), "bfloat16", "tn")
     assert km.aligned_workload(big) == at.Workload("bmm", (4, 1000, 333, 560), "bfloat16", "nt")
+    # a large product with a short reduction: few steps per tile to pipeline, the copies would cost more
+    short = at.Workload("bmm", (384, 197, 64, 197), "float16", "nn")
+    assert 384 * 197 * 64 * 197 >= km.PAD_MIN_MACS   # large enough: only K decides
+    assert km.aligned_workload(short) == short
+    a, b = _operands(197, 64, 197, "nn", torch.float16, 384)
+    pa, pb = km.aligned_operands(a, b)
+    assert pa is a and pb is b
 
 
 @pytest.mark.interpreter
@@ -56,6 +64,7 @@ def test_aligned_operands_leave_aligned_and_small_problems_alone() -> None:
 def test_gemm_through_padded_operands_matches_torch(layout: str, batched: bool, monkeypatch: pytest.MonkeyPatch,
                                                    kit) -> None:
     monkeypatch.setattr(km, "PAD_MIN_MACS", 1)
+    monkeypatch.setattr(km, "PAD_MIN_K", 1)
     m, n, k = 19, 21, 45
     a, b = _operands(m, n, k, layout, torch.float16, 2 if batched else None)
     g = torch.Generator().manual_seed(5)
