@@ -35,6 +35,9 @@ MODEL_EVALS = ("model_eval.json", "model_eval_alcop_space.json", "model_eval_abl
 # is one, is the default source of the GPU reports.
 HEADLINE = {"suite": "suite/report.json", "overhead": "overhead/overhead.json", "e2e": "e2e/e2e.json"}
 HEADLINE_DIR = "headline_h100"
+# Suite runs after the headline run, alcop against torch only (``suite.py --impls torch,alcop``): what
+# later changes measured, each its own run; shown after the headline's reports, never mixed into them.
+LATER_SUITES = ("dispatch_h100/report.json", "h200_dispatch/report.json")
 HEADLINE_ABLATION, HEADLINE_MODEL = "ablation/pipeline_variants.json", "model/model_eval.json"
 
 
@@ -76,6 +79,23 @@ def suite_section(r: dict[str, Any], path: str, run_id: str | None = None) -> li
     if comp:
         out += ["", "Inductor compile + autotune time per workload (first call, plus its share of a pretuning graph; "
                 "settings in the report's rows): " + "; ".join(comp) + "."]
+    return out + [""]
+
+
+def later_section(reports: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The later suite runs: one row per (run, set, timer), alcop against torch."""
+    out = ["### Since the headline run: alcop against torch only, one run per report", "",
+           "Each report is its own run (device, versions, date, run id and commit in its run.json and README); "
+           "ratios compare alcop with torch within that run and timer only.", "",
+           "| report | run | device | set | workloads | timer | alcop vs torch |", "|---|---|---|---|---|---|---|"]
+    for path, r in reports:
+        run = r["run"]
+        for set_, s in r["summary"].items():
+            for timer in ("graph", "eager"):
+                e = s["timers"].get(timer, {}).get("alcop")
+                if e and e["n"]:
+                    out.append(f"| {path} | `{run['run_id']}` | {run['device']} | {set_} | {s['workloads']} | {timer} | "
+                               f"{_x(e['geomean'])} (min {_x(e['min'])}) |")
     return out + [""]
 
 
@@ -211,6 +231,9 @@ def section(results: Path, gpu_results: Path | None = None) -> str:
         evals = [(shown(results / p), r) for p in MODEL_EVALS if (r := load(p)) is not None]
     if evals:
         out += model_section(evals)
+    later = [(f"`{shown(results / rel).replace('.json', '.md')}`", r) for rel in LATER_SUITES if (r := load(rel)) is not None]
+    if later:
+        out += later_section(later)
     return "\n".join(out).rstrip() + "\n"
 
 
