@@ -177,6 +177,48 @@ def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.
         assert isinstance(fastpath._entries[fastpath.signature("matmul", (a, b), ())], fastpath.Entry)
 
 
+@pytest.mark.parametrize("op", ["linear", "bmm", "conv2d"])
+def test_a_stored_grad_call_replays_with_the_right_tensors_and_gradients(op: str,
+                                                                          no_slow_path: Callable[[], None]) -> None:
+    # A repeat applies the op's replay Function on the stored forward entry: each op keys a different
+    # number of tensors (bmm: a, b; linear: x, w, bias, residual; conv: x, w, bias), which the replay
+    # must pass on.
+    def call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, lib: Any = at) -> torch.Tensor:
+        if op == "linear":
+            return lib.linear(x, w, b) if lib is F else at.linear(x, w, b, activation="relu")
+        if op == "bmm":
+            return lib.bmm(x, w.mT)
+        return lib.conv2d(x, w, b, padding=1) if lib is F else at.conv2d(x, w, b, padding=1)
+
+    def inputs(seed: int) -> list[torch.Tensor]:
+        if op == "conv2d":
+            return [randn(2, 3, 5, 5, seed=seed), randn(4, 3, 3, 3, seed=seed + 1), randn(4, seed=seed + 2)]
+        if op == "bmm":
+            return [randn(3, 6, 7, seed=seed), randn(3, 5, 7, seed=seed + 1)]
+        return [randn(6, 7, seed=seed), randn(5, 7, seed=seed + 1), randn(5, seed=seed + 2)]
+
+    def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        y = call(x, w, b, torch if op == "bmm" else F)
+        return torch.relu(y) if op == "linear" else y
+
+    for seed in (1, 10):
+        ours = [t.requires_grad_() for t in inputs(seed)]
+        theirs = [t.detach().double().requires_grad_() for t in inputs(seed)]
+        y, want = call(*ours), reference(*theirs)
+        assert_close(y, want.detach())
+        g = randn(*y.shape, seed=99)
+        (y * g).sum().backward()
+        (want * g.double()).sum().backward()
+        for t, r in zip(ours, theirs):
+            assert_close(t.grad, r.grad)
+        if seed == 1:
+            no_slow_path()
+            before = fastpath.stats().hits
+    assert fastpath.stats().hits >= before + 2  # the call and its forward's entry, replayed
+    stored = [e for e in fastpath._entries.values() if isinstance(e, fastpath.GradEntry)]
+    assert len(stored) == 1 and isinstance(stored[0].inner, fastpath.Entry)
+
+
 def test_autograd_route_through_a_rewrite_of_the_inputs_is_not_stored() -> None:
     # 3-D @ 2-D folds the batch into rows with a reshape: an autograd node of its own, so the route's
     # Function is not applied to the call's tensors and a repeat runs the whole route again.
