@@ -57,12 +57,14 @@ def gpu_spec(index: int) -> Any:
     return hardware.detect(index)
 
 
-def choose_config(device: torch.device, workload: Callable[[], Workload | None]) -> KernelConfig:
+def choose_config(device: torch.device, workload: Callable[[], Workload | None],
+                  torch_comparable: bool = True) -> KernelConfig:
     """The config for a call: ``use_config``'s, else the dispatcher's for this workload on this GPU.
 
     On CPU (the interpreter) there is no GPU to tune for: a small fixed config. Where the records
     say torch runs this workload faster than the chosen config, the fast path hears of it
-    (``fastpath.note_slower_than_torch``): patch mode leaves such calls to torch.
+    (``fastpath.note_slower_than_torch``): patch mode leaves such calls to torch. Not where
+    ``torch_comparable`` is False: the call's operands are not what the records timed torch on.
     """
     cfg = forced.get()
     if cfg is not None:
@@ -84,7 +86,7 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None])
         known = (fit_stages(decision.config, w), decision.slower_than_torch)
         if gen == generation.current():
             _CONFIGS[(w, index)] = known
-    if known[1]:
+    if known[1] and torch_comparable:
         from .fastpath import note_slower_than_torch
         note_slower_than_torch()
     return known[0]

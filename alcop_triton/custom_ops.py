@@ -89,7 +89,7 @@ def _check_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | 
     if a.shape[-1] != b.shape[-2]:
         raise RuntimeError(f"{op}(): a.shape={tuple(a.shape)} and b.shape={tuple(b.shape)} cannot be multiplied: "
                            f"a's last dim ({a.shape[-1]}) must equal b's second to last ({b.shape[-2]})")
-    if a.dim() == 3 and a.shape[0] != b.shape[0]:
+    if a.dim() >= 3 and a.shape[:-2] != b.shape[:-2]:
         raise RuntimeError(f"{op}(): batch sizes differ: a.shape={tuple(a.shape)}, b.shape={tuple(b.shape)}; "
                            "broadcast (expand) them first, as alcop_triton.matmul does")
     shape = tuple(a.shape[:-1]) + (b.shape[-1],)
@@ -127,15 +127,20 @@ def run_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
         return out
     a, b = prepare(kmatmul.aligned_operands, a, b)  # rows 16-byte loads cannot read are copied (K zero-padded)
     k = a.shape[-1]
-    cfg = config_choice.choose_config(a.device, lambda: kmatmul.workload_of(a, b) if k > 0 else None)
+    # Two batch dims come from a matmul reading permuted operands in place (ops._two_batch_dims_in_place).
+    # The records time torch's bmm on contiguous operands, but torch.matmul copies these first: the
+    # records' torch time is no measure of what torch would cost here, so it sends nothing to torch.
+    cfg = config_choice.choose_config(a.device, lambda: kmatmul.workload_of(a, b) if k > 0 else None,
+                                      torch_comparable=a.dim() < 4)
     ep = kmatmul.Epilogue(bias is not None, activation, residual is not None, float(alpha), float(beta))
-    kern = kmatmul.compiled(dtype_name(a.dtype), a.dim() == 3, ep, cfg)
+    kern = kmatmul.compiled(dtype_name(a.dtype), a.dim() - 2, ep, cfg)
     if a.dim() == 2:
         launch_kernel(kern, [t for t in (a, b, bias, residual, out) if t is not None])
         return out
-    # The batch is the grid's second dimension: split batches beyond CUDA's limit of 65535.
-    for s in range(0, a.shape[0], CUDA_GRID_Y):
-        sl = slice(s, s + CUDA_GRID_Y)
+    # The batch (all batch dims) is the grid's second dimension: split it beyond CUDA's limit of 65535.
+    step = max(1, CUDA_GRID_Y // math.prod(a.shape[1:-2]))
+    for s in range(0, a.shape[0], step):
+        sl = slice(s, s + step)
         launch_kernel(kern, [t[sl] if t is not bias else t for t in (a, b, bias, residual, out) if t is not None])
     return out
 
@@ -146,7 +151,7 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    _check_gemm("alcop::bmm", a, b, None, None, None, (3,))
+    _check_gemm("alcop::bmm", a, b, None, None, None, (3, 4))
     return run_gemm("bmm", a, b, None, None, None, 1.0, 1.0, None)
 
 
@@ -209,7 +214,7 @@ def _mm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @bmm_op.register_fake
 def _bmm_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return a.new_empty(_check_gemm("alcop::bmm", a, b, None, None, None, (3,)))
+    return a.new_empty(_check_gemm("alcop::bmm", a, b, None, None, None, (3, 4)))
 
 
 @gemm_op.register_fake

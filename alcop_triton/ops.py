@@ -187,9 +187,28 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
         return torch.matmul(input, other, out=out)
     if b.dim() == 2:
         a2, b2 = (a if a.dim() == 2 else a.reshape(math.prod(_shape(a)[:-1]), k)), b
+    elif _two_batch_dims_in_place(a, b):
+        a2, b2 = a, b
     else:
         a2, b2 = fast.prepare(_fold_batch, a, b)
     return _gemm(alcop, op, a2, b2, None, None, None, 1.0, 1.0, shape, out, (input, other))
+
+
+def _two_batch_dims_in_place(a: Tensor, b: Tensor) -> bool:
+    """Whether the kernel should read 4-D operands with the same two batch dims as they are: when
+    folding the batch dims into one would copy an operand (attention's heads permuted ahead of the
+    sequence: (batch, heads, seq, dim) views of (batch, seq, heads, dim) storage). The kernel takes
+    both batch strides, so nothing is copied; torch.matmul copies such operands before its bmm."""
+    if a.dim() != 4 or b.dim() != 4 or a.shape[:2] != b.shape[:2]:
+        return False
+    nb = a.shape[0] * a.shape[1]
+    if nb > custom_ops.CUDA_GRID_Y:
+        return False
+    try:
+        a.view(nb, *a.shape[2:]), b.view(nb, *b.shape[2:])
+    except RuntimeError:
+        return True
+    return False
 
 
 def _fold_batch(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:

@@ -92,10 +92,12 @@ def transformer_layers(batch: int, seq: int, d: int, heads: int, ffn: int, vocab
     """The products of one ``benchmarks/e2e.py`` transformer layer (and its LM head) under patch mode.
 
     Linears run on batch x seq rows. Attention's scores and P V are ``torch.matmul`` on the heads
-    permuted out of the fused QKV output: the batch dims cannot fold into a view, so both operands
-    are copied to contiguous (batch x heads, seq, head dim) and both products are "nn" bmm."""
+    permuted out of the fused QKV output: the kernel reads them in place with both batch dims (batch,
+    heads), keyed as one batch of batch x heads: the scores Q K^T as "nt" (K^T a transposed view), P V
+    as "nn". (Patch mode never sends these to torch on the table's torch time: torch's bmm was timed
+    on contiguous operands, while torch.matmul copies these first.)"""
     rows, dh, bh = batch * seq, d // heads, batch * heads
-    out: list[Shape] = [("matmul", (rows, 3 * d, d), "nt"), ("bmm", (bh, seq, seq, dh), "nn"),
+    out: list[Shape] = [("matmul", (rows, 3 * d, d), "nt"), ("bmm", (bh, seq, seq, dh), "nt"),
                         ("bmm", (bh, seq, dh, seq), "nn"), ("matmul", (rows, d, d), "nt"),
                         ("matmul", (rows, ffn, d), "nt"), ("matmul", (rows, d, ffn), "nt")]
     if vocab:

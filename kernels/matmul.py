@@ -36,17 +36,21 @@ class Epilogue:
             raise ValueError(f"activation={self.activation!r}: must be one of {ACTIVATIONS} or None")
 
 
-def matmul_te(dtype: str, batched: bool, ep: Epilogue = Epilogue(), out_dtype: str | None = None) -> tuple[list[te.Tensor], te.Tensor]:
-    """C[(b,) i, j] = epilogue(sum_k A[(b,) i, k] * B[(b,) k, j]); returns (inputs, output)."""
+def matmul_te(dtype: str, batched: int, ep: Epilogue = Epilogue(), out_dtype: str | None = None) -> tuple[list[te.Tensor], te.Tensor]:
+    """C[(b...,) i, j] = epilogue(sum_k A[(b...,) i, k] * B[(b...,) k, j]); returns (inputs, output).
+
+    ``batched``: how many batch dims (0, 1, or 2: e.g. (batch, heads) of attention's products on heads
+    permuted ahead of the sequence, which cannot fold into one dim without a copy); a bool reads as 0/1.
+    """
     M, N, K = te.var("M"), te.var("N"), te.var("K")
-    bt = (te.var("BATCH"),) if batched else ()
+    if batched not in (0, 1, 2):
+        raise ValueError(f"batched={batched!r}: a GEMM kernel takes 0, 1 or 2 batch dims")
+    bt = tuple(te.var(f"BATCH{d}" if batched == 2 else "BATCH") for d in range(int(batched)))
     A = te.placeholder(bt + (M, K), dtype, "A")
     B = te.placeholder(bt + (K, N), dtype, "B")
     k = te.reduce_axis(K, "k")
-    if batched:
-        C = te.compute(bt + (M, N), lambda b, i, j: te.sum(A[b, i, k] * B[b, k, j], axis=k), "C")
-    else:
-        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+    C = te.compute(bt + (M, N), lambda *ax: te.sum(A[(*ax[:-1], k)] * B[(*ax[:-2], k, ax[-1])], axis=k), "C",
+                   axis_names=_axis_names(int(batched)))
     inputs = [A, B]
     bias = te.placeholder((N,), dtype, "bias") if ep.bias else None
     res = te.placeholder(bt + (M, N), dtype, "residual") if ep.residual else None
@@ -67,14 +71,17 @@ def matmul_te(dtype: str, batched: bool, ep: Epilogue = Epilogue(), out_dtype: s
     trivial = ep == Epilogue()
     if trivial and out_dtype in (None, dtype):
         return inputs, C
-    names = ("b", "i", "j") if batched else ("i", "j")
-    out = te.compute(bt + (M, N), epilogue, "Out", dtype=out_dtype or dtype, axis_names=names)
+    out = te.compute(bt + (M, N), epilogue, "Out", dtype=out_dtype or dtype, axis_names=_axis_names(int(batched)))
     return inputs, out
 
 
+def _axis_names(batched: int) -> tuple[str, ...]:
+    return {0: (), 1: ("b",), 2: ("b0", "b1")}[batched] + ("i", "j")
+
+
 @lru_cache(maxsize=512)
-def compiled(dtype: str, batched: bool, ep: Epilogue, cfg: at.KernelConfig, out_dtype: str | None = None) -> at.CompiledKernel:
-    """The kernel for one (dtype, batching, epilogue, config); cached per process."""
+def compiled(dtype: str, batched: int, ep: Epilogue, cfg: at.KernelConfig, out_dtype: str | None = None) -> at.CompiledKernel:
+    """The kernel for one (dtype, batch dims, epilogue, config); cached per process."""
     inputs, out = matmul_te(dtype, batched, ep, out_dtype)
     s = at.Schedule.from_config(out, cfg)
     return at.build(s, inputs + [out])
@@ -160,6 +167,6 @@ def workload_of(a: Any, b: Any) -> at.Workload:
     lay = ("t" if a.stride(-1) != 1 and a.shape[-1] > 1 else "n") + ("t" if b.stride(-1) != 1 and b.shape[-1] > 1 else "n")
     m, kdim = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
-    if a.dim() == 3:
-        return at.Workload("bmm", (a.shape[0], m, n, kdim), dtype, lay)
+    if a.dim() >= 3:   # two batch dims key as one: the kernel runs their product as the grid's batch axis
+        return at.Workload("bmm", (math.prod(a.shape[:-2]), m, n, kdim), dtype, lay)
     return at.Workload("matmul", (m, n, kdim), dtype, lay)

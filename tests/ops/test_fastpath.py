@@ -343,9 +343,9 @@ def test_patch_mode_leaves_workloads_torch_runs_faster_to_torch(monkeypatch: pyt
     # On a GPU the dispatcher's records say so (Decision.slower_than_torch); here the config choice says it.
     real = config_choice.choose_config
 
-    def measured_slower(*args: Any) -> KernelConfig:
+    def measured_slower(*args: Any, **kwargs: Any) -> KernelConfig:
         fastpath.note_slower_than_torch()
-        return real(*args)
+        return real(*args, **kwargs)
     monkeypatch.setattr(config_choice, "choose_config", measured_slower)
     a, b = randn(8, 6), randn(6, 5, seed=1)
     expected = a @ b

@@ -73,6 +73,42 @@ def test_matmul_batch_folds_into_rows_without_copies(record_ops: type) -> None:
     assert "alcop.mm" in rec.ops and "alcop.bmm" not in rec.ops and "aten.clone" not in rec.ops
 
 
+@pytest.mark.parametrize("async_copy", ["pointer", "tma"])
+def test_attention_products_read_permuted_heads_in_place(record_ops: type, async_copy: str) -> None:
+    # Heads permuted ahead of the sequence cannot fold into one batch dim without a copy; the kernel
+    # takes both batch strides instead (torch.matmul copies q, k and v here).
+    import alcop_triton as at
+
+    b, t, h, d = 2, 9, 3, 16
+    qkv = randn(b, t, 3 * h * d, dtype=torch.float16)
+    q, k, v = qkv.view(b, t, 3, h, d).permute(2, 0, 3, 1, 4)
+    with at.use_config(at.KernelConfig(16, 16, 16, smem_stages=2, async_copy=async_copy)), record_ops() as rec:
+        s = ops.matmul(q, k.transpose(-1, -2))
+        y = ops.matmul(s, v)
+    assert rec.ops.count("alcop.bmm") == 2 and not {"aten.clone", "aten.copy_", "aten._unsafe_view"} & set(rec.ops)
+    assert s.shape == (b, h, t, t) and s.is_contiguous() and y.shape == (b, h, t, d) and y.is_contiguous()
+    assert_close(s, f64(q)[0] @ f64(k)[0].transpose(-1, -2), torch.float16)
+    assert_close(y, f64(s)[0] @ f64(v)[0], torch.float16)
+
+
+def test_attention_product_in_place_differentiates() -> None:
+    b, t, h, d = 2, 5, 2, 8
+    qkv = randn(b, t, 3 * h * d).requires_grad_()
+    q, k, _ = qkv.view(b, t, 3, h, d).permute(2, 0, 3, 1, 4)
+    s = ops.matmul(q, k.transpose(-1, -2))
+    g = randn(*s.shape, seed=3)
+    (s * g).sum().backward()
+    ref = qkv.detach().double().requires_grad_()
+    rq, rk, _ = ref.view(b, t, 3, h, d).permute(2, 0, 3, 1, 4)
+    ((rq @ rk.transpose(-1, -2)) * g.double()).sum().backward()
+    assert_close(qkv.grad, ref.grad)
+
+
+def test_bmm_op_checks_both_batch_dims() -> None:
+    with pytest.raises(RuntimeError, match="batch sizes differ"):
+        torch.ops.alcop.bmm(randn(2, 3, 4, 5), randn(2, 4, 5, 6))
+
+
 def test_matmul_out_is_written_in_place() -> None:
     a, b = randn(2, 6, 9), randn(2, 9, 5, seed=3)
     out = torch.full((2, 6, 5), float("nan"))
