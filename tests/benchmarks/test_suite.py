@@ -274,6 +274,19 @@ def test_pretune_chunk_takes_the_next_workloads_of_the_set():
     assert su.pretune_chunk(pending[0], pending, set(), 1) == []
 
 
+def test_impls_narrow_the_run_and_are_recorded(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(su, "load_set", lambda name: [su.Case("smoke", "matmul", (20, 12, 16), "nt", "tiny")])
+    assert su.main(["--dry-run", "--out", str(tmp_path), "--impls", "alcop"]) == 0
+    assert {r["impl"] for r in su.read_rows(tmp_path / "rows.jsonl")} == {"torch", "alcop"}   # torch always
+    assert json.loads((tmp_path / "run.json").read_text())["settings"]["impls"] == ["torch", "alcop"]
+    with pytest.raises(SystemExit):   # a resumed run keeps its implementations
+        su.main(["--dry-run", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        su.main(["--dry-run", "--out", str(tmp_path / "other"), "--impls", "alcop,cutlass"])
+
+
 def test_run_id_is_validated():
     with pytest.raises(SystemExit):
         su.main(["--dry-run", "--out", "unused", "--run-id", "../x"])
