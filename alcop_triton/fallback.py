@@ -37,13 +37,17 @@ def use_torch(op: str, reason: str) -> None:
     note_torch_computed()
     _log_once(op, reason)
 
-# torch.compile cannot trace a logging call; a constant-result function runs (and logs) at trace time.
-@torch.compiler.assume_constant_result
 def _log_once(op: str, reason: str) -> bool:
     if (op, reason) not in _LOGGED:
         _LOGGED.add((op, reason))
         log.warning("alcop_triton.%s falls back to torch: %s", op, reason)
     return True
+
+
+# torch.compile cannot trace a logging call; a constant-result function runs (and logs) at trace time.
+# This is what ``torch.compiler.assume_constant_result`` sets; calling it would import torch._dynamo
+# with alcop_triton (about half of the import's time), which most processes never use.
+_log_once._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def static_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] = SUPPORTED_DTYPES) -> str | None:

@@ -152,3 +152,20 @@ def test_bad_out_and_requires_grad() -> None:
         out = torch.full((3, 5), float("nan"))
         ops.mm(A.clone().requires_grad_(), B, out=out)
     assert_close(out, A.double() @ B.double())
+
+
+def test_a_fallback_traces_into_a_full_graph(fallbacks: list) -> None:
+    # The fallback's log call is marked constant for torch.compile by hand (importing torch._dynamo
+    # to mark it would double alcop_triton's import time): a full graph must still trace it.
+    a, b = randn(3, 4).double(), randn(4, 5, seed=1).double()
+    f = torch.compile(lambda a, b: ops.matmul(a, b), fullgraph=True, backend="eager")
+    assert torch.equal(f(a, b), torch.matmul(a, b))
+
+
+def test_importing_alcop_triton_leaves_torch_dynamo_unimported() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, alcop_triton, alcop_triton.cli; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
