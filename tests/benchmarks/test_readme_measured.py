@@ -119,3 +119,15 @@ def test_ablation_and_model_from_the_headline_run_replace_the_earlier_reports(tm
     assert f"`{gpu.as_posix()}/ablation/pipeline_variants.md`" in text and f"`{gpu.as_posix()}/model/model_eval.md`" in text
     assert "conv_variants.md" not in text and "model_eval_ablation.md" not in text
     assert "pipelining-ablation and model reports below are one run of" in text
+
+
+def test_later_suite_runs_follow_the_headline_reports_as_runs_of_their_own(tmp_path):
+    res = tmp_path / "results"
+    (res / "dispatch_h100").mkdir(parents=True)
+    (res / "dispatch_h100" / "report.json").write_text(json.dumps(_suite_report()))
+    text = rm.section(res)
+    later = text[text.index("### Since the headline run"):]
+    assert "| `" in later and "dispatch_h100/report.md` | `r7` | GPU X | heldout | 2 | graph | 0.900x (min 0.500x) |" in later
+    assert "| heldout | 2 | eager | 0.900x (min 0.500x) |" in later
+    (res / "dispatch_h100" / "report.json").unlink()
+    assert "Since the headline run" not in rm.section(res)   # no later report, no section
