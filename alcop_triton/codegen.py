@@ -26,7 +26,7 @@ RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid
             "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "float"}
 SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
 """Extra pointer parameters of a split-K kernel, after the output: float32 partial tiles, arrival counters."""
-RESERVED_PREFIXES = ("tile_", "offs_", "mask_", "stride_")
+RESERVED_PREFIXES = ("tile_", "offs_", "mask_", "stride_", "k_start")
 
 
 def reserved_reason(name: str) -> str:
@@ -73,6 +73,8 @@ class Ctx:
     def __init__(self, k: Kernel, w: CodeWriter) -> None:
         self.k, self.w = k, w
         self.kind = {a: d for d, axs in k.axes.items() for a in axs}
+        # Reduction names (with their tile suffix) that are scalars per chunk, not vectors: see _kidx.
+        self.chunk_scalars: set[str] = set()
 
     # -- expressions ---------------------------------------------------------------------------
     def index(self, e: te.Expr, tile: tuple[str, str], ksfx: str) -> str:
@@ -81,7 +83,7 @@ class Ctx:
             if isinstance(x, te.IterVar):
                 d = self.kind[x.name]
                 name = x.name + (ksfx if d == "k" else "")
-                if d == "b":
+                if d == "b" or name in self.chunk_scalars:
                     return name
                 if d == tile[0]:
                     return f"{name}[:, None]"
@@ -177,25 +179,49 @@ class Ctx:
             return self.scalar(x, rec)
         return rec(e)
 
+    def tile_dims(self, idx: te.Expr, tile: tuple[str, str], ksfx: str) -> tuple[int, ...]:
+        """Which dims of the 2-D tile ``idx`` varies along (none: a scalar per program or per chunk)."""
+        dims = set()
+        for v in te.free_vars(idx):
+            d = self.kind.get(v)
+            if d in tile and not (d == "k" and v + ksfx in self.chunk_scalars):
+                dims.add(tile.index(d))
+        return tuple(sorted(dims))
+
     def address(self, ld: te.Load, tile: tuple[str, str], ksfx: str) -> tuple[str, str]:
-        """Pointer expression and mask of a 2-D tile of ``ld``; out-of-range indices read 0."""
+        """Pointer expression and mask of a 2-D tile of ``ld``; out-of-range indices read 0.
+
+        Terms are summed (and masks and-ed) scalars first, then one tile dim, then the other: Python
+        evaluates left to right, so a per-row term joined before a per-column one costs one op per row
+        rather than one per element.
+        """
         t = ld.tensor
         unit = self.k.unit_stride.get(t.name)
-        terms, masks = [t.name], []
+        terms: list[tuple[tuple[int, ...], str]] = []
+        masks: list[tuple[tuple[int, ...], str]] = []
         dims_seen: set[str] = set()
         for d, idx in enumerate(ld.indices):
             txt = self.index(idx, tile, ksfx)
-            terms.append(txt if d == unit else f"{txt} * stride_{t.name}_{d}")
+            where = self.tile_dims(idx, tile, ksfx)
+            terms.append((where, txt if d == unit else f"{txt} * stride_{t.name}_{d}"))
             kinds = {self.kind[v] for v in te.free_vars(idx) if v in self.kind}
             dims_seen |= kinds
             plain = isinstance(idx, te.IterVar) and idx.extent == t.shape[d]
             if not plain and not self.in_range(idx, t.shape[d]):
                 dim = self.size(t.shape[d])
-                masks.append(f"({txt} >= 0) & ({txt} < {dim})")
-        tile_masks = [f"mask_{d}{ksfx if d == 'k' else ''}" + ("[:, None]" if pos == 0 else "[None, :]")
-                      for pos, d in enumerate(tile) if d in dims_seen]
-        masks = tile_masks + masks
-        return " + ".join(terms), " & ".join(masks) if masks else "None"
+                masks.append((where, f"({txt} >= 0) & ({txt} < {dim})"))
+        for pos, d in enumerate(tile):
+            if d not in dims_seen:
+                continue
+            name = f"mask_{d}{ksfx if d == 'k' else ''}"
+            masks.append(((), name) if name in self.chunk_scalars
+                         else ((pos,), name + ("[:, None]" if pos == 0 else "[None, :]")))
+
+        def order(x: tuple[tuple[int, ...], str]) -> tuple[int, tuple[int, ...]]:
+            return len(x[0]), x[0]
+        ptr = " + ".join([t.name] + [txt for _, txt in sorted(terms, key=order)])
+        mask = " & ".join(txt for _, txt in sorted(masks, key=order))
+        return ptr, mask or "None"
 
 
 def _unary(x: te.Unary, a: str, result_dtype: str) -> str:
@@ -321,12 +347,40 @@ def _kstart(at: KRef, c: Ctx) -> str:
     return " + ".join(parts) or "0"
 
 
+def _chunk_inner_extent(k: Kernel, extent: str) -> int | None:
+    """The innermost reduction axis's extent when every ``extent``-wide chunk lies inside one run of it.
+
+    That holds when the extent is a compile-time multiple of the chunk width (a conv's channels when
+    they are a multiple of BLOCK_K): then each chunk has one value of every outer reduction axis (the
+    conv window's rh, rw), which stay scalars, and the chunk is wholly inside or outside the reduction.
+    """
+    axes = k.axes["k"]
+    inner = k.axis_size.get(axes[-1], "") if axes else ""
+    width = k.constexprs.get(extent)
+    if len(axes) < 2 or not inner.isdigit() or not width or int(inner) % width:
+        return None
+    return int(inner)
+
+
 @emitter(KIndices)
 def _kidx(n: KIndices, c: Ctx) -> None:
-    k = c.k
-    c.w.line(f"offs_k{n.suffix} = {_kstart(n.at, c)} + tl.arange(0, {n.extent})")
-    c.w.line(f"mask_k{n.suffix} = offs_k{n.suffix} < {k.totals['k']}")
-    _decompose(c, f"offs_k{n.suffix}", tuple((a, k.axis_size[a]) for a in k.axes["k"]), n.suffix)
+    k, sfx = c.k, n.suffix
+    axes = tuple((a, k.axis_size[a]) for a in k.axes["k"])
+    inner = _chunk_inner_extent(k, n.extent)
+    if inner is None:
+        c.w.line(f"offs_k{sfx} = {_kstart(n.at, c)} + tl.arange(0, {n.extent})")
+        c.w.line(f"mask_k{sfx} = offs_k{sfx} < {k.totals['k']}")
+        _decompose(c, f"offs_k{sfx}", axes, sfx)
+        return
+    c.w.line(f"# chunk inside one run of {axes[-1][0]} ({inner} is a multiple of {n.extent}): "
+             f"{', '.join(a for a, _ in axes[:-1])} and the mask are scalars per chunk")
+    c.w.line(f"k_start{sfx} = {_kstart(n.at, c)}")
+    c.w.line(f"mask_k{sfx} = k_start{sfx} < {k.totals['k']}")
+    width = k.constexprs[n.extent]
+    first = f"k_start{sfx} % {inner} + " if inner > width else ""
+    c.w.line(f"{axes[-1][0]}{sfx} = {first}tl.arange(0, {n.extent})")
+    _decompose(c, f"(k_start{sfx} // {inner})", axes[:-1], sfx)
+    c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]} | {f"mask_k{sfx}"}
 
 
 def _descriptor_dims(c: Ctx, role: str) -> list[tuple[int, str]]:

@@ -38,17 +38,17 @@ def _matmul(dtype: str, cfg: KernelConfig, batched: bool = False) -> str:
     return at.build(Schedule.from_config(out, cfg), inputs + [out]).source  # default variant: no call needed
 
 
-def _conv_nhwc_bias_relu() -> str:
+def _conv_nhwc_bias_relu(channels: int, block_k: int) -> str:
     # The library's conv kernel (channels and window compiled in); its channels_last variant exists once
     # it has seen channels_last input and weights (as after model.to(memory_format=channels_last)).
     p = kc.ConvParams(2, (1, 1), (1, 1), (1, 1), (1, 1), 1, True, True, "relu")
-    k = kc.compiled("float16", p, KernelConfig(64, 64, 32, group_m=8, smem_stages=2))
+    k = kc.compiled("float16", p, KernelConfig(64, 64, block_k, group_m=8, smem_stages=2))
     g = torch.Generator().manual_seed(0)
     cl = torch.channels_last
-    x = torch.randn(1, 8, 3, 3, generator=g).half().to(memory_format=cl)
-    w = torch.randn(8, 8, 3, 3, generator=g).half().to(memory_format=cl)
+    x = torch.randn(1, channels, 3, 3, generator=g).half().to(memory_format=cl)
+    w = torch.randn(8, channels, 3, 3, generator=g).half().to(memory_format=cl)
     y = torch.empty(1, 8, 3, 3, dtype=torch.float16).to(memory_format=cl)
-    k(x, w, torch.zeros(8, dtype=torch.float16), y.unflatten(1, (1, 8)))  # K = 72: 3 chunks, no clamp
+    k(x, w, torch.zeros(8, dtype=torch.float16), y.unflatten(1, (1, 8)))
     return k.source
 
 
@@ -61,12 +61,15 @@ CASES: dict[str, Callable[[], str]] = {
     # persistent: tile loop flattened with the reduction loop (it carries num_stages), descriptors hoisted before it
     "matmul_f16_persistent_tma": lambda: _matmul(
         "float16", KernelConfig(64, 64, 64, group_m=8, smem_stages=3, async_copy="tma", persistent=True)),
-    "conv2d_nhwc_bias_relu_f16": _conv_nhwc_bias_relu,
+    # K = 8 channels x 9 taps = 72: 3 chunks of 32 that straddle window taps, so every index is a vector
+    "conv2d_nhwc_bias_relu_f16": lambda: _conv_nhwc_bias_relu(8, 32),
+    # 32 channels in chunks of 16: each chunk is one window tap, whose rh, rw are scalars per chunk
+    "conv2d_nhwc_channel_chunks_f16": lambda: _conv_nhwc_bias_relu(32, 16),
 }
 
 
 # the conv case calls its kernel on CPU tensors (to specialise it for channels_last)
-NEEDS_CALL = {"conv2d_nhwc_bias_relu_f16"}
+NEEDS_CALL = {"conv2d_nhwc_bias_relu_f16", "conv2d_nhwc_channel_chunks_f16"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.interpreter) if n in NEEDS_CALL else n
