@@ -26,7 +26,7 @@ RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid
             "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "float"}
 SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
 """Extra pointer parameters of a split-K kernel, after the output: float32 partial tiles, arrival counters."""
-RESERVED_PREFIXES = ("tile_", "offs_", "mask_", "stride_", "k_start")
+RESERVED_PREFIXES = ("tile_", "offs_", "mask_", "stride_", "k_start", "k_tap")
 
 
 def reserved_reason(name: str) -> str:
@@ -376,10 +376,14 @@ def _kidx(n: KIndices, c: Ctx) -> None:
              f"{', '.join(a for a, _ in axes[:-1])} and the mask are scalars per chunk")
     c.w.line(f"k_start{sfx} = {_kstart(n.at, c)}")
     c.w.line(f"mask_k{sfx} = k_start{sfx} < {k.totals['k']}")
-    width = k.constexprs[n.extent]
-    first = f"k_start{sfx} % {inner} + " if inner > width else ""
-    c.w.line(f"{axes[-1][0]}{sfx} = {first}tl.arange(0, {n.extent})")
-    _decompose(c, f"(k_start{sfx} // {inner})", axes[:-1], sfx)
+    c.w.line(f"k_tap{sfx} = k_start{sfx} // {inner}")
+    if inner > k.constexprs[n.extent]:
+        # NOTE: not k_start % inner: Triton's alignment analysis gives a scalar remainder no divisibility,
+        # and the loads would lose their 16-byte vectors; a difference keeps k_start's.
+        c.w.line(f"{axes[-1][0]}{sfx} = (k_start{sfx} - k_tap{sfx} * {inner}) + tl.arange(0, {n.extent})")
+    else:
+        c.w.line(f"{axes[-1][0]}{sfx} = tl.arange(0, {n.extent})")
+    _decompose(c, f"k_tap{sfx}", axes[:-1], sfx)
     c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]} | {f"mask_k{sfx}"}
 
 
