@@ -193,7 +193,9 @@ class Ctx:
 
         Terms are summed (and masks and-ed) scalars first, then one tile dim, then the other: Python
         evaluates left to right, so a per-row term joined before a per-column one costs one op per row
-        rather than one per element.
+        rather than one per element. Except on B tiles narrower than 128 columns, which keep the
+        tensor's dim order: on the H100's conv layers that order was 6-12% faster with 64-wide B
+        tiles, and the joined-first order 9-11% faster with 256-wide ones (same configs, one run).
         """
         t = ld.tensor
         unit = self.k.unit_stride.get(t.name)
@@ -217,7 +219,11 @@ class Ctx:
             masks.append(((), name) if name in self.chunk_scalars
                          else ((pos,), name + ("[:, None]" if pos == 0 else "[None, :]")))
 
+        dim_order = tile == ("k", "n") and self.k.constexprs.get("BLOCK_N", 0) < 128
+
         def order(x: tuple[tuple[int, ...], str]) -> tuple[int, tuple[int, ...]]:
+            if dim_order:  # stable sort: the tile's masks first, the rest as built
+                return (0, ()) if x[1].startswith("mask_") else (1, ())
             return len(x[0]), x[0]
         ptr = " + ".join([t.name] + [txt for _, txt in sorted(terms, key=order)])
         mask = " & ".join(txt for _, txt in sorted(masks, key=order))

@@ -164,6 +164,8 @@ WORKLOAD_SETS: dict[str, list[Shape]] = {
     + [("bmm", (12, 511, 511, 65), "nt"), ("bmm", (7, 1001, 999, 257), "nt")],
 }
 SUITE_SETS = ("suite", "conv2d", "conv3d")
+OPS = {"matmul", "bmm", "conv2d", "conv3d"}
+"""The ops the sets hold (``--ops`` narrows a run to some of them)."""
 """Sets read from the ALCOP suite file."""
 MODELS = ROOT / "benchmarks" / "workloads" / "models.json"
 """``benchmarks/suite.py``'s ``models`` set (each workload with its layout)."""
@@ -205,10 +207,11 @@ def _heldout_keys(path: Path) -> set[tuple[str, tuple[int, ...]]]:
     return out
 
 
-def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, heldout_path: Path
-                  ) -> tuple[list[tuple[Workload, Workload]], list[Workload]]:
+def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, heldout_path: Path,
+                  ops: Iterable[str] | None = None) -> tuple[list[tuple[Workload, Workload]], list[Workload]]:
     """``([(as called, as measured)], left out as held out)``, de-duplicated; every set in the first
-    dtype, in the order given, then the next dtype."""
+    dtype, in the order given, then the next dtype; only the ``ops`` named, if any (to measure one
+    kernel family again after it changed)."""
     from alcop_triton.kernels.matmul import aligned_workload
     shapes: list[Shape] = []
     for s in sets:
@@ -220,6 +223,11 @@ def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, 
             shapes += WORKLOAD_SETS[s]
         else:
             raise ValueError(f"--sets: {s!r} is not one of {SETS}")
+    if ops is not None:
+        wanted = set(ops)
+        if not wanted <= OPS:
+            raise ValueError(f"--ops: {sorted(wanted - OPS)} not among {sorted(OPS)}")
+        shapes = [x for x in shapes if x[0] in wanted]
     held = _heldout_keys(heldout_path)
     out: list[tuple[Workload, Workload]] = []
     skipped: list[Workload] = []
@@ -554,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, from {SETS}")
     ap.add_argument("--suite", default=str(ROOT / "tests" / "data" / "alcop_suite.json"))
     ap.add_argument("--heldout", default=str(ROOT / "benchmarks" / "workloads" / "heldout.json"))
+    ap.add_argument("--ops", default=None, help=f"comma-separated, from {sorted(OPS)}: only these ops of the sets")
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--budget-s", type=float, default=540.0,
                     help="start no chunk or workload that would end past this, judged by the slowest so far")
@@ -586,7 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"default_{spec.name.lower()}.jsonl"
-    plan, skipped = workload_list(a.sets.split(","), a.dtypes.split(","), Path(a.suite), Path(a.heldout))
+    plan, skipped = workload_list(a.sets.split(","), a.dtypes.split(","), Path(a.suite), Path(a.heldout),
+                                  a.ops.split(",") if a.ops else None)
     if skipped:
         print(f"[table] {len(skipped)} workloads left out as held out: {', '.join(w.key() for w in skipped)}")
     done = done_keys(path)

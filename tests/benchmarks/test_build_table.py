@@ -96,6 +96,17 @@ def test_heldout_shapes_are_left_out_in_every_dtype(bt, tmp_path):
         bt.workload_list(["nope"], ["float16"], SUITE, held)
 
 
+def test_ops_narrow_the_sets_to_one_kernel_family(bt):
+    """After a conv kernel change, ``--ops conv2d,conv3d`` re-measures the convolutions of every named
+    set (the e2e set's ResNet-50 layers included) and nothing else; an unknown op is refused."""
+    every, _ = bt.workload_list(["e2e", "conv2d", "conv3d"], ["float16"], SUITE, HELDOUT)
+    convs, _ = bt.workload_list(["e2e", "conv2d", "conv3d"], ["float16"], SUITE, HELDOUT, ["conv2d", "conv3d"])
+    assert convs == [p for p in every if p[0].op in ("conv2d", "conv3d")]
+    assert {c.op for c, _ in convs} == {"conv2d", "conv3d"} and len(convs) < len(every)
+    with pytest.raises(ValueError, match="--ops"):
+        bt.workload_list(["e2e"], ["float16"], SUITE, HELDOUT, ["conv9d"])
+
+
 def test_conv_keys_are_the_conv_drop_ins_keys(bt):
     """Each planned convolution, called as the drop-in is called (channels-last input and weight), gets
     exactly the planned key from the drop-in's own keying function."""
