@@ -75,7 +75,10 @@ class Stats:
 
 
 class _Counters:
-    hits = misses = uncacheable = dispatched = bypassed = to_torch = 0
+    def __init__(self) -> None:
+        # Instance attributes from the start: ``+=`` on a class default would add one to the
+        # instance's dict, which torch.compile guards on (a traced call counts ``dispatched``).
+        self.hits = self.misses = self.uncacheable = self.dispatched = self.bypassed = self.to_torch = 0
 
 
 _counters = _Counters()
@@ -101,7 +104,7 @@ class _Local(threading.local):
                          tuple[Any, ...] | None]] | None = None
     last_key: tuple[Any, ...] | None = None
     keyed = 0  # calls keyed in this thread while ``applying`` was set
-    patched = False  # the call comes through patch mode (``patch.AlcopMode``)
+    patched = False  # the call comes through patch mode (one of ``patch``'s routed wrappers)
 
 
 _local = _Local()

@@ -1,4 +1,4 @@
-"""Patch mode: route torch's matrix products and convolutions through alcop, without touching torch.
+"""Patch mode: route torch's matrix products and convolutions through alcop.
 
     alcop_triton.enable()            # from here on, in this thread
     y = model(x)                     # nn.Linear / nn.Conv2d / x @ w ... run alcop kernels
@@ -7,113 +7,125 @@
     with alcop_triton.patched():     # or only inside a block
         y = model(x)
 
-A ``TorchFunctionMode`` intercepts the calls (torch's attributes are never reassigned, so other
-libraries holding references to ``torch.matmul`` see no change outside the mode). Routed:
-``torch.matmul``/``Tensor.matmul`` (``@``), ``torch.mm``/``Tensor.mm``, ``torch.bmm``/``Tensor.bmm``,
+Routed: ``torch.matmul``/``Tensor.matmul``/``@``, ``torch.mm``/``Tensor.mm``, ``torch.bmm``/``Tensor.bmm``,
 ``torch.addmm``/``Tensor.addmm``, ``torch.baddbmm``/``Tensor.baddbmm``, ``F.linear`` and
-``F.conv1d``/``conv2d``/``conv3d`` (so ``nn.Linear`` and ``nn.ConvNd`` too; a ConvNd with a
-non-zeros ``padding_mode`` pads with torch and convolves through alcop). Everything else passes
-through untouched. Like every torch function mode, the mode is thread-local: ``enable()`` affects
-the calling thread. ``torch.compile`` traces through it (the routed calls become ``torch.ops.alcop``
-nodes).
+``F.conv1d``/``conv2d``/``conv3d`` (also spelled ``torch.conv1d``...; so ``nn.Linear`` and ``nn.ConvNd``
+too; a ConvNd with a non-zeros ``padding_mode`` pads with torch and convolves through alcop).
+
+How: while patch mode is on in some thread, those attributes of ``torch``, ``torch.nn.functional`` and
+``torch.Tensor`` are thin wrappers; in a thread with patch mode on they call the drop-in, in every
+other thread torch's own function. The originals are put back when the last thread leaves patch mode.
+Every other torch call meets no alcop code at all: a ``TorchFunctionMode`` would put a Python dispatch
+(~2 µs) on each of them, which made host-bound models (ResNet-50: a thousand batch norms, relus and
+adds per pass) slower under patch mode than without. The price of wrappers: code that took its own
+reference to a routed function before patch mode began (``from torch import matmul``) keeps calling
+torch's. ``torch.compile`` traces through the wrappers of functions (``torch.matmul``, ``F.linear``,
+``F.conv2d``...: they become ``torch.ops.alcop`` nodes); Tensor methods and the ``@`` operator it
+traces as torch's own ops, whatever the class attribute says.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from . import ops
+from .fastpath import _local as _fastpath_local
 from .fastpath import patched_call
 
-ROUTES: dict[Callable[..., Any], Callable[..., Any]] = {
-    torch.matmul: ops.matmul, torch.Tensor.matmul: ops.matmul,
-    torch.mm: ops.mm, torch.Tensor.mm: ops.mm,
-    torch.bmm: ops.bmm, torch.Tensor.bmm: ops.bmm,
-    torch.addmm: ops.addmm, torch.Tensor.addmm: ops.addmm,
-    torch.baddbmm: ops.baddbmm, torch.Tensor.baddbmm: ops.baddbmm,
-    F.linear: ops.linear,
-    F.conv1d: ops.conv1d, F.conv2d: ops.conv2d, F.conv3d: ops.conv3d,
-}
-
-
-class AlcopMode(TorchFunctionMode):
-    """Sends the functions in ``ROUTES`` to their alcop drop-ins; everything else to torch.
-
-    A routed call is the drop-in's call, through the same fast path (``fastpath.patched_call``),
-    except that a workload which the measurements (tuning database, shipped table) say torch runs
-    faster than alcop's config stays with torch; without both times, alcop runs it.
-    """
-
-    def __torch_function__(self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        # Inside this method the mode is not active, so the drop-ins' own torch calls are not re-routed.
-        route = ROUTES.get(func)
-        if route is None:
-            return func(*args, **kwargs) if kwargs else func(*args)
-        return patched_call(route, args, kwargs)
+ROUTES: tuple[tuple[Any, str, Callable[..., Any]], ...] = (
+    (torch, "matmul", ops.matmul), (torch.Tensor, "matmul", ops.matmul), (torch.Tensor, "__matmul__", ops.matmul),
+    (torch, "mm", ops.mm), (torch.Tensor, "mm", ops.mm),
+    (torch, "bmm", ops.bmm), (torch.Tensor, "bmm", ops.bmm),
+    (torch, "addmm", ops.addmm), (torch.Tensor, "addmm", ops.addmm),
+    (torch, "baddbmm", ops.baddbmm), (torch.Tensor, "baddbmm", ops.baddbmm),
+    (F, "linear", ops.linear),
+    (F, "conv1d", ops.conv1d), (F, "conv2d", ops.conv2d), (F, "conv3d", ops.conv3d),
+    (torch, "conv1d", ops.conv1d), (torch, "conv2d", ops.conv2d), (torch, "conv3d", ops.conv3d),
+)
+"""(owner, attribute, drop-in): what patch mode replaces while it is on."""
 
 
 class _State(threading.local):
-    mode: AlcopMode | None = None
+    enabled = False  # enable() is in effect in this thread
+    blocks = 0       # patched() blocks open in this thread, outside enable()
+    on = False       # either: this thread's routed calls go to alcop
 
 
-_state = _State()  # per thread, as torch's mode stack is
+_state = _State()
+_lock = threading.Lock()
+_threads_on = 0  # threads with patch mode on: the wrappers are installed while it is above zero
+_originals: dict[tuple[int, str], Any] = {}
 
 
-def _top_mode() -> Any:
-    n = torch._C._len_torch_function_stack()
-    return torch._C._get_function_stack_at(n - 1) if n else None
+def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def routed(*args: Any, **kwargs: Any) -> Any:
+        # The drop-in's own torch calls (a fallback, a bias add) run with the fast path's patched flag
+        # set: they go to torch's function, not back to the drop-in.
+        if _state.on and not _fastpath_local.patched:
+            if torch.compiler.is_compiling():  # traced: the drop-in's registered op becomes the graph's node
+                return route(*args, **kwargs)
+            return patched_call(route, args, kwargs)
+        return original(*args, **kwargs)
+    routed.__alcop_route__ = route  # type: ignore[attr-defined] - marks it as patch mode's
+    return routed
 
 
-def _inside_alcop_mode() -> bool:
-    """Whether an ``AlcopMode`` is on this thread's torch function mode stack. A second one on top
-    would route nothing more, but while it handles a call, the torch calls the drop-ins make would
-    meet the first one and each pay a Python dispatch: so a nested block adds none."""
-    return any(isinstance(torch._C._get_function_stack_at(i), AlcopMode)
-               for i in range(torch._C._len_torch_function_stack()))
+def _install() -> None:
+    for owner, name, route in ROUTES:
+        original = getattr(owner, name)
+        _originals[(id(owner), name)] = original
+        setattr(owner, name, _wrapper(original, route))
+
+
+def _restore() -> None:
+    for owner, name, _ in ROUTES:
+        setattr(owner, name, _originals.pop((id(owner), name)))
+
+
+def _set(enabled: bool, blocks: int) -> None:
+    """Set this thread's state; install the wrappers for its first thread, remove them after its last."""
+    global _threads_on
+    was, now = _state.on, enabled or blocks > 0
+    _state.enabled, _state.blocks = enabled, blocks
+    if was == now:
+        return
+    with _lock:
+        _threads_on += 1 if now else -1
+        if now and _threads_on == 1:
+            _install()
+        elif not now and _threads_on == 0:
+            _restore()
+        _state.on = now
 
 
 def enable() -> None:
     """Route torch's products and convolutions through alcop in this thread until ``disable()``."""
-    if _state.mode is not None:
-        return
-    mode = AlcopMode()
-    mode.__enter__()
-    _state.mode = mode
+    _set(True, _state.blocks)
 
 
 def disable() -> None:
-    """Undo ``enable()``; a no-op when not enabled.
-
-    Raises RuntimeError when another torch function mode was entered after ``enable()`` and is
-    still active: modes form a stack, so leave that one first.
-    """
-    if _state.mode is None:
-        return
-    if _top_mode() is not _state.mode:
-        raise RuntimeError("alcop_triton.disable(): another TorchFunctionMode was entered after enable() and is still "
-                           f"active ({type(_top_mode()).__name__}); exit it first, modes are a stack")
-    _state.mode.__exit__(None, None, None)
-    _state.mode = None
+    """Undo ``enable()`` (a ``patched()`` block still open keeps its routing); a no-op when not enabled."""
+    _set(False, _state.blocks)
 
 
 def is_enabled() -> bool:
     """Whether ``enable()`` is in effect in this thread."""
-    return _state.mode is not None
+    return _state.enabled
 
 
 @contextlib.contextmanager
 def patched() -> Iterator[None]:
-    """Route torch's products and convolutions through alcop inside the block (inside another such
-    block, or after ``enable()``, it is that one's)."""
-    if _inside_alcop_mode():
+    """Route torch's products and convolutions through alcop inside the block (nested blocks and
+    ``enable()`` combine: routing lasts until the last of them ends)."""
+    _set(_state.enabled, _state.blocks + 1)
+    try:
         yield
-        return
-    with AlcopMode():
-        yield
+    finally:
+        _set(_state.enabled, _state.blocks - 1)

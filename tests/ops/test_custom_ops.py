@@ -127,7 +127,10 @@ def test_compile_fullgraph_small_model(mode: str) -> None:
         assert_close(g, w.double())
     assert len(graphs) == 1
     targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
-    assert {"alcop.conv", "alcop.linear", "alcop.mm", "alcop.bmm"} <= targets, targets
+    # Under compile, patch mode's wrappers route the functions (F.conv2d, F.linear, torch.bmm); the
+    # ``@`` operator and Tensor methods are traced by Dynamo as torch's own ops.
+    routed = {"alcop.conv", "alcop.linear", "alcop.bmm"} | ({"alcop.mm"} if mode == "drop_in" else set())
+    assert routed <= targets, targets
 
 
 def test_compile_dynamic_shapes() -> None:

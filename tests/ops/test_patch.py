@@ -1,5 +1,5 @@
-"""enable() / disable() / patched(): torch's products and convolutions routed through alcop by a
-TorchFunctionMode, torch's attributes untouched."""
+"""enable() / disable() / patched(): torch's products and convolutions routed through alcop by
+wrappers installed while some thread has patch mode on, torch's own functions back after it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import OpRecorder, assert_close, randn
-from torch.overrides import TorchFunctionMode
 
 from alcop_triton import patch
 
@@ -90,17 +89,28 @@ def test_patched_backward_matches() -> None:
     assert_close(got[1], model.weight.grad.double())
 
 
-def test_disable_refuses_to_pop_another_mode() -> None:
-    patch.enable()
-    other = TorchFunctionMode()
-    other.__enter__()
-    try:
-        with pytest.raises(RuntimeError, match="exit it first"):
-            patch.disable()
-    finally:
-        other.__exit__(None, None, None)
-        patch.disable()
-    assert not patch.is_enabled()
+def test_wrappers_exist_only_while_patch_mode_is_on() -> None:
+    assert _routed_attributes() == ORIGINALS
+    with patch.patched():
+        now = _routed_attributes()
+        assert all(getattr(f, "__alcop_route__", None) is not None for f in now), now
+        assert torch._C._len_torch_function_stack() == 0  # no mode: other torch calls meet no alcop code
+        assert torch.relu is torch._C._VariableFunctions.relu
+    assert _routed_attributes() == ORIGINALS
+
+
+def _routed_attributes() -> tuple[object, ...]:
+    return (torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, F.linear, F.conv1d, F.conv2d, F.conv3d,
+            torch.Tensor.matmul, torch.Tensor.__matmul__)
+
+
+def test_a_reference_taken_before_patch_mode_keeps_calling_torch() -> None:
+    # the documented price of wrappers over a TorchFunctionMode
+    mm = torch.mm
+    with patch.patched():
+        kept = _calls_outside(lambda: mm(randn(3, 4), randn(4, 2)))
+        looked_up = _calls_outside(lambda: torch.mm(randn(3, 4), randn(4, 2)))
+    assert "aten.mm" in kept and "alcop.mm" in looked_up
 
 
 def test_enable_is_per_thread() -> None:
@@ -116,18 +126,16 @@ def test_enable_is_per_thread() -> None:
     assert "aten.mm" in seen[0] and "alcop.mm" in here
 
 
-def test_a_nested_block_pushes_no_second_mode() -> None:
-    # a second AlcopMode would send every torch call the drop-ins make back through Python
+def test_nested_blocks_and_enable_combine() -> None:
+    def routed() -> bool:
+        return "alcop.mm" in _calls_outside(lambda: torch.mm(randn(3, 4), randn(4, 2)))
     with patch.patched():
-        depth = torch._C._len_torch_function_stack()
         with patch.patched():
-            assert torch._C._len_torch_function_stack() == depth
-            here = _calls_outside(lambda: torch.mm(randn(3, 4), randn(4, 2)))
-        assert torch._C._len_torch_function_stack() == depth
-    assert torch._C._len_torch_function_stack() == 0 and "alcop.mm" in here
-    patch.enable()
-    try:
-        with patch.patched():
-            assert torch._C._len_torch_function_stack() == 1
-    finally:
+            assert routed()
+        assert routed()  # the outer block still routes
+        patch.enable()
+    assert routed() and patch.is_enabled()  # enable() outlives the block it was called in
+    with patch.patched():
         patch.disable()
+        assert routed() and not patch.is_enabled()  # the open block keeps routing
+    assert not routed() and _routed_attributes() == ORIGINALS
