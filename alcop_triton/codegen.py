@@ -184,7 +184,7 @@ class Ctx:
         dims = set()
         for v in te.free_vars(idx):
             d = self.kind.get(v)
-            if d in tile and not (d == "k" and v + ksfx in self.chunk_scalars):
+            if d in tile and v + (ksfx if d == "k" else "") not in self.chunk_scalars:
                 dims.add(tile.index(d))
         return tuple(sorted(dims))
 
@@ -329,6 +329,11 @@ def _batch(n: BatchIndices, c: Ctx) -> None:
 def _tile(n: TileIndices, c: Ctx) -> None:
     blk = "BLOCK_M" if n.dim == "m" else "BLOCK_N"
     c.w.line(f"# output {'rows' if n.dim == 'm' else 'columns'}: {', '.join(a for a, _ in n.axes) or '(none)'}")
+    inner = _run_extent(c.k, n.axes, blk)
+    if inner is not None:  # e.g. a conv weight gradient's (kh, kw, c) columns
+        _in_one_run(c, "tile", f"pid_{n.dim} * {blk}", f"tile_start_{n.dim}", f"tile_tap_{n.dim}", f"mask_{n.dim}",
+                    n.axes, inner, blk, n.total, "")
+        return
     c.w.line(f"offs_{n.dim} = pid_{n.dim} * {blk} + tl.arange(0, {blk})")
     c.w.line(f"mask_{n.dim} = offs_{n.dim} < {n.total}")
     if n.axes:
@@ -353,44 +358,52 @@ def _kstart(at: KRef, c: Ctx) -> str:
     return " + ".join(parts) or "0"
 
 
-def _chunk_inner_extent(k: Kernel, extent: str) -> int | None:
-    """The innermost reduction axis's extent when every ``extent``-wide chunk lies inside one run of it.
+def _run_extent(k: Kernel, axes: tuple[tuple[str, str], ...], width: str) -> int | None:
+    """The innermost of fused ``axes``' extent when every ``width``-wide block of them lies inside one
+    run of it.
 
-    That holds when the extent is a compile-time multiple of the chunk width (a conv's channels when
-    they are a multiple of BLOCK_K): then each chunk has one value of every outer reduction axis (the
-    conv window's rh, rw), which stay scalars, and the chunk is wholly inside or outside the reduction.
+    That holds when the extent is a compile-time multiple of the block width (a conv's channels when
+    they are a multiple of BLOCK_K): then each block has one value of every outer axis (the conv
+    window's rh, rw), which stay scalars, and the block is wholly inside or outside the fused extent.
     """
-    axes = k.axes["k"]
-    inner = k.axis_size.get(axes[-1], "") if axes else ""
-    width = k.constexprs.get(extent)
-    if len(axes) < 2 or not inner.isdigit() or not width or int(inner) % width:
+    inner = axes[-1][1] if axes else ""
+    w = k.constexprs.get(width)
+    if len(axes) < 2 or not inner.isdigit() or not w or int(inner) % w:
         return None
     return int(inner)
+
+
+def _in_one_run(c: Ctx, what: str, start: str, start_name: str, tap: str, mask: str, axes: tuple[tuple[str, str], ...],
+                inner: int, width: str, total: str, sfx: str) -> None:
+    """Indices of a block inside one run of its innermost axis (``_run_extent``): that axis a vector,
+    the outer ones and the mask scalars of the block's start."""
+    c.w.line(f"# {what} inside one run of {axes[-1][0]} ({inner} is a multiple of {width}): "
+             f"{', '.join(a for a, _ in axes[:-1])} and the mask are scalars per {what}")
+    c.w.line(f"{start_name} = {start}")
+    c.w.line(f"{mask} = {start_name} < {total}")
+    c.w.line(f"{tap} = {start_name} // {inner}")
+    if inner > c.k.constexprs[width]:
+        # NOTE: not start % inner: Triton's alignment analysis gives a scalar remainder no divisibility,
+        # and the loads would lose their 16-byte vectors; a difference keeps the start's.
+        c.w.line(f"{axes[-1][0]}{sfx} = ({start_name} - {tap} * {inner}) + tl.arange(0, {width})")
+    else:
+        c.w.line(f"{axes[-1][0]}{sfx} = tl.arange(0, {width})")
+    _decompose(c, tap, axes[:-1], sfx)
+    c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]} | {mask}
 
 
 @emitter(KIndices)
 def _kidx(n: KIndices, c: Ctx) -> None:
     k, sfx = c.k, n.suffix
     axes = tuple((a, k.axis_size[a]) for a in k.axes["k"])
-    inner = _chunk_inner_extent(k, n.extent)
+    inner = _run_extent(k, axes, n.extent)
     if inner is None:
         c.w.line(f"offs_k{sfx} = {_kstart(n.at, c)} + tl.arange(0, {n.extent})")
         c.w.line(f"mask_k{sfx} = offs_k{sfx} < {k.totals['k']}")
         _decompose(c, f"offs_k{sfx}", axes, sfx)
         return
-    c.w.line(f"# chunk inside one run of {axes[-1][0]} ({inner} is a multiple of {n.extent}): "
-             f"{', '.join(a for a, _ in axes[:-1])} and the mask are scalars per chunk")
-    c.w.line(f"k_start{sfx} = {_kstart(n.at, c)}")
-    c.w.line(f"mask_k{sfx} = k_start{sfx} < {k.totals['k']}")
-    c.w.line(f"k_tap{sfx} = k_start{sfx} // {inner}")
-    if inner > k.constexprs[n.extent]:
-        # NOTE: not k_start % inner: Triton's alignment analysis gives a scalar remainder no divisibility,
-        # and the loads would lose their 16-byte vectors; a difference keeps k_start's.
-        c.w.line(f"{axes[-1][0]}{sfx} = (k_start{sfx} - k_tap{sfx} * {inner}) + tl.arange(0, {n.extent})")
-    else:
-        c.w.line(f"{axes[-1][0]}{sfx} = tl.arange(0, {n.extent})")
-    _decompose(c, f"k_tap{sfx}", axes[:-1], sfx)
-    c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]} | {f"mask_k{sfx}"}
+    _in_one_run(c, "chunk", _kstart(n.at, c), f"k_start{sfx}", f"k_tap{sfx}", f"mask_k{sfx}", axes, inner, n.extent,
+                k.totals["k"], sfx)
 
 
 def _descriptor_dims(c: Ctx, role: str) -> list[tuple[int, str]]:

@@ -387,9 +387,14 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
     return alcop.linear(input, weight, bias, residual, activation)
 
 
+# torch's own functions, taken before patch mode can wrap them: a workload patch mode leaves to torch
+# then calls them directly, not through its wrapper a second time.
+_F_LINEAR, _F_CONV = F.linear, (F.conv1d, F.conv2d, F.conv3d)
+
+
 def _torch_linear(input: Tensor, weight: Tensor, bias: Tensor | None, residual: Tensor | None,
                   activation: str | None) -> Tensor:
-    y = F.linear(input, weight, bias)
+    y = _F_LINEAR(input, weight, bias)
     y = fallback.TORCH_ACTIVATIONS[activation](y) if activation else y
     return y + residual if residual is not None else y
 
@@ -421,7 +426,7 @@ def _ints(op: str, name: str, v: Any, nd: int, low: int) -> tuple[int, ...]:
 def _conv_call(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any,
                dilation: Any, groups: Any, activation: str | None) -> Tensor:
     params = (nd, _hashable(stride), _hashable(padding), _hashable(dilation), _hashable(groups), _hashable(activation))
-    if any(p is _UNHASHABLE for p in params):  # a parameter the signature cannot hold: the checks judge it
+    if _UNHASHABLE in params:  # a parameter the signature cannot hold: the checks judge it
         return _conv(torch.ops.alcop, input, weight, bias, nd, stride, padding, dilation, groups, activation)
     return fast.call("conv", (input, weight, bias), params, *_CONV)
 
@@ -507,7 +512,7 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
 
 def _torch_conv(input: Tensor, weight: Tensor, bias: Tensor | None, nd: int, stride: Any, padding: Any, dilation: Any,
                 groups: Any, activation: str | None) -> Tensor:
-    y = (F.conv1d, F.conv2d, F.conv3d)[nd - 1](input, weight, bias, stride, padding, dilation, groups)
+    y = _F_CONV[nd - 1](input, weight, bias, stride, padding, dilation, groups)
     return fallback.TORCH_ACTIVATIONS[activation](y) if activation else y
 
 

@@ -122,7 +122,9 @@ def _conv_grad_spec(key: str, p: dict[str, Any]) -> DslKernel:
             reference=functools.partial(_conv_grads_torch, 0, nd, s, pad, d, groups), static=static)
     return DslKernel(
         key, functools.partial(conv_weight_grad_te, nd, dt, s, pad, d, groups),
-        m_axes=("co",), n_axes=("c",) + tuple(f"k{x}" for x in SPATIAL[nd]),
+        # Columns (kh, kw, c), the channel innermost: with channels a multiple of BLOCK_N each column
+        # tile is one window tap (scalar kh, kw), and X's channels-last rows load as vectors.
+        m_axes=("co",), n_axes=tuple(f"k{x}" for x in SPATIAL[nd]) + ("c",),
         reference=functools.partial(_conv_grads_torch, 1, nd, s, pad, d, groups), static=static)
 
 

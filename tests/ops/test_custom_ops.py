@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from conftest import assert_close, randn
 from torch._dynamo.backends.debugging import aot_eager
 
+import alcop_triton as at
 from alcop_triton import dsl_kernels, fastpath, ops, patch
 from alcop_triton.kernels import conv_grad
 
@@ -70,6 +71,22 @@ def test_dsl_keys_resolve_without_registration(monkeypatch: pytest.MonkeyPatch) 
     assert_close(got, want)
     with pytest.raises(RuntimeError, match="kind 'nobody::knows' is not registered"):
         torch.ops.alcop.dsl_call('nobody::knows|{"a":1}', [dy])
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_weight_grad_kernel_with_one_window_tap_per_column_tile(stride: int) -> None:
+    # 32 channels in column tiles of 16: each tile is one (kh, kw) tap, whose indices the kernel holds
+    # as scalars (codegen's one-run blocks); channels-last X, as a model's activations are.
+    key = conv_grad.conv_weight_grad_kernel(2, torch.float32, (stride, stride), (1, 1), (1, 1), 1)
+    x = randn(2, 32, 7, 6, seed=1).to(memory_format=torch.channels_last)
+    w = randn(8, 32, 3, 3, seed=2).to(memory_format=torch.channels_last)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    y = F.conv2d(x64, w64, stride=stride, padding=1)
+    dy = randn(*y.shape, seed=3).to(memory_format=torch.channels_last)
+    with at.use_config(at.KernelConfig(16, 16, 16, group_m=1, smem_stages=2)):
+        got = torch.ops.alcop.dsl_call(key, [dy, x, w]).flatten(0, 1)
+    (want,) = torch.autograd.grad(y, w64, dy.double())
+    assert_close(got, want)
 
 
 class SmallNet(nn.Module):
