@@ -49,8 +49,12 @@ import torch.nn.functional as F
 
 MODES = ("eager", "patched", "compile", "compile_alcop")
 TOLERANCE = 1e-2
+ROUNDS = 5
+"""Rounds in which the modes take turns timing their passes: the hosts are shared, and a drift in their
+load during one mode's passes would read as that mode's speed (seen on an H100 host: eager ResNet-50 at
+5.74 and 6.94 ms in two runs a minute apart)."""
 TIMER = ("CUDA events around one forward pass, host synchronised before each (host cost included), "
-         "median of the timed passes after warm-up")
+         f"median of the timed passes after warm-up; the modes take turns, {ROUNDS} rounds")
 
 
 class SelfAttention(nn.Module):
@@ -192,8 +196,8 @@ def build(name: str, device: str, tiny: bool) -> tuple[nn.Module, torch.Tensor, 
     return model, x, src
 
 
-def time_forward(fn: Callable[[], Any], reps: int, warmup: int, device: str) -> float:
-    """Median ms of one forward pass (see TIMER); wall clock on CPU."""
+def time_passes(fn: Callable[[], Any], reps: int, warmup: int, device: str) -> list[float]:
+    """ms of each of ``reps`` forward passes (see TIMER) after ``warmup`` untimed ones; wall clock on CPU."""
     for _ in range(warmup):
         fn()
     times = []
@@ -210,7 +214,7 @@ def time_forward(fn: Callable[[], Any], reps: int, warmup: int, device: str) -> 
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return times
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -219,11 +223,12 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: int, tiny: bool,
-              timer: Callable[..., float] = time_forward) -> dict[str, Any]:
+              timer: Callable[..., list[float]] = time_passes, rounds: int = ROUNDS) -> dict[str, Any]:
     import alcop_triton as at
 
     model, x, src = build(name, device, tiny)
     res: dict[str, Any] = {"model": name, "source": src, "input": list(x.shape), "modes": {}}
+    fns: dict[str, Callable[[], Any]] = {}
     with torch.inference_mode():
         ref = model(x)
         for mode in modes:
@@ -247,10 +252,18 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
                     torch.cuda.synchronize()
                 r["first_call_s"] = time.perf_counter() - t0
                 r["max_rel_err"] = rel_err(out, ref)
-                r["ms"] = timer(fn, reps, warmup, device)
+                fns[mode] = fn
             except Exception as exc:   # a mode that fails is a result
                 r["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-            print(f"{name} {mode}: {json.dumps(r)}", flush=True)
+        # The modes take turns, a share of the passes each per round (see ROUNDS).
+        times: dict[str, list[float]] = {mode: [] for mode in fns}
+        for i in range(rounds):
+            for mode, fn in fns.items():
+                times[mode] += timer(fn, -(-reps // rounds), warmup if i == 0 else 0, device)
+    for mode, ts in times.items():
+        res["modes"][mode]["ms"] = statistics.median(ts)
+    for mode, r in res["modes"].items():
+        print(f"{name} {mode}: {json.dumps(r)}", flush=True)
     eager = res["modes"].get("eager", {}).get("ms")
     for mode, r in res["modes"].items():
         if "ms" in r and eager:
