@@ -426,7 +426,7 @@ def _ints(op: str, name: str, v: Any, nd: int, low: int) -> tuple[int, ...]:
 def _conv_call(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any,
                dilation: Any, groups: Any, activation: str | None) -> Tensor:
     params = (nd, _hashable(stride), _hashable(padding), _hashable(dilation), _hashable(groups), _hashable(activation))
-    if _UNHASHABLE in params:  # a parameter the signature cannot hold: the checks judge it
+    if any(p is _UNHASHABLE for p in params):  # a parameter the signature cannot hold: the checks judge it
         return _conv(torch.ops.alcop, input, weight, bias, nd, stride, padding, dilation, groups, activation)
     return fast.call("conv", (input, weight, bias), params, *_CONV)
 

@@ -61,6 +61,7 @@ _state = _State()
 _lock = threading.Lock()
 _threads_on = 0  # threads with patch mode on: the wrappers are installed while it is above zero
 _originals: dict[tuple[int, str], Any] = {}
+_wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}  # (original, its wrapper): made once
 
 
 def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callable[..., Any]:
@@ -79,9 +80,11 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
 
 def _install() -> None:
     for owner, name, route in ROUTES:
-        original = getattr(owner, name)
-        _originals[(id(owner), name)] = original
-        setattr(owner, name, _wrapper(original, route))
+        key, original = (id(owner), name), getattr(owner, name)
+        _originals[key] = original
+        if key not in _wrappers or _wrappers[key][0] is not original:  # made anew if someone else replaced it
+            _wrappers[key] = (original, _wrapper(original, route))
+        setattr(owner, name, _wrappers[key][1])
 
 
 def _restore() -> None:
