@@ -34,7 +34,8 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from . import ops
+from . import generation, ops
+from .fastpath import _counters as _fastpath_counters
 from .fastpath import _local as _fastpath_local
 from .fastpath import patched_call
 
@@ -64,6 +65,21 @@ _originals: dict[tuple[int, str], Any] = {}
 _wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}  # (original, its wrapper): made once
 
 
+_to_torch: set[tuple[Any, ...]] = set()
+"""Call sites whose signature patch mode stored as a call to torch (its records say torch is faster),
+keyed by (route, the second argument's identity, the first one's shape and dtype): a module's weight
+and its input's shape. A repeat goes to torch's function at once, without the drop-in's front end and
+signature (which cost a host-bound model such as ResNet-50, every convolution left to cuDNN, more than
+its kernels saved). The key is weaker than the signature, which is safe only because torch computes
+any call right: a stale entry can cost speed, never a wrong result. Forgotten when records change."""
+generation.on_bump(_to_torch.clear)
+
+
+def _site(route: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    a = args[0] if len(args) > 1 else None
+    return (route, id(args[1]), a.shape, a.dtype) if type(a) is torch.Tensor else None
+
+
 def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def routed(*args: Any, **kwargs: Any) -> Any:
@@ -72,7 +88,15 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
         if _state.on and not _fastpath_local.patched:
             if torch.compiler.is_compiling():  # traced: the drop-in's registered op becomes the graph's node
                 return route(*args, **kwargs)
-            return patched_call(route, args, kwargs)
+            site = None if kwargs else _site(route, args)
+            if site is not None and site in _to_torch:
+                _fastpath_counters.to_torch += 1
+                return original(*args)
+            sent = _fastpath_counters.to_torch
+            out = patched_call(route, args, kwargs)
+            if site is not None and _fastpath_counters.to_torch != sent:
+                _to_torch.add(site)
+            return out
         return original(*args, **kwargs)
     routed.__alcop_route__ = route  # type: ignore[attr-defined] - marks it as patch mode's
     return routed

@@ -139,3 +139,29 @@ def test_nested_blocks_and_enable_combine() -> None:
         patch.disable()
         assert routed() and not patch.is_enabled()  # the open block keeps routing
     assert not routed() and _routed_attributes() == ORIGINALS
+
+
+def test_a_call_site_left_to_torch_goes_straight_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once a signature is stored as a call to torch, a repeat from the same site (weight, input shape)
+    # skips the drop-in's front end: the fast path is not consulted, and torch's own op runs.
+    from alcop_triton import config_choice, fastpath, generation
+    real = config_choice.choose_config
+
+    def measured_slower(*args: object, **kwargs: object) -> object:
+        fastpath.note_slower_than_torch()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+    conv = nn.Conv2d(3, 4, 3, padding=1)
+    x = randn(1, 3, 5, 5)
+    want = F.conv2d(x.double(), conv.weight.double(), conv.bias.double(), padding=1)
+    with torch.no_grad(), patch.patched():
+        conv(x)        # first call: alcop, while the decision is made
+        conv(x)        # stored as a call to torch
+        hits = fastpath.stats().hits
+        ops_seen = _calls_outside(lambda: conv(x))
+        assert fastpath.stats().hits == hits and fastpath.stats().to_torch == 2
+        assert "aten.convolution" in ops_seen and "alcop.conv" not in ops_seen
+        assert_close(conv(x), want)
+        generation.bump()  # new records: the site is decided again, through the fast path
+        conv(x)
+        assert fastpath.stats().hits == hits
