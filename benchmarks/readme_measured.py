@@ -37,7 +37,9 @@ HEADLINE = {"suite": "suite/report.json", "overhead": "overhead/overhead.json", 
 HEADLINE_DIR = "headline_h100"
 # Suite runs after the headline run, alcop against torch only (``suite.py --impls torch,alcop``): what
 # later changes measured, each its own run; shown after the headline's reports, never mixed into them.
-LATER_SUITES = ("dispatch_h100/report.json", "h200_dispatch/report.json")
+LATER_SUITES = ("dispatch_h100/report.json", "h200_dispatch/report.json", "conv_h100/report.json")
+# Host-time and end-to-end runs after the headline run (patch mode changed since): each its own run.
+LATER_OVERHEAD, LATER_E2E = ("patch_h100/overhead/overhead.json",), ("patch_h100/e2e/e2e.json",)
 HEADLINE_ABLATION, HEADLINE_MODEL = "ablation/pipeline_variants.json", "model/model_eval.json"
 
 
@@ -234,6 +236,12 @@ def section(results: Path, gpu_results: Path | None = None) -> str:
     later = [(f"`{shown(results / rel).replace('.json', '.md')}`", r) for rel in LATER_SUITES if (r := load(rel)) is not None]
     if later:
         out += later_section(later)
+    runs = [(rel, render, r) for rels, render in ((LATER_OVERHEAD, overhead_section), (LATER_E2E, e2e_section))
+            for rel in rels if (r := load(rel)) is not None]
+    if runs:
+        out += ["Host time and end to end measured again after the headline run, each report its own run:", ""]
+    for rel, render, r in runs:
+        out += render(r, f"`{shown(results / rel)}`")
     return "\n".join(out).rstrip() + "\n"
 
 
