@@ -311,7 +311,8 @@ def test_a_torch_timing_in_the_table_sends_patch_mode_to_torch(bt, tmp_path, mon
         assert fastpath.stats().to_torch == 2  # the first call ran alcop and learnt the decision
         for _ in range(3):
             torch.testing.assert_close(torch.matmul(a, b_fast).double(), want_fast, rtol=1e-5, atol=1e-5)
-    assert fastpath.stats().to_torch == 2 and fastpath.stats().hits == 4
+    # hits: the second slow call (the third goes to torch from its call site, with no lookup) and two fast repeats
+    assert fastpath.stats().to_torch == 2 and fastpath.stats().hits == 3
     fastpath.invalidate()
 
 

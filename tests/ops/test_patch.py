@@ -151,6 +151,8 @@ def test_a_call_site_left_to_torch_goes_straight_to_torch(monkeypatch: pytest.Mo
         fastpath.note_slower_than_torch()
         return real(*args, **kwargs)
     monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+    fastpath.invalidate()  # no call site or signature of an earlier test
+    fastpath.reset_stats()
     conv = nn.Conv2d(3, 4, 3, padding=1)
     x = randn(1, 3, 5, 5)
     want = F.conv2d(x.double(), conv.weight.double(), conv.bias.double(), padding=1)
