@@ -212,10 +212,10 @@ class Ctx:
             if not plain and not self.in_range(idx, t.shape[d]):
                 dim = self.size(t.shape[d])
                 masks.append((where, f"({txt} >= 0) & ({txt} < {dim})"))
-        for pos, d in enumerate(tile):
-            if d not in dims_seen:
+        for pos, kind in enumerate(tile):
+            if kind not in dims_seen:
                 continue
-            name = f"mask_{d}{ksfx if d == 'k' else ''}"
+            name = f"mask_{kind}{ksfx if kind == 'k' else ''}"
             masks.append(((), name) if name in self.chunk_scalars
                          else ((pos,), name + ("[:, None]" if pos == 0 else "[None, :]")))
 

@@ -98,7 +98,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
                 _to_torch.add(site)
             return out
         return original(*args, **kwargs)
-    routed.__alcop_route__ = route  # type: ignore[attr-defined] - marks it as patch mode's
+    setattr(routed, "__alcop_route__", route)  # marks it as patch mode's
     return routed
 
 

@@ -339,14 +339,7 @@ def test_patch_mode_takes_the_same_fast_path() -> None:
     assert torch.equal(first, again) and counts() == (1, 1)
 
 
-def test_patch_mode_leaves_workloads_torch_runs_faster_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    # On a GPU the dispatcher's records say so (Decision.slower_than_torch); here the config choice says it.
-    real = config_choice.choose_config
-
-    def measured_slower(*args: Any, **kwargs: Any) -> KernelConfig:
-        fastpath.note_slower_than_torch()
-        return real(*args, **kwargs)
-    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+def test_patch_mode_leaves_workloads_torch_runs_faster_to_torch(torch_measured_faster: None) -> None:
     a, b = randn(8, 6), randn(6, 5, seed=1)
     expected = a @ b
     with at.patched():

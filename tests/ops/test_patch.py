@@ -141,16 +141,10 @@ def test_nested_blocks_and_enable_combine() -> None:
     assert not routed() and _routed_attributes() == ORIGINALS
 
 
-def test_a_call_site_left_to_torch_goes_straight_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_call_site_left_to_torch_goes_straight_to_torch(torch_measured_faster: None) -> None:
     # Once a signature is stored as a call to torch, a repeat from the same site (weight, input shape)
     # skips the drop-in's front end: the fast path is not consulted, and torch's own op runs.
-    from alcop_triton import config_choice, fastpath, generation
-    real = config_choice.choose_config
-
-    def measured_slower(*args: object, **kwargs: object) -> object:
-        fastpath.note_slower_than_torch()
-        return real(*args, **kwargs)
-    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+    from alcop_triton import fastpath, generation
     fastpath.invalidate()  # no call site or signature of an earlier test
     fastpath.reset_stats()
     conv = nn.Conv2d(3, 4, 3, padding=1)
