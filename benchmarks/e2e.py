@@ -222,6 +222,19 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out.float() - ref.float()).abs().max().item() / scale if scale else math.inf
 
 
+def _mode_call(mode: str, model: nn.Module, x: torch.Tensor, patched: Callable[[], Any]) -> Callable[[], Any]:
+    """One forward pass of ``model`` in ``mode``, as a call of its own (the modes are timed in turns, after
+    all are built: each needs its own closure)."""
+    run: Callable[[], Any] = torch.compile(model) if mode.startswith("compile") else model
+    if mode not in ("patched", "compile_alcop"):
+        return lambda: run(x)
+
+    def under_patch_mode() -> Any:
+        with patched():
+            return run(x)
+    return under_patch_mode
+
+
 def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: int, tiny: bool,
               timer: Callable[..., list[float]] = time_passes, rounds: int = ROUNDS) -> dict[str, Any]:
     import alcop_triton as at
@@ -236,16 +249,7 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
             res["modes"][mode] = r
             try:
                 torch._dynamo.reset()
-                fn: Callable[[], Any] = (lambda: model(x))
-                if mode.startswith("compile"):
-                    compiled = torch.compile(model)
-                    fn = (lambda: compiled(x))
-                if mode in ("patched", "compile_alcop"):
-                    inner = fn
-
-                    def fn() -> Any:   # noqa: F811 - the same call, under patch mode
-                        with at.patched():
-                            return inner()
+                fn = _mode_call(mode, model, x, at.patched)
                 t0 = time.perf_counter()
                 out = fn()   # first call: compiles (compile modes), builds kernels (alcop)
                 if device == "cuda":

@@ -154,3 +154,22 @@ def test_e2e_calls_into_one_directory_merge_their_models(tmp_path):
     assert got == [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 2}]
     assert e2e.merge(path, {**meta, "device": "other"}, [{"model": "gpt2", "v": 2}]) == [{"model": "gpt2", "v": 2}]
     assert e2e.merge(tmp_path / "none.json", meta, [{"model": "x"}]) == [{"model": "x"}]
+
+
+def test_each_mode_keeps_its_own_call_when_the_modes_take_turns(monkeypatch):
+    # built in one loop, timed after it: a mode's call must not see a later mode's model or patch block
+    entered = []
+
+    class Block:
+        def __enter__(self):
+            entered.append(True)
+
+        def __exit__(self, *exc):
+            return False
+    monkeypatch.setattr(torch, "compile", lambda model: (lambda x: ("compiled", model(x))))
+    model = lambda x: x + 1  # noqa: E731
+    calls = {m: e2e._mode_call(m, model, torch.ones(1), Block) for m in e2e.MODES}
+    assert calls["eager"]().item() == 2 and not entered
+    assert calls["compile"]()[0] == "compiled" and not entered
+    assert calls["patched"]().item() == 2 and entered == [True]
+    assert calls["compile_alcop"]()[0] == "compiled" and entered == [True, True]
