@@ -73,7 +73,8 @@ class Ctx:
     def __init__(self, k: Kernel, w: CodeWriter) -> None:
         self.k, self.w = k, w
         self.kind = {a: d for d, axs in k.axes.items() for a in axs}
-        # Reduction names (with their tile suffix) that are scalars per chunk, not vectors: see _kidx.
+        # Axis and mask names (a reduction's with its tile suffix) that are scalars per chunk or per
+        # program, not vectors: see _in_one_run.
         self.chunk_scalars: set[str] = set()
 
     # -- expressions ---------------------------------------------------------------------------

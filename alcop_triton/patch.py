@@ -54,15 +54,15 @@ ROUTES: tuple[tuple[Any, str, Callable[..., Any]], ...] = (
 
 class _State(threading.local):
     enabled = False  # enable() is in effect in this thread
-    blocks = 0       # patched() blocks open in this thread, outside enable()
+    blocks = 0       # patched() blocks open in this thread
     on = False       # either: this thread's routed calls go to alcop
 
 
 _state = _State()
 _lock = threading.Lock()
 _threads_on = 0  # threads with patch mode on: the wrappers are installed while it is above zero
-_originals: dict[tuple[int, str], Any] = {}
-_wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}  # (original, its wrapper): made once
+# (owner id, attribute) -> (torch's function, its wrapper): the wrapper made once, the original put back
+_wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
 
 
 _to_torch: set[tuple[Any, ...]] = set()
@@ -105,7 +105,6 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
 def _install() -> None:
     for owner, name, route in ROUTES:
         key, original = (id(owner), name), getattr(owner, name)
-        _originals[key] = original
         if key not in _wrappers or _wrappers[key][0] is not original:  # made anew if someone else replaced it
             _wrappers[key] = (original, _wrapper(original, route))
         setattr(owner, name, _wrappers[key][1])
@@ -113,7 +112,7 @@ def _install() -> None:
 
 def _restore() -> None:
     for owner, name, _ in ROUTES:
-        setattr(owner, name, _originals.pop((id(owner), name)))
+        setattr(owner, name, _wrappers[(id(owner), name)][0])
 
 
 def _set(enabled: bool, blocks: int) -> None:
