@@ -197,6 +197,10 @@ class CompiledKernel:
             launch()
         return out
 
+    def label(self) -> str:
+        """How errors name this kernel."""
+        return f"kernel {self.out.name!r} ({self.config})"
+
     def bind(self, *tensors: Any) -> tuple[Any, Any]:
         """Check and specialise once; returns (launch, out) where ``launch()`` only enqueues the kernel.
 

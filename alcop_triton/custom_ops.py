@@ -39,7 +39,7 @@ import torch
 from . import config_choice, fallback
 from . import fastpath as fast
 from .dsl_kernels import bind, dsl_output, dsl_te, run_dsl
-from .fastpath import launch_kernel, prepare
+from .fastpath import launch_kernel
 from .records import Workload, dtype_name
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def run_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
         fallback.use_torch(op, reason)
         out.copy_(fallback.torch_gemm(a, b, bias, residual, activation, alpha, beta))
         return out
-    a, b = prepare(kmatmul.aligned_operands, a, b)  # rows 16-byte loads cannot read are copied (K zero-padded)
+    a, b = kmatmul.aligned_operands(a, b)  # rows 16-byte loads cannot read are copied (K zero-padded)
     k = a.shape[-1]
     # Two batch dims come from a matmul reading permuted operands in place (ops._two_batch_dims_in_place).
     # The records time torch's bmm on contiguous operands, but torch.matmul copies these first: the

@@ -37,12 +37,12 @@ import operator
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Protocol, Sequence
 
 import torch
 
 from . import config, generation
-from .build import CompiledKernel
+from .build import Launch
 from .config_choice import capture_error, forced
 
 Tensor = torch.Tensor
@@ -416,9 +416,18 @@ def note_torch_computed() -> None:
 
 # ----------------------------------------------------------------------------- prebound launches
 
-def launch_kernel(kern: CompiledKernel, args: Sequence[Tensor]) -> None:
+class Bindable(Protocol):
+    """What ``launch_kernel`` runs: a ``CompiledKernel``, or a kernel of the library's own (``kernels.pack``)."""
+
+    def bind(self, *tensors: Any) -> tuple[Launch | None, Any]: ...
+
+    def label(self) -> str: ...
+
+
+def launch_kernel(kern: Bindable, args: Sequence[Tensor]) -> None:
     """Run a kernel on ``args`` (inputs then output), on the tensors' device, through its prebound
-    launch for this (dtype, shape, strides, alignment) signature; binds and compiles on first use."""
+    launch for this (dtype, shape, strides, alignment) signature; binds and compiles on first use.
+    ``kern`` must be hashable and equal only to kernels that launch alike."""
     dev = args[0].device
     sig = (kern, dev, config.allow_tf32(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
     run = _prebound.get(sig)
@@ -427,7 +436,7 @@ def launch_kernel(kern: CompiledKernel, args: Sequence[Tensor]) -> None:
         if dev.type == "cuda":
             with torch.cuda.device(dev):
                 if torch.cuda.is_current_stream_capturing():
-                    raise capture_error(f"kernel {kern.out.name!r} ({kern.config}) would compile a variant for "
+                    raise capture_error(f"{kern.label()} would compile a variant for "
                                         f"shapes {[tuple(t.shape) for t in args]}")
                 bound, _ = kern.bind(*args)
                 run = bound.prebind() if bound is not None else _no_launch

@@ -8,8 +8,9 @@ config (fresh database, shipped table), the time of ``alcop_triton.ops.matmul`` 
 (operand copies for unaligned rows included), the time of the kernel on the operands as given (no
 copies: rows that 16-byte loads cannot read are read element by element, with the config dispatch
 picks for that layout) and of torch.matmul, all with ``triton.testing.do_bench_cudagraph``
-(median), and the relative error against float64. Writes OUT_DIR/odd_sizes.{json,md} with device,
-versions and date.
+(median), and the relative error against float64; the drop-in and torch.matmul also as eager calls
+(``suite.CudaTimers.eager``: CUDA events after an L2 flush, host cost included, so the copies' launches
+count). Writes OUT_DIR/odd_sizes.{json,md} with device, versions and date.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 DEFAULT = ("1000x1000x1000,777x1234x555,1023x1023x1023,999x2047x1531,4095x4095x4095,333x777x1111,"
            "1531x1531x1531,2049x2049x2049,257x4093x1021,3001x511x767,257x263x271,333x4095x555:nn,1531x769x2053:nn,"
@@ -46,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     from alcop_triton.autotune.dispatch import Dispatcher
     from alcop_triton.kernels import matmul as km
     from alcop_triton.model.hardware import detect
+    from suite import CudaTimers
     spec = detect()
+    timers = CudaTimers(reps=100)
     dt = getattr(torch, a.dtype)
     rows = []
     def bench(fn: Any) -> float:
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         ref = x.double() @ w.double()
         err = error(at.matmul(x, w), ref)
         ms, ms_t = bench(lambda: at.matmul(x, w)), bench(lambda: torch.matmul(x, w))
+        eager, eager_t = timers.eager(lambda: at.matmul(x, w)), timers.eager(lambda: torch.matmul(x, w))
         # The same product without the copies: the kernel on the operands as they are.
         raw = km.workload_of(x, w)
         raw_cfg = Dispatcher().decide(raw, spec).config
@@ -78,23 +83,28 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"shape": [*batch, m, n, k], "layout": layout or "nt", "dtype": a.dtype,
                      "dispatched": km.workload_of(pa, pb).key(), "config": str(dec.config), "source": dec.source,
                      "alcop_ms": ms, "torch_ms": ms_t, "ratio_vs_torch": ms_t / ms, "rel_err": err,
+                     "alcop_eager_ms": eager, "torch_eager_ms": eager_t, "eager_vs_torch": eager_t / eager,
                      "copied": pa is not x or pb is not w, "uncopied_config": str(raw_cfg), "uncopied_ms": ms_raw,
                      "uncopied_vs_torch": ms_t / ms_raw, "uncopied_rel_err": err_raw})
         print(f"{s}: {dec.config} ({dec.source}) alcop {ms:.4f} ms, uncopied {ms_raw:.4f} ms ({raw_cfg}), torch "
-              f"{ms_t:.4f} ms -> {ms_t / ms:.2f}x / {ms_t / ms_raw:.2f}x, err {err:.1e} / {err_raw:.1e}", flush=True)
+              f"{ms_t:.4f} ms -> {ms_t / ms:.2f}x / {ms_t / ms_raw:.2f}x, eager {eager_t / eager:.2f}x, "
+              f"err {err:.1e} / {err_raw:.1e}", flush=True)
     meta = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__,
             "alcop": at.__version__, "date": datetime.date.today().isoformat(),
-            "timer": "triton.testing.do_bench_cudagraph median (alcop_triton.ops.matmul, the kernel alone, torch.matmul)"}
+            "timer": "triton.testing.do_bench_cudagraph median (alcop_triton.ops.matmul, the kernel alone, torch.matmul)",
+            "eager_timer": timers.names["eager"]}
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "odd_sizes.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     lines = [f"# Odd sizes: {meta['device']}", "", f"{meta['timer']}; triton {meta['triton']}, torch {meta['torch']}, "
-             f"{meta['date']}", "", "| shape | layout | dispatched as | config | source | alcop ms | torch ms | vs torch "
-             "| operands copied | without copies: config | ms | vs torch |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"{meta['date']}", "", f"Eager columns: {meta['eager_timer']}.", "",
+             "| shape | layout | dispatched as | config | source | alcop ms | torch ms | vs torch "
+             "| operands copied | without copies: config | ms | vs torch | eager alcop ms | eager torch ms | eager vs torch |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {'x'.join(map(str, r['shape']))} | {r['layout']} | {r['dispatched']} | {r['config']} | {r['source']} | "
               f"{r['alcop_ms']:.4f} | {r['torch_ms']:.4f} | {r['ratio_vs_torch']:.2f}x | {'yes' if r['copied'] else 'no'} | "
-              f"{r['uncopied_config']} | {r['uncopied_ms']:.4f} | {r['uncopied_vs_torch']:.2f}x |" for r in rows]
+              f"{r['uncopied_config']} | {r['uncopied_ms']:.4f} | {r['uncopied_vs_torch']:.2f}x | {r['alcop_eager_ms']:.4f} | "
+              f"{r['torch_eager_ms']:.4f} | {r['eager_vs_torch']:.2f}x |" for r in rows]
     (out_dir / "odd_sizes.md").write_text("\n".join(lines) + "\n")
     return 0
 

@@ -13,11 +13,12 @@ from functools import lru_cache
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 import alcop_triton as at
-from alcop_triton import te
+from alcop_triton import fastpath, te
 from alcop_triton.records import dtype_name
+
+from . import pack
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "silu", "tanh", "sigmoid")
 
@@ -114,33 +115,59 @@ def _vector_ready(x: Any) -> bool:
 
 
 def aligned_operands(a: Any, b: Any) -> tuple[Any, Any]:
-    """``(a, b)``, with an operand whose rows are not 16-byte aligned copied to a K-contiguous buffer.
+    """``(a, b)``, with an operand whose rows are not 16-byte aligned copied to an aligned buffer.
 
     Such rows (a row stride of 555 halves, a view at an odd offset) leave the kernel 2-byte loads:
     no cp.async, so no pipelining, and register spills on large tiles (measured 10-40x slower than
     cuBLAS on the H100). K is zero-padded to a multiple of 16 bytes, which changes neither the product
-    nor the epilogue; when K grows, both operands are copied so they agree. The copies read and write
-    each operand once, a small cost next to a GEMM of ``PAD_MIN_MACS`` or more with a reduction of
-    ``PAD_MIN_K`` or more (``_copies_pay``).
+    nor the epilogue; when K grows, both operands are copied so they agree. A copied operand keeps its
+    orientation where its unit-stride rows stay aligned (only K rows are added: a straight copy), else
+    it becomes K-contiguous (``_buffer``). One launch of ``kernels.pack`` makes every copy; in the fast
+    path a repeated call allocates the buffers (a recorded preparation) and replays that launch. The
+    copies read and write each operand once, a small cost next to a GEMM of ``PAD_MIN_MACS`` or more
+    with a reduction of ``PAD_MIN_K`` or more (``_copies_pay``).
     """
     if _vector_ready(a) and _vector_ready(b):
         return a, b
     k = a.shape[-1]
     if not _copies_pay(math.prod(a.shape[:-1]) * b.shape[-1] * k, k):
         return a, b
+    pa, pb = fastpath.prepare(_buffers, a, b)
+    copied = [(src, dst) for src, dst in ((a, pa), (b, pb)) if dst is not src]
+    kern = _PACK[(pa is not a, pb is not b)]
+    fastpath.launch_kernel(kern, [t for pair in copied for t in pair] * (2 // len(copied)))
+    return pa, pb
+
+
+_PACK = {(True, True): pack.PackKernel((-1, -2)), (True, False): pack.PackKernel((-1,)),
+         (False, True): pack.PackKernel((-2,))}
+
+
+def _buffers(a: Any, b: Any) -> tuple[Any, Any]:
+    """Where ``aligned_operands`` copies ``a`` and ``b`` (empty buffers; an operand that stays is itself)."""
+    k = a.shape[-1]
     vec = 16 // a.element_size()
     kp = -(-k // vec) * vec
-
-    def k_major(x: Any, rows_first: bool) -> Any:  # x: (..., R, K) when rows_first, else (..., K, R)
-        x = x if rows_first else x.transpose(-1, -2)
-        # One op per operand (a fresh K-contiguous buffer, zeros after K): this runs on every call of
-        # the shape, where each torch op costs host time.
-        buf = F.pad(x, (0, kp - k)) if kp != k else x.clone(memory_format=torch.contiguous_format)
-        return buf if rows_first else buf.transpose(-1, -2)
-
     pad = kp != k
-    return (k_major(a, True) if pad or not _vector_ready(a) else a,
-            k_major(b, False) if pad or not _vector_ready(b) else b)
+    return (_buffer(a, kp, -1, vec) if pad or not _vector_ready(a) else a,
+            _buffer(b, kp, -2, vec) if pad or not _vector_ready(b) else b)
+
+
+def _buffer(x: Any, kp: int, k_dim: int, vec: int) -> Any:
+    """An empty buffer shaped like ``x`` with ``kp`` along its reduction dim ``k_dim`` (-1 for A, -2 for B).
+
+    Rows-contiguous (``x``'s own orientation) when ``x``'s rows have unit stride and a whole number of
+    16-byte vectors, else K-contiguous. Batch dims that ``x`` broadcasts (stride 0) stay broadcast:
+    one copy serves them all.
+    """
+    r_dim = -1 if k_dim == -2 else -2
+    rows = x.shape[r_dim]
+    k_major = not (x.stride(r_dim) == 1 and rows % vec == 0)
+    lead = [n if x.stride(d) else 1 for d, n in enumerate(x.shape[:-2])]
+    buf = torch.empty((*lead, *((rows, kp) if k_major else (kp, rows))), dtype=x.dtype, device=x.device)
+    if k_major == (k_dim == -2):  # stored (rows, kp) for B or (kp, rows) for A: the view turns it round
+        buf = buf.transpose(-1, -2)
+    return buf.expand(*x.shape[:-2], *buf.shape[-2:])
 
 
 def aligned_workload(w: at.Workload) -> at.Workload:
@@ -155,8 +182,10 @@ def aligned_workload(w: at.Workload) -> at.Workload:
     if all(r % vec == 0 for r in row.values()) or not _copies_pay(bsz * m * n * k, k):
         return w
     kp = -(-k // vec) * vec
-    la = "n" if kp != k or row["a"] % vec else lay[0]
-    lb = "t" if kp != k or row["b"] % vec else lay[1]
+    # A copied operand keeps its orientation where its unit-stride rows are whole vectors (``_buffer``).
+    copied = {x: kp != k or row[x] % vec != 0 for x in row}
+    la = lay[0] if not copied["a"] or (lay[0] == "t" and m % vec == 0) else "n"
+    lb = lay[1] if not copied["b"] or (lay[1] == "n" and n % vec == 0) else "t"
     shape = (bsz, m, n, kp) if w.op == "bmm" else (m, n, kp)
     return at.Workload(w.op, shape, w.dtype, la + lb)
 

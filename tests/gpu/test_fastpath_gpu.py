@@ -34,6 +34,9 @@ CALLS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor],
     "linear_gelu": (lambda x, w, b: at.linear(x, w, b, activation="gelu"),
                     lambda x, w, b: F.gelu(F.linear(x, w, b)), lambda: (_rand(4, 33, 64), _rand(48, 64, seed=1),
                                                                         _rand(48, seed=2))),
+    # rows 16-byte loads cannot read, K >= 512: copied to K-padded buffers by one kernels.pack launch
+    "matmul_unaligned_nn": (at.matmul, torch.matmul, lambda: (_rand(129, 555), _rand(555, 301, seed=1))),
+    "bmm_unaligned_tn": (at.bmm, torch.bmm, lambda: (_rand(2, 555, 136).mT, _rand(2, 555, 200, seed=1))),
     "conv2d_channels_last": (lambda x, w: at.conv2d(x, w, padding=1), lambda x, w: F.conv2d(x, w, padding=1),
                              lambda: (_rand(2, 16, 14, 14).to(memory_format=torch.channels_last),
                                       _rand(32, 16, 3, 3, seed=1))),
@@ -74,6 +77,19 @@ def test_hit_inside_a_cuda_graph_after_warm_up() -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert not torch.equal(y, expected) and torch.equal(y, at.matmul(a, b))
+
+
+def test_copied_operands_inside_a_cuda_graph_after_warm_up() -> None:
+    a, b = _rand(129, 555), _rand(301, 555, seed=1).t()
+    expected = at.matmul(a, b)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = at.matmul(a, b)  # the buffers come from the graph's pool; the copy and the GEMM replay with it
+    a.copy_(_rand(129, 555, seed=5))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    assert not torch.equal(y, expected) and ((y.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
 def test_hits_of_a_tma_kernel_share_their_streams_scratch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Operands whose rows 16-byte loads cannot read are copied to K-contiguous, K-padded buffers.
+"""Operands whose rows 16-byte loads cannot read are copied to aligned, K-padded buffers (``kernels.pack``).
 
 The copy must not change the product or the epilogue, and ``aligned_workload`` (what dispatch and the
 shipped tables key on) must name exactly what ``aligned_operands`` produces.
@@ -49,7 +49,8 @@ def test_aligned_operands_leave_aligned_and_small_problems_alone() -> None:
     w = at.Workload("matmul", (24, 40, 45), "float16", "nt")
     assert km.aligned_workload(w) == w
     big = at.Workload("bmm", (4, 1000, 333, 555), "bfloat16", "tn")
-    assert km.aligned_workload(big) == at.Workload("bmm", (4, 1000, 333, 560), "bfloat16", "nt")
+    # A's unit-stride rows (1000 halves) stay aligned: it keeps its orientation; B's (333) become K-contiguous
+    assert km.aligned_workload(big) == at.Workload("bmm", (4, 1000, 333, 560), "bfloat16", "tt")
     # a large product with a short reduction: few steps per tile to pipeline, the copies would cost more
     short = at.Workload("bmm", (384, 197, 64, 197), "float16", "nn")
     assert 384 * 197 * 64 * 197 >= km.PAD_MIN_MACS   # large enough: only K decides
@@ -57,6 +58,37 @@ def test_aligned_operands_leave_aligned_and_small_problems_alone() -> None:
     a, b = _operands(197, 64, 197, "nn", torch.float16, 384)
     pa, pb = km.aligned_operands(a, b)
     assert pa is a and pb is b
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("layout,m,n", [("nn", 19, 24), ("nn", 19, 21), ("tt", 24, 21), ("tt", 19, 21), ("tn", 19, 16)])
+def test_copies_keep_aligned_rows_in_place_and_pad_k_with_zeros(layout: str, m: int, n: int,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(km, "PAD_MIN_MACS", 1)
+    monkeypatch.setattr(km, "PAD_MIN_K", 1)
+    launches: list[object] = []
+    launch = km.fastpath.launch_kernel
+    monkeypatch.setattr(km.fastpath, "launch_kernel", lambda kern, args: (launches.append(kern), launch(kern, args)))
+    a, b = _operands(m, n, 45, layout, torch.float16, 3)
+    pa, pb = km.aligned_operands(a, b)
+    assert len(launches) == 1  # both copies, one kernel
+    assert pa.shape == (3, m, 48) and pb.shape == (3, 48, n)
+    # A stays M-contiguous only when it was ('t') and M is whole vectors; B likewise N-contiguous ('n')
+    assert (pa.stride(-2) == 1) == (layout[0] == "t" and m % 8 == 0)
+    assert (pb.stride(-1) == 1) == (layout[1] == "n" and n % 8 == 0)
+    assert torch.equal(pa[..., :45], a) and torch.equal(pb[..., :45, :], b)
+    assert not pa[..., 45:].any() and not pb[..., 45:, :].any()
+
+
+@pytest.mark.interpreter
+def test_a_broadcast_operand_is_copied_once_and_stays_broadcast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(km, "PAD_MIN_MACS", 1)
+    monkeypatch.setattr(km, "PAD_MIN_K", 1)
+    a, b = _operands(19, 21, 45, "nt", torch.float16, 4)
+    b = b[0].expand(4, 45, 21)  # one B for every batch entry
+    pa, pb = km.aligned_operands(a, b)
+    assert pb.stride(0) == 0 and torch.equal(pb[..., :45, :], b) and not pb[..., 45:, :].any()
+    assert torch.equal(pa[..., :45], a)
 
 
 @pytest.mark.interpreter
