@@ -345,22 +345,27 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
                 ambiguous.add(p)
             starts[p] = i
     out_ptr, out_span, n = out.data_ptr(), span(out), len(tensors)
+    # The geometry of each argument a replay passes on (inputs, output, then preparations' results):
+    # the signature fixes it, so a later call's argument has it too.
+    geometry: list[tuple[tuple[int, ...], tuple[int, ...]] | None] = [
+        None if t is None else (tuple(t.shape), t.stride()) for t in (*tensors, out)]
     preps = []
     made = n + 1  # a preparation's results follow the inputs and the output in the arguments
     for prep, inputs, results in rec.preps:
         # A preparation reads its inputs' shapes and strides, not only their addresses: replay it on
-        # views of the call's tensors with the first call's geometry.
+        # views of the call's tensors with the first call's geometry (the tensor itself where it has it).
         views = []
         for a in inputs:
             p = a.data_ptr()
             if p not in starts or p in ambiguous or a.numel() == 0:
                 return None
             views.append((starts[p], tuple(a.shape), a.stride()))
-        preps.append((prep, _viewer(views)))
+        preps.append((prep, _viewer(views, geometry)))
         for r in results:
             if r.numel() > 0:
                 starts[r.data_ptr()] = made
             made += 1
+            geometry.append((tuple(r.shape), r.stride()))
     launches = []
     writes_out = False
     for run, args in rec.launches:
@@ -378,7 +383,10 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
     return Entry(out, tuple(preps), tuple(launches)) if writes_out else None
 
 
-def _viewer(views: list[tuple[int, tuple[int, ...], tuple[int, ...]]]) -> Pick:
+def _viewer(views: list[tuple[int, tuple[int, ...], tuple[int, ...]]],
+            geometry: list[tuple[tuple[int, ...], tuple[int, ...]] | None]) -> Pick:
+    if all(geometry[i] == (shape, stride) for i, shape, stride in views):
+        return _picker([i for i, _, _ in views])  # the arguments themselves: no view to make
     return lambda args: tuple(args[i].as_strided(shape, stride) for i, shape, stride in views)
 
 

@@ -158,16 +158,21 @@ def _buffer(x: Any, kp: int, k_dim: int, vec: int) -> Any:
 
     Rows-contiguous (``x``'s own orientation) when ``x``'s rows have unit stride and a whole number of
     16-byte vectors, else K-contiguous. Batch dims that ``x`` broadcasts (stride 0) stay broadcast:
-    one copy serves them all.
+    one copy serves them all. One allocation with its strides: this runs on every call of the shape.
     """
     r_dim = -1 if k_dim == -2 else -2
     rows = x.shape[r_dim]
     k_major = not (x.stride(r_dim) == 1 and rows % vec == 0)
-    lead = [n if x.stride(d) else 1 for d, n in enumerate(x.shape[:-2])]
-    buf = torch.empty((*lead, *((rows, kp) if k_major else (kp, rows))), dtype=x.dtype, device=x.device)
-    if k_major == (k_dim == -2):  # stored (rows, kp) for B or (kp, rows) for A: the view turns it round
-        buf = buf.transpose(-1, -2)
-    return buf.expand(*x.shape[:-2], *buf.shape[-2:])
+    r_stride, k_stride = (kp, 1) if k_major else (1, rows)
+    inner = (rows, kp, r_stride, k_stride) if k_dim == -1 else (kp, rows, k_stride, r_stride)
+    lead_strides: list[int] = []
+    step = rows * kp
+    for d in reversed(range(x.dim() - 2)):
+        broadcast = x.stride(d) == 0 and x.shape[d] > 1
+        lead_strides.insert(0, 0 if broadcast else step)
+        step *= 1 if broadcast else x.shape[d]
+    return torch.empty_strided((*x.shape[:-2], inner[0], inner[1]), (*lead_strides, inner[2], inner[3]),
+                               dtype=x.dtype, device=x.device)
 
 
 def aligned_workload(w: at.Workload) -> at.Workload:
