@@ -8,8 +8,8 @@ DSL kernels of their own (``kernels/conv_grad.py``). What torch computes in a ba
 activation other than relu the pre-activation is recomputed by one more alcop kernel rather than
 kept from the forward.
 
-The same formulas also make ``GRAD``: ``torch.autograd.Function``s over the cached implementations, for
-eager calls that need autograd but no tracing. Their per-call cost is a fraction of torch.library's
+The same formulas also make ``GRAD``: ``torch.autograd.Function``s (``fastpath.grad_function``) over the
+cached implementations, for eager calls that need autograd but no tracing. Their per-call cost is a fraction of torch.library's
 autograd wrapper; ``torch.compile``, functorch transforms and dispatch modes keep the registered ops.
 """
 
@@ -161,54 +161,13 @@ custom_ops.conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
 custom_ops.dsl_call_op.register_autograd(_dsl_call_backward, setup_context=_dsl_call_setup)
 
 
-def _function(name: str, impl: Callable[..., torch.Tensor], setup_context: Callable[..., None],
-              backward: Callable[..., tuple[Any, ...]], tensors: int) -> Callable[..., torch.Tensor]:
-    """``apply`` of an autograd.Function that runs ``impl`` and differentiates it with a custom op's
-    formula (its ``setup_context(ctx, inputs, output)`` and ``backward(ctx, grad)``); ``impl``'s first
-    ``tensors`` arguments are the tensors its fast-path call is keyed on.
-
-    The context is set up inside ``forward``: a Function with a ``setup_context`` of its own binds its
-    arguments through ``inspect.signature`` on every call, which costs more than the rest of the call.
-    """
-    def forward(ctx: Any, *inputs: Any) -> torch.Tensor:
-        out = impl(*inputs)
-        setup_context(ctx, inputs, out)
-        fast.note_applied(stored, replayed, inputs, out)  # a first call stores this apply for its signature
-        return out
-
-    def replay(ctx: Any, *args: Any) -> torch.Tensor:
-        # A stored signature's repeat (fastpath.GradEntry): the last argument is the stored call ``impl``
-        # makes (last, so that ``ctx.needs_input_grad`` indexes the inputs as ``backward`` expects).
-        inputs = args[:-1]
-        out: torch.Tensor = args[-1](inputs[:tensors])
-        setup_context(ctx, inputs, out)
-        return out
-
-    def replay_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return (*backward(ctx, grad), None)   # nothing flows to the entry argument
-
-    fn = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
-                                                  "backward": staticmethod(backward)})
-    # Same name: ``grad_fn`` reads the same whichever of the two computed the output.
-    again = type(name, (torch.autograd.Function,), {"forward": staticmethod(replay),
-                                                     "backward": staticmethod(replay_backward)})
-    apply: Callable[..., torch.Tensor] = fn.apply  # type: ignore[attr-defined]
-    # What a stored call repeats: autograd's own apply, below ``Function.apply``'s Python wrapper. The
-    # wrapper's work is moot there: a stored signature has no functorch transform active (else the
-    # call had no signature) and its tensors have storage (the signature read their addresses), so
-    # none is a dead functorch wrapper to unwrap; and these Functions have no setup_context to bind for.
-    stored: Callable[..., torch.Tensor] = super(torch.autograd.Function, fn).apply  # type: ignore[misc]
-    replayed: Callable[..., torch.Tensor] = super(torch.autograd.Function, again).apply  # type: ignore[misc]
-    return apply
-
-
 GRAD = types.SimpleNamespace(
-    mm=_function("AlcopMm", custom_ops.cached_mm, _mm_setup, _mm_backward, 2),
-    bmm=_function("AlcopBmm", custom_ops.cached_bmm, _mm_setup, _mm_backward, 2),
-    gemm=_function("AlcopGemm", custom_ops.cached_gemm, _gemm_setup, _gemm_backward, 4),
+    mm=fast.grad_function("AlcopMm", custom_ops.cached_mm, _mm_setup, _mm_backward, 2),
+    bmm=fast.grad_function("AlcopBmm", custom_ops.cached_bmm, _mm_setup, _mm_backward, 2),
+    gemm=fast.grad_function("AlcopGemm", custom_ops.cached_gemm, _gemm_setup, _gemm_backward, 4),
     gemm_out=custom_ops.EAGER.gemm_out,  # out= with autograd is refused before it gets here
-    linear=_function("AlcopLinear", custom_ops.cached_linear, _linear_setup, _linear_backward, 4),
-    conv=_function("AlcopConv", custom_ops.cached_conv, _conv_setup, _conv_backward, 3),
+    linear=fast.grad_function("AlcopLinear", custom_ops.cached_linear, _linear_setup, _linear_backward, 4),
+    conv=fast.grad_function("AlcopConv", custom_ops.cached_conv, _conv_setup, _conv_backward, 3),
     dsl_call=torch.ops.alcop.dsl_call)
 """``torch.ops.alcop``'s names for eager calls with autograd: the same implementations and formulas,
 without torch.library's per-call autograd wrapper (``fastpath.call``'s ``grad`` route)."""

@@ -128,22 +128,44 @@ class DslOp:
         self.custom_op = torch.library.custom_op(name, self._impl, mutates_args=(), schema=_schema(self.params))
         self.custom_op.register_fake(self._fake)
         self.custom_op.register_autograd(self._backward, setup_context=self._setup)
+        # Eager calls that need autograd (and no tracing) apply this Function instead of the registered
+        # op's autograd wrapper: the same implementation and formula, a fraction of the per-call cost.
+        # Its forward calls ``_impl`` (the op's implementation), whose fast-path call it stores.
+        self._grad = fast.grad_function(name.replace("::", "_"), self._impl, self._setup, self._backward,
+                                       sum(p.kind == "Tensor" for p in self.params))
         self.__doc__ = fn.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         if kwargs or len(args) != len(self.params):
-            return self.custom_op(*args, **kwargs)
-        return self._fast(args, self.custom_op)
+            full = self._bound(args, kwargs)
+            if full is None:  # arguments that do not bind: the registered op says what is wrong
+                return self.custom_op(*args, **kwargs)
+            args = full
+        return self._fast(args, self.custom_op, self._grad)
 
-    def _fast(self, args: tuple[Any, ...], dispatched: Callable[..., torch.Tensor]) -> torch.Tensor:
-        """The call through ``fastpath.call``: keyed by the tensors and the scalar arguments' values."""
+    def _bound(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """Every parameter's argument in order (keywords and defaults filled in), or None when the
+        arguments do not bind to the parameters."""
+        rest = self.params[len(args):]
+        if len(args) > len(self.params) or set(kwargs) - {p.name for p in rest}:
+            return None
+        if any(p.name not in kwargs and p.default is inspect.Parameter.empty for p in rest):
+            return None
+        return (*args, *(kwargs.get(p.name, p.default) for p in rest))
+
+    def _fast(self, args: tuple[Any, ...], dispatched: Callable[..., torch.Tensor],
+              grad: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+        """The call through ``fastpath.call``: keyed by the tensors and the scalar arguments' values;
+        ``grad`` is the autograd route (None below torch's autograd, in the registered op's own
+        implementation)."""
         if self._tensors_only:
-            return fast.call(self.name, args, (), self._run, dispatched)
+            return fast.call(self.name, args, (), self._run, dispatched, grad=grad)
         tensors = tuple(a for a, p in zip(args, self.params) if p.kind == "Tensor")
         scalars = tuple(a for a, p in zip(args, self.params) if p.kind != "Tensor")
         if any(type(v) not in SCALAR_KINDS for v in scalars):  # e.g. a SymInt or a 0-d tensor: not a key
             return dispatched(*args)
-        return fast.call((self.name, scalars), tensors, (), lambda *_: self._run(*args), lambda *_: dispatched(*args))
+        return fast.call((self.name, scalars), tensors, (), lambda *_: self._run(*args), lambda *_: dispatched(*args),
+                         grad=None if grad is None else lambda *_: grad(*args))
 
     def __repr__(self) -> str:
         return f"DslOp({self.name!r}, {_schema(self.params)})"

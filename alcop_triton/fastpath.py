@@ -320,6 +320,48 @@ def note_applied(apply: Callable[..., Tensor], replay: Callable[..., Tensor], in
         applying.append((apply, replay, inputs, out, _local.last_key))
 
 
+def grad_function(name: str, impl: Callable[..., Tensor], setup_context: Callable[..., None],
+                  backward: Callable[..., tuple[Any, ...]], tensors: int) -> Callable[..., Tensor]:
+    """``apply`` of an autograd.Function that runs ``impl`` and differentiates it with a custom op's
+    formula (its ``setup_context(ctx, inputs, output)`` and ``backward(ctx, grad)``): an op's ``grad``
+    route of ``call``. ``impl``'s first ``tensors`` arguments are the tensors its fast-path call is
+    keyed on; its second Function is what a ``GradEntry`` replays.
+
+    The context is set up inside ``forward``: a Function with a ``setup_context`` of its own binds its
+    arguments through ``inspect.signature`` on every call, which costs more than the rest of the call.
+    """
+    def forward(ctx: Any, *inputs: Any) -> Tensor:
+        out = impl(*inputs)
+        setup_context(ctx, inputs, out)
+        note_applied(stored, replayed, inputs, out)  # a first call stores this apply for its signature
+        return out
+
+    def replay(ctx: Any, *args: Any) -> Tensor:
+        # A stored signature's repeat (fastpath.GradEntry): the last argument is the stored call ``impl``
+        # makes (last, so that ``ctx.needs_input_grad`` indexes the inputs as ``backward`` expects).
+        inputs = args[:-1]
+        out: Tensor = args[-1](inputs[:tensors])
+        setup_context(ctx, inputs, out)
+        return out
+
+    def replay_backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
+        return (*backward(ctx, grad), None)   # nothing flows to the entry argument
+
+    fn = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
+                                                  "backward": staticmethod(backward)})
+    # Same name: ``grad_fn`` reads the same whichever of the two computed the output.
+    again = type(name, (torch.autograd.Function,), {"forward": staticmethod(replay),
+                                                     "backward": staticmethod(replay_backward)})
+    apply: Callable[..., Tensor] = fn.apply  # type: ignore[attr-defined]
+    # What a stored call repeats: autograd's own apply, below ``Function.apply``'s Python wrapper. The
+    # wrapper's work is moot there: a stored signature has no functorch transform active (else the
+    # call had no signature) and its tensors have storage (the signature read their addresses), so
+    # none is a dead functorch wrapper to unwrap; and these Functions have no setup_context to bind for.
+    stored: Callable[..., Tensor] = super(torch.autograd.Function, fn).apply  # type: ignore[misc]
+    replayed: Callable[..., Tensor] = super(torch.autograd.Function, again).apply  # type: ignore[misc]
+    return apply
+
+
 def span(t: Tensor) -> int:
     """Elements between a tensor's first and last addressed element, plus one (0 when empty)."""
     if t.numel() == 0:

@@ -96,6 +96,28 @@ def test_epilogue_inputs_get_gradients() -> None:
         assert_close(got, want)
 
 
+@pytest.mark.parametrize("with_scalar", [False, True])
+def test_eager_calls_with_grad_apply_a_function_and_repeat_it(with_scalar: bool) -> None:
+    # Not the registered op's autograd wrapper: the fast path stores the applied Function for the
+    # signature, and a repeat (other values) replays it with the right gradients.
+    from alcop_triton import fastpath
+    fastpath.invalidate()
+    fastpath.reset_stats()
+    for seed in (0, 10):
+        a, b = randn(2, 6, 9, seed=seed).requires_grad_(), randn(2, 9, 4, seed=seed + 1).requires_grad_()
+        y = scaled_relu_bmm(a, b, 0.25) if with_scalar else scaled_relu_bmm(a, b)
+        scale = 0.25 if with_scalar else 0.5
+        a64, b64 = (t.detach().double().requires_grad_() for t in (a, b))
+        y64 = torch.relu(a64) @ (b64 * scale)
+        assert type(y.grad_fn).__name__ == "alcop_test_scaled_relu_bmmBackward"
+        g = randn(2, 6, 4, seed=seed + 2)
+        for got, want in zip(torch.autograd.grad(y, (a, b), g), torch.autograd.grad(y64, (a64, b64), g.double())):
+            assert_close(got, want)
+    stats = fastpath.stats()
+    assert stats.dispatched == 0 and stats.hits >= 1
+    assert any(isinstance(e, fastpath.GradEntry) for e in fastpath._entries.values())
+
+
 def test_no_autograd_is_said_clearly() -> None:
     x, w = randn(3, 10), randn(4, 3, 3, seed=1)
     y = conv1d_valid(x, w)
