@@ -201,14 +201,15 @@ def _two_batch_dims_in_place(a: Tensor, b: Tensor) -> bool:
     both batch strides, so nothing is copied; torch.matmul copies such operands before its bmm."""
     if a.dim() != 4 or b.dim() != 4 or a.shape[:2] != b.shape[:2]:
         return False
-    nb = a.shape[0] * a.shape[1]
-    if nb > custom_ops.CUDA_GRID_Y:
+    if a.shape[0] * a.shape[1] > custom_ops.CUDA_GRID_Y:
         return False
-    try:
-        a.view(nb, *a.shape[2:]), b.view(nb, *b.shape[2:])
-    except RuntimeError:
-        return True
-    return False
+    return not (_batch_dims_merge(a) and _batch_dims_merge(b))
+
+
+def _batch_dims_merge(t: Tensor) -> bool:
+    """Whether ``t``'s first two dims view as one (``view``'s rule, read from the strides: trying the view
+    raises RuntimeError on tensors and ValueError on the fake tensors ``torch.compile`` traces with)."""
+    return t.shape[0] == 1 or t.shape[1] == 1 or t.stride(0) == t.stride(1) * t.shape[1]
 
 
 def _fold_batch(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:

@@ -241,3 +241,25 @@ def test_addmm_baddbmm_fuzzed(c: dict) -> None:
     ours, theirs = (ops.baddbmm, torch.baddbmm) if c["batched"] else (ops.addmm, torch.addmm)
     got = ours(c["inp"], c["m1"], c["m2"], beta=c["beta"], alpha=c["alpha"])
     assert_close(got, theirs(*f64(c["inp"], c["m1"], c["m2"]), beta=c["beta"], alpha=c["alpha"]), c["dtype"])
+
+
+@pytest.mark.parametrize("fake", [False, True])
+def test_permuted_heads_are_read_in_place_also_while_tracing(fake: bool) -> None:
+    # (batch, heads, seq, dim) views of (batch, seq, heads, dim) storage: their batch dims do not fold
+    # without a copy. Under torch.compile the operands are fake tensors, on which a failing view raises
+    # ValueError rather than RuntimeError: the decision must not depend on either.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def operands() -> list[tuple[torch.Tensor, torch.Tensor, bool]]:
+        q = torch.empty(4, 128, 4, 64).permute(0, 2, 1, 3)
+        k = torch.empty(4, 128, 4, 64).permute(0, 2, 3, 1)
+        c = torch.empty(4, 4, 128, 64)
+        return [(q, k, True), (c, c.mT, False), (q[:, :1], k[:, :1], False)]
+
+    if fake:
+        with FakeTensorMode():
+            cases = operands()
+    else:
+        cases = operands()
+    for a, b, in_place in cases:
+        assert ops._two_batch_dims_in_place(a, b) == in_place
