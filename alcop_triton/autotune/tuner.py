@@ -13,11 +13,19 @@ tuner              cost model       prior           model updated        proposa
 Failed trials are kept and scored 0 (TVM does the same) so the learned model learns where the
 invalid regions are; they are never reported as best. Every tuner is deterministic given its seed.
 
+Seeds (``seed_configs``): configs every tuner proposes first, in the order given, before its own
+proposals: ``session.tune`` passes what dispatch knows about the workload (``Dispatcher.seeds``:
+the config an untuned call would run, then the best configs of the nearest measured shapes), so a
+tuned result is never slower than the untuned call (up to timing noise). Seeds outside the space
+(rejected by the shape rules, the resource model or a ``top_k``) are skipped; a seed is measured
+once, like any trial, and a learned model fits its measurement with the rest.
+
 Early stop (``EarlyStop``, on by default in ``alcop-tune tune``): after a batch, a run ends before
 its budget when both hold:
 
 1. stalled: the best time has not improved by more than ``min_gain`` over the last ``patience``
-   trials (and at least ``min_trials`` were measured);
+   trials (and at least ``min_trials`` were measured, seeds included: a good seed found first makes
+   the rule fire as soon as ``min_trials`` allows, which is what seeding is for);
 2. unlikely to beat: no config of the batch the tuner would propose next is predicted faster than
    the best measured time, where a config's prediction is its analytical time scaled by the most
    favourable ratio of measured to analytical time among this run's valid trials (the model's
@@ -106,6 +114,8 @@ class TuneResult:
     seconds: float = 0.0
     interrupted: bool = False
     early_stopped: bool = False  # ended before its budget by ``EarlyStop``
+    seed_trials: int = 0  # trials that measured a seed config (``Tuner.seed_configs``)
+    best_is_seed: bool = False  # the best trial measured a seed: the tuner's own proposals found nothing faster
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase (``timing.PHASES``)
 
     @property
@@ -127,7 +137,7 @@ class Tuner(ABC):
 
     name = "tuner"
 
-    def __init__(self, space: ConfigSpace, *, seed: int = 0) -> None:
+    def __init__(self, space: ConfigSpace, *, seed: int = 0, seed_configs: Sequence[KernelConfig] = ()) -> None:
         self.space = space
         self.seed = seed
         self.rng = np.random.default_rng(seed)
@@ -136,13 +146,30 @@ class Tuner(ABC):
         # Configs the next batch will probably hold, named by ``next_batch``: compiled ahead while
         # the current batch is measured.
         self.upcoming: list[KernelConfig] = []
+        given = list(dict.fromkeys(seed_configs))
+        self.seed_configs = [c for c in given if c in space]
+        self.skipped_seeds = [c for c in given if c not in space]  # outside the space: never proposed
 
     def has_next(self) -> bool:
         return len(self.visited) < len(self.space)
 
-    @abstractmethod
     def next_batch(self, n: int) -> list[KernelConfig]:
-        """Up to ``n`` unvisited configs to measure next (and sets ``upcoming``)."""
+        """Up to ``n`` unvisited configs to measure next: pending seeds first, then the tuner's own
+        ``propose`` (which sets ``upcoming``; seeds still pending lead it)."""
+        pending = [c for c in self.seed_configs if c not in self.visited]
+        batch = pending[:n]
+        # Marked at once so that ``propose`` does not pick them too (``tune`` marks the whole batch as well).
+        self.visited.update(batch)
+        if len(batch) < n:
+            batch += self.propose(n - len(batch))
+        else:
+            self.upcoming = []
+        self.upcoming = (pending[n:] + self.upcoming)[:n]
+        return batch
+
+    @abstractmethod
+    def propose(self, n: int) -> list[KernelConfig]:
+        """Up to ``n`` unvisited configs chosen by the tuner (and sets ``upcoming``)."""
 
     def best_is_ahead(self, proposals: Sequence[KernelConfig]) -> bool:
         """Whether no config of ``proposals`` is predicted faster than the best measured one (rule 2 of
@@ -219,6 +246,9 @@ class Tuner(ABC):
                             break
         except KeyboardInterrupt:
             res.interrupted = True
+        seeds = set(self.seed_configs)
+        res.seed_trials = sum(t.config in seeds for t in res.trials)
+        res.best_is_seed = res.best is not None and res.best.config in seeds
         res.seconds = time.perf_counter() - t0
         return res
 
@@ -226,15 +256,15 @@ class Tuner(ABC):
 class FixedOrderTuner(Tuner):
     """Proposes configs in an order fixed up front; measurements change nothing."""
 
-    def __init__(self, space: ConfigSpace, *, seed: int = 0) -> None:
-        super().__init__(space, seed=seed)
+    def __init__(self, space: ConfigSpace, *, seed: int = 0, seed_configs: Sequence[KernelConfig] = ()) -> None:
+        super().__init__(space, seed=seed, seed_configs=seed_configs)
         self._order = self.order()
 
     @abstractmethod
     def order(self) -> Sequence[KernelConfig]:
         """Every config of the space, in proposal order."""
 
-    def next_batch(self, n: int) -> list[KernelConfig]:
+    def propose(self, n: int) -> list[KernelConfig]:
         ahead = [c for c in self._order if c not in self.visited][: 2 * n]
         self.upcoming = ahead[n:]
         return ahead[:n]
@@ -277,12 +307,13 @@ class ModelBasedTuner(Tuner):
     """
 
     def __init__(self, space: ConfigSpace, model: CostModel, *, seed: int = 0, eps: float = 0.05,
-                 random_start: bool = False, optimizer: SimulatedAnnealingOptimizer | None = None) -> None:
-        super().__init__(space, seed=seed)
+                 random_start: bool = False, optimizer: SimulatedAnnealingOptimizer | None = None,
+                 seed_configs: Sequence[KernelConfig] = ()) -> None:
+        super().__init__(space, seed=seed, seed_configs=seed_configs)
         self.model, self.eps, self.random_start = model, eps, random_start
         self.optimizer = optimizer or SimulatedAnnealingOptimizer(space)
 
-    def next_batch(self, n: int) -> list[KernelConfig]:
+    def propose(self, n: int) -> list[KernelConfig]:
         free = [c for c in self.space.configs if c not in self.visited]
         if self.random_start and not self.model.trained:
             return [free[int(i)] for i in self.rng.choice(len(free), size=min(n, len(free)), replace=False)]
@@ -311,9 +342,10 @@ class XGBTuner(ModelBasedTuner):
 
     name = "xgb"
 
-    def __init__(self, space: ConfigSpace, *, seed: int = 0, eps: float = 0.05) -> None:
+    def __init__(self, space: ConfigSpace, *, seed: int = 0, eps: float = 0.05,
+                 seed_configs: Sequence[KernelConfig] = ()) -> None:
         super().__init__(space, XGBoostCostModel(space, pretrain=False, seed=seed), seed=seed, eps=eps,
-                         random_start=True)
+                         random_start=True, seed_configs=seed_configs)
 
 
 class AnalyticalXGBTuner(ModelBasedTuner):
@@ -321,21 +353,23 @@ class AnalyticalXGBTuner(ModelBasedTuner):
 
     name = "analytical+xgb"
 
-    def __init__(self, space: ConfigSpace, *, seed: int = 0, eps: float = 0.05) -> None:
-        super().__init__(space, XGBoostCostModel(space, pretrain=True, seed=seed), seed=seed, eps=eps)
+    def __init__(self, space: ConfigSpace, *, seed: int = 0, eps: float = 0.05,
+                 seed_configs: Sequence[KernelConfig] = ()) -> None:
+        super().__init__(space, XGBoostCostModel(space, pretrain=True, seed=seed), seed=seed, eps=eps,
+                         seed_configs=seed_configs)
 
 
 _CLASSES: dict[str, type[Tuner]] = {"grid": GridTuner, "random": RandomTuner, "xgb": XGBTuner,
                                     "analytical": AnalyticalTuner, "analytical+xgb": AnalyticalXGBTuner}
 
 
-def make_tuner(name: str, space: ConfigSpace, *, seed: int = 0) -> Tuner:
-    """A tuner by name (one of TUNERS)."""
+def make_tuner(name: str, space: ConfigSpace, *, seed: int = 0, seed_configs: Sequence[KernelConfig] = ()) -> Tuner:
+    """A tuner by name (one of TUNERS), proposing ``seed_configs`` first (the module docstring)."""
     try:
         cls = _CLASSES[name]
     except KeyError:
         raise TuningError(f"tuner {name!r} is unknown; expected one of {TUNERS}") from None
-    return cls(space, seed=seed)
+    return cls(space, seed=seed, seed_configs=seed_configs)
 
 
 __all__ = ["TUNERS", "EarlyStop", "Trial", "TuneResult", "Tuner", "FixedOrderTuner", "GridTuner", "RandomTuner", "AnalyticalTuner",
