@@ -208,20 +208,24 @@ class Dispatcher:
         db: the user's database; None = ``Database()`` (``$ALCOP_DB`` or the default path). A
             missing file is not created by lookups.
         use_defaults: consult the shipped default tables.
+        defaults: records to consult in their place (leave-one-out evaluations: the tables without
+            the workload under test); None: the shipped tables.
     """
 
-    def __init__(self, db: Database | None = None, *, use_defaults: bool = True) -> None:
+    def __init__(self, db: Database | None = None, *, use_defaults: bool = True,
+                 defaults: Sequence[TuningRecord] | None = None) -> None:
         self.db = db if db is not None else Database()
         self.use_defaults = use_defaults
         self._cache: dict[tuple[Workload, GpuKey, str], Decision] = {}
-        self._defaults: list[TuningRecord] | None = None
+        self._given = None if defaults is None else list(defaults)
+        self._defaults: list[TuningRecord] | None = self._given
         self._lock = threading.Lock()
 
     def clear(self) -> None:
         """Forget cached decisions (e.g. after another process tuned)."""
         with self._lock:
             self._cache.clear()
-            self._defaults = None
+            self._defaults = self._given
 
     def best_config(self, workload: Workload, gpu_spec: Any) -> KernelConfig:
         hit = self._cache.get((workload, gpu_key(gpu_spec), mma_of(gpu_spec)))

@@ -198,7 +198,11 @@ class ConfigSpace:
         pruned = dict(self.pruned)
         if len(self) - len(sub):
             pruned[why] = pruned.get(why, 0) + len(self) - len(sub)
-        return ConfigSpace(self.workload, sub, self.spec, pruned)
+        out = ConfigSpace(self.workload, sub, self.spec, pruned)
+        details = self.__dict__.get("_details")
+        if details is not None:
+            object.__setattr__(out, "_details", [details[self._index[c]] for c in sub])
+        return out
 
     @classmethod
     def from_configs(cls, workload: Workload, configs: Iterable[KernelConfig], spec: Any = None) -> "ConfigSpace":
@@ -246,48 +250,66 @@ class ConfigSpace:
         if not candidates:
             raise TuningError(f"no config of {knobs} fits {workload.key()} (variant {variant!r}); widen the knobs")
         configs = candidates
+        details: list[Any] | None = None
         if prune:
             from ..model import analytical
 
+            # The resource check by way of the full estimate (which runs it first): every later use
+            # of the space ranks by the estimates, and computing them here spares a second pass.
             valid: list[KernelConfig] = []
+            details = []
             smallest: tuple[float, KernelConfig] = (math.inf, candidates[0])
             for c in candidates:
-                res = analytical.resources(workload, c, spec)
-                if res.valid:
+                e = analytical.estimate(workload, c, spec)
+                if e.valid:
                     valid.append(c)
+                    details.append(e)
                 else:
-                    pruned[f"model: {_reason_class(res.reason)}"] += 1
-                if res.smem_bytes < smallest[0]:
-                    smallest = (res.smem_bytes, c)
+                    pruned[f"model: {_reason_class(e.reason)}"] += 1
+                if e.breakdown["smem_bytes"] < smallest[0]:
+                    smallest = (e.breakdown["smem_bytes"], c)
             # Like Triton's early_config_prune contract: never return nothing.
             configs = valid or [smallest[1]]
         space = cls(workload, tuple(configs), spec, dict(pruned))
+        if details:
+            object.__setattr__(space, "_details", details)
         if top_k is not None:
             space = space.top_k(top_k)
         return space
 
-    def estimates(self) -> list[float]:
-        """Analytical time (s) per config, in space order; inf where the model calls it invalid.
+    def details(self) -> list[Any]:
+        """The analytical model's ``Estimate`` of each config (every term of the model), in space order.
 
-        Cached: the analytical tuner, top-k pruning and pretraining all rank the same configs.
+        Cached (computed by ``build`` while it checks resources): the analytical tuner, top-k pruning,
+        early stop and the learned model's features all read them.
         """
-        cached = self.__dict__.get("_estimates")
+        cached = self.__dict__.get("_details")
         if cached is None:
             if self.spec is None:
                 raise TuningError(f"{self.summary()}: no GPU spec, so the analytical model cannot rank it")
             from ..model import analytical
 
-            cached = []
-            for c in self.configs:
-                e = analytical.estimate(self.workload, c, self.spec)
-                cached.append(float(e.time_s) if e.valid and math.isfinite(e.time_s) and e.time_s > 0 else math.inf)
+            cached = [analytical.estimate(self.workload, c, self.spec) for c in self.configs]
+            object.__setattr__(self, "_details", cached)
+        return cached
+
+    def estimates(self) -> list[float]:
+        """Analytical time (s) per config, in space order; inf where the model calls it invalid (cached)."""
+        cached = self.__dict__.get("_estimates")
+        if cached is None:
+            cached = [float(e.time_s) if e.valid and math.isfinite(e.time_s) and e.time_s > 0 else math.inf
+                      for e in self.details()]
             object.__setattr__(self, "_estimates", cached)
         return list(cached)
 
     def ranked(self) -> list[KernelConfig]:
         """Configs by analytical estimate, fastest first (ties in grid order)."""
-        est = self.estimates()
-        return [self.configs[i] for i in sorted(range(len(self)), key=lambda i: (est[i], i))]
+        cached = self.__dict__.get("_ranked")
+        if cached is None:
+            est = self.estimates()
+            cached = [self.configs[i] for i in sorted(range(len(self)), key=lambda i: (est[i], i))]
+            object.__setattr__(self, "_ranked", cached)
+        return list(cached)
 
     def top_k(self, k: int | float) -> "ConfigSpace":
         """The ``k`` analytically fastest configs (``k <= 1.0`` as a float: that fraction)."""
