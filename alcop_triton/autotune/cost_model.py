@@ -139,9 +139,11 @@ class XGBoostCostModel:
         if not self._trained:
             return np.zeros(len(configs))
         self._wait()
-        if self._x is not None and all(c in self.space for c in configs):
+        if self._x is not None and (configs is self.space.configs or all(c in self.space for c in configs)):
             if self._all is None:
                 self._all = self._model.predict_features(self._x)
+            if configs is self.space.configs:  # the optimizer scoring the whole space
+                return self._all.copy()
             return self._all[[self.space.index(c) for c in configs]]
         missing = list(dict.fromkeys(c for c in configs if c not in self._scores))
         if missing:

@@ -46,7 +46,7 @@ class SimulatedAnnealingOptimizer:
                       seeds: Iterable[KernelConfig] = ()) -> list[KernelConfig]:
         """Up to ``num`` configs not in ``exclude``, best predicted first."""
         configs = self.space.configs
-        free = len(configs) - len(exclude & set(configs))
+        free = len(configs) - sum(c in self.space for c in exclude)
         num = min(num, free)
         if num <= 0:
             return []

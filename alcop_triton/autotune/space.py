@@ -25,6 +25,7 @@ import dataclasses
 import itertools
 import math
 import operator
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -39,6 +40,7 @@ multi-stage multi-level (shared + register)."""
 KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
                                "reg_stages", "reg_split", "async_copy", "persistent", "split_k")
 _knob_values = operator.attrgetter(*KNOB_NAMES)
+_LOCKS = threading.Lock()  # guards the creation of each space's own lock (``ConfigSpace.details``)
 
 
 @dataclass(frozen=True)
@@ -250,29 +252,22 @@ class ConfigSpace:
         if not candidates:
             raise TuningError(f"no config of {knobs} fits {workload.key()} (variant {variant!r}); widen the knobs")
         configs = candidates
-        details: list[Any] | None = None
         if prune:
             from ..model import analytical
 
-            # The resource check by way of the full estimate (which runs it first): every later use
-            # of the space ranks by the estimates, and computing them here spares a second pass.
             valid: list[KernelConfig] = []
-            details = []
             smallest: tuple[float, KernelConfig] = (math.inf, candidates[0])
             for c in candidates:
-                e = analytical.estimate(workload, c, spec)
-                if e.valid:
+                res = analytical.resources(workload, c, spec)
+                if res.valid:
                     valid.append(c)
-                    details.append(e)
                 else:
-                    pruned[f"model: {_reason_class(e.reason)}"] += 1
-                if e.breakdown["smem_bytes"] < smallest[0]:
-                    smallest = (e.breakdown["smem_bytes"], c)
+                    pruned[f"model: {_reason_class(res.reason)}"] += 1
+                if res.smem_bytes < smallest[0]:
+                    smallest = (res.smem_bytes, c)
             # Like Triton's early_config_prune contract: never return nothing.
             configs = valid or [smallest[1]]
         space = cls(workload, tuple(configs), spec, dict(pruned))
-        if details:
-            object.__setattr__(space, "_details", details)
         if top_k is not None:
             space = space.top_k(top_k)
         return space
@@ -280,18 +275,25 @@ class ConfigSpace:
     def details(self) -> list[Any]:
         """The analytical model's ``Estimate`` of each config (every term of the model), in space order.
 
-        Cached (computed by ``build`` while it checks resources): the analytical tuner, top-k pruning,
-        early stop and the learned model's features all read them.
+        Cached: the analytical tuner, top-k pruning, early stop and the learned model's features all read
+        them. Thread-safe (the learned cost model computes them in a background thread while the tuning
+        run measures its seeds): a second caller waits for the first instead of computing them again.
         """
-        cached = self.__dict__.get("_details")
-        if cached is None:
-            if self.spec is None:
-                raise TuningError(f"{self.summary()}: no GPU spec, so the analytical model cannot rank it")
-            from ..model import analytical
+        with _LOCKS:
+            lock = self.__dict__.get("_details_lock")
+            if lock is None:
+                lock = threading.Lock()
+                object.__setattr__(self, "_details_lock", lock)
+        with lock:
+            cached = self.__dict__.get("_details")
+            if cached is None:
+                if self.spec is None:
+                    raise TuningError(f"{self.summary()}: no GPU spec, so the analytical model cannot rank it")
+                from ..model import analytical
 
-            cached = [analytical.estimate(self.workload, c, self.spec) for c in self.configs]
-            object.__setattr__(self, "_details", cached)
-        return cached
+                cached = [analytical.estimate(self.workload, c, self.spec) for c in self.configs]
+                object.__setattr__(self, "_details", cached)
+            return cached
 
     def estimates(self) -> list[float]:
         """Analytical time (s) per config, in space order; inf where the model calls it invalid (cached)."""

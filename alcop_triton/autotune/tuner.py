@@ -5,10 +5,13 @@ tuner              cost model       prior           model updated        proposa
 =================  ===============  ==============  ===================  ==========================
 ``grid``           none             no              no                   enumerate in space order
 ``random``         none             no              no                   uniform, without repeats
-``xgb``            XGBoost          no              yes, per batch       simulated annealing
+``xgb``            XGBoost          no              yes, per batch       model's top (*)
 ``analytical``     analytical       yes             no                   model ranking
-``analytical+xgb`` XGBoost          analytical      yes, per batch       simulated annealing + eps
+``analytical+xgb`` XGBoost          analytical      yes, per batch       model's top (*) + eps
 =================  ===============  ==============  ===================  ==========================
+
+(*) the whole space scored in one prediction up to ``optimizer``'s ``exhaustive_limit`` (50k configs:
+every GEMM space so far), simulated annealing beyond.
 
 Failed trials are kept and scored 0 (TVM does the same) so the learned model learns where the
 invalid regions are; they are never reported as best. Every tuner is deterministic given its seed.
@@ -81,7 +84,8 @@ class EarlyStop:
     Args:
         patience: trials without an improvement of more than ``min_gain`` before stopping is considered.
         min_gain: relative improvement of the best time that counts as progress (0.01: 1 %).
-        min_trials: trials this run measures at least.
+        min_trials: trials this run measures at least, seeds included (a run seeded with 16 configs
+            measures at least ``min_trials - 16`` of its tuner's own).
 
     The defaults come from replaying ``analytical+xgb`` with a budget of 50 on the recorded H100 grids
     (``benchmarks/early_stop_replay.py``; its report is ``benchmarks/results/early_stop_replay/``):
@@ -298,7 +302,8 @@ class AnalyticalTuner(FixedOrderTuner):
 
 
 class ModelBasedTuner(Tuner):
-    """Fit a cost model to every measurement, propose its maxima found by simulated annealing.
+    """Fit a cost model to every measurement, propose its maxima (``optimizer.SimulatedAnnealingOptimizer``:
+    the whole space scored at once where it is small enough, simulated annealing beyond).
 
     Args:
         model: the cost model (refit after every batch).
@@ -314,8 +319,8 @@ class ModelBasedTuner(Tuner):
         self.optimizer = optimizer or SimulatedAnnealingOptimizer(space)
 
     def propose(self, n: int) -> list[KernelConfig]:
-        free = [c for c in self.space.configs if c not in self.visited]
         if self.random_start and not self.model.trained:
+            free = [c for c in self.space.configs if c not in self.visited]
             return [free[int(i)] for i in self.rng.choice(len(free), size=min(n, len(free)), replace=False)]
         # Explore only once something was measured: before that, the prior's best guesses are
         # worth more than random configs (and the 10-trial budget is what users feel).
@@ -326,11 +331,12 @@ class ModelBasedTuner(Tuner):
                                               best_seen)
         picks, self.upcoming = ranked[: n - n_random], ranked[n - n_random:]
         # Exploration slots, and any the optimizer could not fill, get uniform random configs.
-        chosen = set(picks)
-        rest = [c for c in free if c not in chosen]
-        k = min(len(rest), n - len(picks))
-        if k > 0:
-            picks += [rest[int(i)] for i in self.rng.choice(len(rest), size=k, replace=False)]
+        if len(picks) < n:  # (the unvisited remainder is listed only then: a pass over the whole space)
+            chosen = set(picks)
+            rest = [c for c in self.space.configs if c not in self.visited and c not in chosen]
+            k = min(len(rest), n - len(picks))
+            if k > 0:
+                picks += [rest[int(i)] for i in self.rng.choice(len(rest), size=k, replace=False)]
         return picks
 
     def update(self, trials: Sequence[Trial]) -> None:
