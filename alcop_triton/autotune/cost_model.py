@@ -71,8 +71,11 @@ class XGBoostCostModel:
     """
 
     def __init__(self, space: ConfigSpace, *, pretrain: bool, seed: int = 0, pretrain_size: int = 2048) -> None:
-        # Imported here: xgboost is only needed by the learned tuners.
-        from ..model.xgb_model import XGBCostModel
+        # Imported here: xgboost is only needed by the learned tuners. Imported in this thread, not the
+        # background one, so that a missing package fails the run before anything is measured.
+        from ..model.xgb_model import XGBCostModel, xgboost_module
+
+        xgboost_module()
 
         self.space = space
         # One thread: the model is small, and OpenMP threads spin badly when the CPU is shared

@@ -47,7 +47,8 @@ _EFF = FEATURE_NAMES.index("pred_efficiency")
 _MIN_EFF = 1e-3   # efficiency floor for the prior (invalid configs, NaN)
 
 
-def _xgb() -> Any:
+def xgboost_module() -> Any:
+    """The xgboost package, or an ImportError saying how to get it (imported on first use only)."""
     try:
         import xgboost
     except ImportError as e:  # only the learned model needs it; the analytical model does not
@@ -172,12 +173,12 @@ class XGBCostModel:
         return self.prior_strength * np.log(np.clip(eff, _MIN_EFF, None))
 
     def _dmatrix(self, x: np.ndarray, y: np.ndarray | None = None) -> Any:
-        d = _xgb().DMatrix(x, label=y, feature_names=FEATURE_NAMES, nthread=self.params["nthread"])
+        d = xgboost_module().DMatrix(x, label=y, feature_names=FEATURE_NAMES, nthread=self.params["nthread"])
         d.set_base_margin(self._margin(x))
         return d
 
     def _boost(self, rounds: int, fresh: bool) -> None:
-        xgb = _xgb()
+        xgb = xgboost_module()
         x, y, sizes, weights = self._groups()
         d = self._dmatrix(x, y)
         if self._ranking:
@@ -285,7 +286,7 @@ class XGBCostModel:
                     objective=p["objective"], measured_weight=meta["measured_weight"],
                     prior_strength=meta["prior_strength"], nthread=p["nthread"],
                     seed=p["seed"])
-        booster = _xgb().Booster()
+        booster = xgboost_module().Booster()
         booster.load_model(str(path))
         model._booster = booster
         model._base_offset = None
