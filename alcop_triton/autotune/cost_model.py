@@ -7,6 +7,7 @@ adapts it to one workload's config space and to the fit/predict interface of the
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol, Sequence
@@ -71,11 +72,12 @@ class XGBoostCostModel:
     """
 
     def __init__(self, space: ConfigSpace, *, pretrain: bool, seed: int = 0, pretrain_size: int = 2048) -> None:
-        # Imported here: xgboost is only needed by the learned tuners. Imported in this thread, not the
-        # background one, so that a missing package fails the run before anything is measured.
+        # Imported here: xgboost is only needed by the learned tuners. Looked for in this thread (the
+        # background one imports it) so that a missing package fails the run before anything is measured.
         from ..model.xgb_model import XGBCostModel, xgboost_module
 
-        xgboost_module()
+        if importlib.util.find_spec("xgboost") is None:
+            xgboost_module()  # raises the ImportError that says how to get it
 
         self.space = space
         # One thread: the model is small, and OpenMP threads spin badly when the CPU is shared
