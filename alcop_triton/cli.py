@@ -122,7 +122,7 @@ def _tune_summary(w: Workload, result: Any, budget: int, split: dict[str, float]
     b = result.best
     return {"workload": w.to_dict(), "tuner": result.tuner, "budget": budget, "trials_run": len(result.trials),
             "failed": sum(1 for t in result.trials if not t.result.ok), "early_stopped": result.early_stopped,
-            "interrupted": result.interrupted,
+            "interrupted": result.interrupted, "seed_trials": result.seed_trials, "best_is_seed": result.best_is_seed,
             "best": None if b is None else {"config": b.config.to_dict(), "time_ms": b.result.time_ms,
                                             "timer": b.result.timer},
             "seconds": split}
@@ -163,7 +163,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         try:
             result = session.tune(w, target, db, tuner=args.tuner, n_trials=args.trials, batch_size=args.batch,
                                   seed=args.seed, variant=args.variant, top_k=args.top_k, timeout_s=args.timeout,
-                                  on_trial=on_trial, early_stop=early_stop, compile_workers=args.compile_workers)
+                                  on_trial=on_trial, early_stop=early_stop, compile_workers=args.compile_workers,
+                                  seeding=args.seeding)
         finally:
             bar.close()
         # This workload's wall time: the first also carries the process start and the command's setup.
@@ -177,7 +178,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         b = result.best
         failed = sum(1 for t in result.trials if not t.result.ok)
         stopped = f" (early stop: {len(result.trials)} of {args.trials} trials)" if result.early_stopped else ""
-        print(f"{w.key()}: {format_split(split)}{stopped}")
+        seeded = (f"; {result.seed_trials} seed config(s) measured, the best "
+                  + ("is one of them" if result.best_is_seed else "is the tuner's")) if result.seed_trials else ""
+        print(f"{w.key()}: {format_split(split)}{stopped}{seeded}")
         summary.append([w.key(), str(b.config) if b else "(none valid)",
                         f"{b.result.time_ms:.4f}" if b else "-", _tflops(w, b.result.time_ms if b else None),
                         f"{len(result.trials)}/{failed}"])
@@ -193,6 +196,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "command": "alcop-tune tune", "device": target.device_name, "gpu": target.key.name,
             "versions": versions(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "timer": "wall clock (time.perf_counter / time.time); process start from /proc",
+            "seeding": args.seeding,
             "early_stop": None if early_stop is None else {"patience": early_stop.patience,
                                                            "min_gain": early_stop.min_gain,
                                                            "min_trials": early_stop.min_trials},
@@ -450,6 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "is predicted faster than the best measured one, by the analytical model scaled with its "
                         "most favourable error on this workload (default: on)")
     p.add_argument("--patience", type=int, default=16, help="trials without progress before early stop is considered")
+    p.add_argument("--no-seed", dest="seeding", action="store_false",
+                   help="do not measure dispatch's configs first (by default the first batches are the config an "
+                        "untuned call would run and the best configs of the nearest measured shapes, then the "
+                        "tuner's own proposals; --seed is the random seed)")
     p.add_argument("--compile-workers", type=int, default=None,
                    help="processes compiling each batch ahead of its measurement (default: every spare core on a "
                         "GPU; 0: off)")

@@ -106,9 +106,10 @@ def model_shortlist(workload: Workload, spec: Any) -> list[KernelConfig]:
         return ConfigSpace.build(workload, spec, knobs=dispatch_knobs(workload.op, small=True)).ranked()
 
 
-def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> tuple[KernelConfig, str] | None:
-    """A config for an unmeasured ``workload`` from measurements of nearby shapes (on this GPU, or on
-    others: each record's error is taken against the model of the GPU it was measured on).
+def transfer_ranking(workload: Workload, records: Sequence[TuningRecord], spec: Any
+                     ) -> tuple[list[KernelConfig], str] | None:
+    """The candidates ``transfer`` scores for an unmeasured ``workload``, best scored first, and where they
+    came from (tuning starts from them: ``Dispatcher.seeds``).
 
     Candidates: the ``NEIGHBOUR_TOP`` fastest configs of each of the ``NEIGHBOURS`` nearest measured
     shapes (same op and dtype; same layout preferred), and the model's ``MODEL_TOP`` for this shape.
@@ -121,7 +122,7 @@ def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> 
     of a large one. Nearer shapes weigh more. A config measured on no neighbour takes the relative
     correction 1 times ``UNMEASURED_PENALTY``. Configs the shape rules reject (tiles beyond the
     problem, stages beyond the trip count, split-K where tiles fill the GPU) or that failed in any run
-    are never chosen. None when nothing was measured.
+    are never chosen (nor listed). None when nothing was measured.
     """
     from ..model import analytical
     from .space import shape_reason
@@ -164,21 +165,27 @@ def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> 
         return math.exp(sum(wt * x for wt, x in pairs) / sum(wt for wt, _ in pairs))
 
     candidates += [c for c in model_shortlist(workload, spec)[:MODEL_TOP] if c not in candidates]
-    best: tuple[float, int] | None = None
+    scored: list[tuple[float, int]] = []
     for i, c in enumerate(candidates):
         if c in failed or shape_reason(workload, c, spec) is not None:
             continue
         e = analytical.estimate(workload, c, spec)
         if not e.valid or not math.isfinite(e.time_s):
             continue
-        score = e.time_s * (correction(errors[c]) if c in errors else UNMEASURED_PENALTY)
-        if best is None or (score, i) < best:
-            best = (score, i)
-    if best is None:
+        scored.append((e.time_s * (correction(errors[c]) if c in errors else UNMEASURED_PENALTY), i))
+    if not scored:
         return None
-    c = candidates[best[1]]
-    how = "measured near" if c in errors else "model shortlist"
-    return c, f"{how}; scored over {len(candidates)} candidates from {', '.join(used)}"
+    best_first = [candidates[i] for _, i in sorted(scored)]
+    how = "measured near" if best_first[0] in errors else "model shortlist"
+    return best_first, f"{how}; scored over {len(candidates)} candidates from {', '.join(used)}"
+
+
+def transfer(workload: Workload, records: Sequence[TuningRecord], spec: Any) -> tuple[KernelConfig, str] | None:
+    """A config for an unmeasured ``workload`` from measurements of nearby shapes (on this GPU, or on
+    others: each record's error is taken against the model of the GPU it was measured on): the best
+    scored of ``transfer_ranking``, and how it was found. None when nothing was measured."""
+    ranked = transfer_ranking(workload, records, spec)
+    return None if ranked is None else (ranked[0][0], ranked[1])
 
 
 def _spec_of(gpu: str, spec: Any) -> Any:
@@ -201,20 +208,24 @@ class Dispatcher:
         db: the user's database; None = ``Database()`` (``$ALCOP_DB`` or the default path). A
             missing file is not created by lookups.
         use_defaults: consult the shipped default tables.
+        defaults: records to consult in their place (leave-one-out evaluations: the tables without
+            the workload under test); None: the shipped tables.
     """
 
-    def __init__(self, db: Database | None = None, *, use_defaults: bool = True) -> None:
+    def __init__(self, db: Database | None = None, *, use_defaults: bool = True,
+                 defaults: Sequence[TuningRecord] | None = None) -> None:
         self.db = db if db is not None else Database()
         self.use_defaults = use_defaults
         self._cache: dict[tuple[Workload, GpuKey, str], Decision] = {}
-        self._defaults: list[TuningRecord] | None = None
+        self._given = None if defaults is None else list(defaults)
+        self._defaults: list[TuningRecord] | None = self._given
         self._lock = threading.Lock()
 
     def clear(self) -> None:
         """Forget cached decisions (e.g. after another process tuned)."""
         with self._lock:
             self._cache.clear()
-            self._defaults = None
+            self._defaults = self._given
 
     def best_config(self, workload: Workload, gpu_spec: Any) -> KernelConfig:
         hit = self._cache.get((workload, gpu_key(gpu_spec), mma_of(gpu_spec)))
@@ -253,7 +264,7 @@ class Dispatcher:
                 self._defaults = []
         return self._defaults
 
-    def _decide(self, workload: Workload, spec: Any) -> Decision:
+    def _decide(self, workload: Workload, spec: Any, autotune: bool = True) -> Decision:
         # The spec (not just its GpuKey) is passed down so records of another MMA path are ignored.
         mine = self._db_records(workload=workload, gpu=spec)
         found = best_of(mine, workload, spec)
@@ -265,21 +276,36 @@ class Dispatcher:
         if found is not None:
             return Decision(found.config, "default", f"{found.time_ms:.4g} ms", found.time_ms,
                             torch_time(shipped, workload, spec))
-        if os.environ.get("ALCOP_AUTOTUNE", "0").strip().lower() in ("1", "true", "yes", "on"):
+        if autotune and os.environ.get("ALCOP_AUTOTUNE", "0").strip().lower() in ("1", "true", "yes", "on"):
             tuned = self._tune(workload, spec)
             if tuned is not None:
                 return tuned
+        near = self._nearest(workload, spec)
+        if near is not None:
+            return Decision(near[1][0], near[0], near[2])
+        return Decision(model_shortlist(workload, spec)[0], "analytical", "model top-1")
+
+    def _nearest(self, workload: Workload, spec: Any) -> tuple[str, list[KernelConfig], str] | None:
+        """("nearest" or "transfer", ``transfer_ranking``'s candidates, its detail); None if nothing was measured."""
         pool = self._db_records(gpu=spec, op=workload.op, dtype=workload.dtype) + self._default_records()
-        picked = transfer(workload, select(pool, gpu=spec), spec)
+        picked = transfer_ranking(workload, select(pool, gpu=spec), spec)
         if picked is not None:
-            return Decision(picked[0], "nearest", picked[1])
+            return "nearest", picked[0], picked[1]
         # No measurement on this GPU: other GPUs' (same MMA path), their errors read against their own model.
         mma = mma_of(spec)
         foreign = [r for r in self._default_records() if r.gpu_key != gpu_key(spec) and (not mma or r.mma in ("", mma))]
-        picked = transfer(workload, foreign, spec)
-        if picked is not None:
-            return Decision(picked[0], "transfer", picked[1])
-        return Decision(model_shortlist(workload, spec)[0], "analytical", "model top-1")
+        picked = transfer_ranking(workload, foreign, spec)
+        return None if picked is None else ("transfer", picked[0], picked[1])
+
+    def seeds(self, workload: Workload, spec: Any) -> list[KernelConfig]:
+        """What dispatch knows about ``workload``, best first: the config an untuned call runs (never
+        tuning for it, whatever ``ALCOP_AUTOTUNE`` says), then the other candidates ``transfer_ranking``
+        scores from the nearest measured shapes, then the model's shortlist. A tuning run measures these
+        first (``Tuner``'s ``seed_configs``), so what it finds is never slower than the untuned call."""
+        first = self._decide(workload, spec, autotune=False).config
+        near = self._nearest(workload, spec)
+        shortlist = model_shortlist(workload, spec)[:MODEL_TOP]
+        return list(dict.fromkeys([first, *(near[1] if near is not None else []), *shortlist]))
 
     def _tune(self, workload: Workload, spec: Any) -> Decision | None:
         from . import session

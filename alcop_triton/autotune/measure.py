@@ -9,10 +9,13 @@ The only interface to kernels is ``alcop_triton.kernels.runner.make_runner`` (AR
   its process (illegal address, segfault in the compiler) cannot take the tuning session down:
   the config in flight is recorded as failed and a fresh child carries on with the rest.
 
-Timing on GPU: kernels under ``SMALL_KERNEL_MS`` are timed with ``do_bench_cudagraph`` (launch
-overhead would dominate otherwise) over rotating input copies larger than L2, so every call reads
-cold inputs (``do_bench_cudagraph`` does not flush L2 itself); bigger kernels use ``do_bench``,
-which zeroes a 256 MB buffer before every call. Both report the median. In the Triton interpreter
+Timing on GPU: kernels under ``SMALL_KERNEL_MS`` are timed under a CUDA graph (launch overhead
+would dominate otherwise; ``graph_time``, Triton's ``do_bench_cudagraph`` with an early exit) over
+rotating input copies larger than L2, so every call reads cold inputs (a graph replay does not
+flush L2 itself); bigger kernels use ``do_bench``, which zeroes a 256 MB buffer before every call.
+Both report the median. A config whose first ``GRAPH_MIN_REPLAYS`` graph replays are already
+``SLOW_RATIO`` times slower than the fastest config this measurer timed stops there (see
+``graph_time`` for why that is sound). In the Triton interpreter
 (CPU tensors) times come from ``time.perf_counter`` and are marked ``timer="perf_counter"``:
 they rank nothing on a GPU and are stored under the GPU key ``interpreter``.
 
@@ -56,6 +59,18 @@ STARTUP_TIMEOUT_S = 180.0
 
 SMALL_KERNEL_MS = 0.1
 """Below this (first estimate) a kernel is timed under a CUDA graph."""
+
+GRAPH_REP_MS = 20.0
+"""Kernel time one CUDA-graph replay covers (the graph holds ``GRAPH_REP_MS / estimate`` launches)."""
+
+GRAPH_REPLAYS = 10
+"""Replays whose per-launch times give the median (``do_bench_cudagraph``'s count)."""
+
+GRAPH_MIN_REPLAYS = 3
+"""Replays every config gets before it may stop early."""
+
+SLOW_RATIO = 1.5
+"""A config whose median over its first replays exceeds the best graph time so far by this factor stops."""
 
 INTERPRETER_GPU = ("interpreter", "0.0")
 """GpuKey under which interpreter (CPU) measurements are stored, apart from every real GPU."""
@@ -195,8 +210,58 @@ def _launcher(runner: Any, inputs: tuple[Any, ...]) -> Callable[[], Any]:
     return lambda: runner.run(inputs)
 
 
-def time_gpu(runner: Any, seed: int) -> tuple[float, str]:
-    """Median time (ms) of the kernel on a CUDA device, and which timer produced it."""
+def graph_time(call: Callable[[], Any], stop_above_ms: float | None = None) -> float:
+    """Median time (ms) per ``call`` under a CUDA graph: ``triton.testing.do_bench_cudagraph(call,
+    rep=GRAPH_REP_MS, return_mode="median")``, which it follows step for step, with one exit.
+
+    The graph holds ``GRAPH_REP_MS`` of launches; each replay gives one per-launch time, and the result
+    is the median of ``GRAPH_REPLAYS`` of them. When the median of the first ``GRAPH_MIN_REPLAYS`` is
+    above ``stop_above_ms`` (``SLOW_RATIO`` times the fastest config timed so far), the rest are
+    skipped and that median is returned. Sound because one replay already averages hundreds of
+    launches: replays of one config differ by about a percent, so a config 1.5x slower than the best
+    after three replays stays slower than the best after ten, and the best config and everything near
+    it still get every replay. Its time is as unbiased as the full median, only noisier by that percent,
+    which moves it among the other slow configs (what the learned model ranks) by no more than that.
+    Such a config's replays drop from 10 to 3 (of ``GRAPH_REP_MS`` each); its capture and the first
+    estimate are unchanged.
+    """
+    import torch
+
+    with torch.cuda.stream(torch.cuda.Stream()):
+        call()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+        estimate_ms = start.elapsed_time(end) / 5
+        n_repeat = max(1, int(GRAPH_REP_MS / estimate_ms)) if estimate_ms > 0 else 1000
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(n_repeat):
+                call()
+        torch.cuda.synchronize()
+        times: list[float] = []
+        for _ in range(GRAPH_REPLAYS):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / n_repeat)
+            if (stop_above_ms is not None and len(times) >= GRAPH_MIN_REPLAYS
+                    and statistics.median(times) > stop_above_ms):
+                break
+        return statistics.median(times)
+
+
+def time_gpu(runner: Any, seed: int, best_graph_ms: float | None = None) -> tuple[float, str]:
+    """Median time (ms) of the kernel on a CUDA device, and which timer produced it.
+
+    ``best_graph_ms``: the fastest graph time of the workload so far (``graph_time`` stops a config
+    ``SLOW_RATIO`` times slower than it early).
+    """
     import torch
     import triton.testing
 
@@ -212,7 +277,7 @@ def time_gpu(runner: Any, seed: int) -> tuple[float, str]:
             launches[state["i"]]()
 
         try:
-            return float(triton.testing.do_bench_cudagraph(call, rep=20, return_mode="median")), "cuda_graph"
+            return graph_time(call, None if best_graph_ms is None else SLOW_RATIO * best_graph_ms), "cuda_graph"
         except RuntimeError:
             # Some launches cannot be captured (host-side TMA descriptors, allocator hooks): time
             # them eagerly rather than fail a config that runs fine.
@@ -263,6 +328,7 @@ class LocalMeasurer:
         # Resolved here, not per config: a broken install fails once, loudly, instead of being
         # recorded as a compile error of every config.
         self._make_runner = resolve_factory(factory)
+        self.best_graph_ms: float | None = None  # fastest CUDA-graph time of this workload so far
 
     def _build(self, config: KernelConfig, seed: int) -> tuple[Any, MeasureResult | None]:
         """The config's runner, warmed up; or the failure that prevented it."""
@@ -295,11 +361,13 @@ class LocalMeasurer:
             if self.device.startswith("cpu"):
                 t, timer = time_cpu(runner, seed, self.cpu_reps)
             else:
-                t, timer = time_gpu(runner, seed)
+                t, timer = time_gpu(runner, seed, self.best_graph_ms)
         except Exception as exc:  # noqa: BLE001 - every failure is a data point, scored 0
             return MeasureResult(config, None, classify(exc, "run"), _message(exc))
         if not math.isfinite(t) or t <= 0:
             return MeasureResult(config, None, ErrorKind.RUNTIME, f"timer returned {t!r} ms")
+        if timer == "cuda_graph" and (self.best_graph_ms is None or t < self.best_graph_ms):
+            self.best_graph_ms = t
         return MeasureResult(config, t, None, "", timer)
 
     def measure(self, configs: Sequence[KernelConfig], on_result: OnResult | None = None,

@@ -31,11 +31,13 @@ class SimulatedAnnealingOptimizer:
         parallel_size: number of walkers (one model call scores all of them per step).
         early_stop: stop when the top-k heap has not changed for this many steps.
         exhaustive_limit: spaces up to this size are scored in one model call instead: with a
-            batched model that is both exact and faster than ``n_iter`` annealing steps.
+            batched model that is both exact and faster than ``n_iter`` annealing steps (the learned
+            model scores a whole space of ``cost_model.FULL_SCORING_LIMIT`` configs in one
+            prediction; annealing featurized most of a 36k-config space anyway, config by config).
     """
 
     def __init__(self, space: ConfigSpace, *, n_iter: int = 150, temp: tuple[float, float] = (1.0, 0.0),
-                 parallel_size: int = 128, early_stop: int = 30, exhaustive_limit: int = 2048) -> None:
+                 parallel_size: int = 128, early_stop: int = 30, exhaustive_limit: int = 50_000) -> None:
         self.space, self.n_iter, self.temp = space, n_iter, temp
         self.parallel_size, self.early_stop, self.exhaustive_limit = parallel_size, early_stop, exhaustive_limit
         self._values = space.knob_values()
@@ -44,14 +46,19 @@ class SimulatedAnnealingOptimizer:
                       seeds: Iterable[KernelConfig] = ()) -> list[KernelConfig]:
         """Up to ``num`` configs not in ``exclude``, best predicted first."""
         configs = self.space.configs
-        free = len(configs) - len(exclude & set(configs))
+        free = len(configs) - sum(c in self.space for c in exclude)
         num = min(num, free)
         if num <= 0:
             return []
         if len(configs) <= self.exhaustive_limit:
-            scores = predict(configs)
-            order = sorted(range(len(configs)), key=lambda i: (-scores[i], i))
-            return [configs[i] for i in order if configs[i] not in exclude][:num]
+            scores = np.asarray(predict(configs), dtype=float)
+            out: list[KernelConfig] = []
+            for i in np.argsort(-scores, kind="stable"):  # best first, ties in space order
+                if configs[i] not in exclude:
+                    out.append(configs[i])
+                    if len(out) == num:
+                        break
+            return out
         start = [c for c in seeds if c in self.space][: self.parallel_size // 2]
         picks = rng.choice(len(configs), size=self.parallel_size - len(start), replace=len(configs) < self.parallel_size)
         points = start + [configs[int(i)] for i in picks]

@@ -12,13 +12,20 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..records import Workload
+from ..records import KernelConfig, Workload
 from .database import Database, GpuKey, TuningRecord, gpu_key, versions
+from .dispatch import Dispatcher
 from .measure import INTERPRETER_GPU, ErrorKind, MeasureResult, Measurer, ProcessMeasurer
 from .precompile import DEFAULT_COMPILER, CompilePool, PrecompilingMeasurer, default_workers
 from .space import ConfigSpace
 from .timing import Timings
 from .tuner import EarlyStop, Trial, TuneResult, make_tuner
+
+SEED_BATCHES = 2
+"""Batches of dispatch's configs (``Dispatcher.seeds``) a run measures before its tuner's own proposals:
+the config an untuned call would run and the best scored candidates of the nearest measured shapes.
+Dispatch's list runs to about 30 configs, most of a 50-trial budget, and its tail (the model's shortlist
+and neighbours' weaker configs) is what the learned model proposes better once it has fitted the head."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
          timeout_s: float = 120.0, measurer: Measurer | None = None,
          on_trial: Callable[[Trial], None] | None = None, resume: bool = True,
          early_stop: EarlyStop | None = None, compile_workers: int | None = None,
-         compiler: str = DEFAULT_COMPILER) -> TuneResult:
+         compiler: str = DEFAULT_COMPILER, seeding: bool = True) -> TuneResult:
     """Tune one workload and store every measurement in ``db`` as it arrives.
 
     Args:
@@ -99,6 +106,9 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
             measured (``precompile.CompilePool``); None: every spare core on a GPU, none in the
             interpreter (nothing to compile) or with a given ``measurer``; 0: off.
         compiler: the pool's compile function, "module:function" (tests).
+        seeding: measure what dispatch knows first (``Dispatcher.seeds`` over ``db`` and the shipped
+            tables, up to ``SEED_BATCHES`` batches of the configs in the space), then the tuner's own
+            proposals; False: the tuner alone (``alcop-tune tune --no-seed``).
 
     The result's ``timings`` split the call's wall time into ``space``, ``model``, ``compile``,
     ``measure`` and ``other`` (``timing.PHASES``; ``start`` is the caller's to add).
@@ -116,13 +126,21 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
                                                            compile_threads=batch_size, timeout_s=timeout_s).start())
         with timings.phase("space"):
             space = ConfigSpace.build(workload, target.spec, variant=variant, top_k=top_k)
-        if pool is not None and tuner in ("analytical", "analytical+xgb"):
-            # The analytical model's favourites: the first batch of both tuners is (mostly) among them, so
-            # the workers compile it while the learned model is pretrained.
+        seeds: list[KernelConfig] = []
+        if seeding:
             with timings.phase("model"):
-                pool.submit(space.ranked()[:batch_size])
+                seeds = [c for c in Dispatcher(db).seeds(workload, target.spec) if c in space][
+                    : SEED_BATCHES * batch_size]
+        if pool is not None:
+            # The first batch: the seeds, then (for the analytical tuners) the model's favourites. The
+            # workers compile it while the learned model is pretrained.
+            with timings.phase("model"):
+                first = seeds[:batch_size]
+                if tuner in ("analytical", "analytical+xgb"):
+                    first += [c for c in space.ranked()[:batch_size] if c not in first][: batch_size - len(first)]
+                pool.submit(first)
         with timings.phase("model"):
-            t = make_tuner(tuner, space, seed=seed)
+            t = make_tuner(tuner, space, seed=seed, seed_configs=seeds)
         vers = versions()
         if resume:
             history = _history(db, workload, target, vers)

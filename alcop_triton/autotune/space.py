@@ -25,6 +25,7 @@ import dataclasses
 import itertools
 import math
 import operator
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -39,6 +40,7 @@ multi-stage multi-level (shared + register)."""
 KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
                                "reg_stages", "reg_split", "async_copy", "persistent", "split_k")
 _knob_values = operator.attrgetter(*KNOB_NAMES)
+_LOCKS = threading.Lock()  # guards the creation of each space's own lock (``ConfigSpace.details``)
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,11 @@ class ConfigSpace:
         pruned = dict(self.pruned)
         if len(self) - len(sub):
             pruned[why] = pruned.get(why, 0) + len(self) - len(sub)
-        return ConfigSpace(self.workload, sub, self.spec, pruned)
+        out = ConfigSpace(self.workload, sub, self.spec, pruned)
+        details = self.__dict__.get("_details")
+        if details is not None:
+            object.__setattr__(out, "_details", [details[self._index[c]] for c in sub])
+        return out
 
     @classmethod
     def from_configs(cls, workload: Workload, configs: Iterable[KernelConfig], spec: Any = None) -> "ConfigSpace":
@@ -266,28 +272,46 @@ class ConfigSpace:
             space = space.top_k(top_k)
         return space
 
-    def estimates(self) -> list[float]:
-        """Analytical time (s) per config, in space order; inf where the model calls it invalid.
+    def details(self) -> list[Any]:
+        """The analytical model's ``Estimate`` of each config (every term of the model), in space order.
 
-        Cached: the analytical tuner, top-k pruning and pretraining all rank the same configs.
+        Cached: the analytical tuner, top-k pruning, early stop and the learned model's features all read
+        them. Thread-safe (the learned cost model computes them in a background thread while the tuning
+        run measures its seeds): a second caller waits for the first instead of computing them again.
         """
+        with _LOCKS:
+            lock = self.__dict__.get("_details_lock")
+            if lock is None:
+                lock = threading.Lock()
+                object.__setattr__(self, "_details_lock", lock)
+        with lock:
+            cached = self.__dict__.get("_details")
+            if cached is None:
+                if self.spec is None:
+                    raise TuningError(f"{self.summary()}: no GPU spec, so the analytical model cannot rank it")
+                from ..model import analytical
+
+                cached = [analytical.estimate(self.workload, c, self.spec) for c in self.configs]
+                object.__setattr__(self, "_details", cached)
+            return cached
+
+    def estimates(self) -> list[float]:
+        """Analytical time (s) per config, in space order; inf where the model calls it invalid (cached)."""
         cached = self.__dict__.get("_estimates")
         if cached is None:
-            if self.spec is None:
-                raise TuningError(f"{self.summary()}: no GPU spec, so the analytical model cannot rank it")
-            from ..model import analytical
-
-            cached = []
-            for c in self.configs:
-                e = analytical.estimate(self.workload, c, self.spec)
-                cached.append(float(e.time_s) if e.valid and math.isfinite(e.time_s) and e.time_s > 0 else math.inf)
+            cached = [float(e.time_s) if e.valid and math.isfinite(e.time_s) and e.time_s > 0 else math.inf
+                      for e in self.details()]
             object.__setattr__(self, "_estimates", cached)
         return list(cached)
 
     def ranked(self) -> list[KernelConfig]:
         """Configs by analytical estimate, fastest first (ties in grid order)."""
-        est = self.estimates()
-        return [self.configs[i] for i in sorted(range(len(self)), key=lambda i: (est[i], i))]
+        cached = self.__dict__.get("_ranked")
+        if cached is None:
+            est = self.estimates()
+            cached = [self.configs[i] for i in sorted(range(len(self)), key=lambda i: (est[i], i))]
+            object.__setattr__(self, "_ranked", cached)
+        return list(cached)
 
     def top_k(self, k: int | float) -> "ConfigSpace":
         """The ``k`` analytically fastest configs (``k <= 1.0`` as a float: that fraction)."""

@@ -5,19 +5,30 @@ tuner              cost model       prior           model updated        proposa
 =================  ===============  ==============  ===================  ==========================
 ``grid``           none             no              no                   enumerate in space order
 ``random``         none             no              no                   uniform, without repeats
-``xgb``            XGBoost          no              yes, per batch       simulated annealing
+``xgb``            XGBoost          no              yes, per batch       model's top (*)
 ``analytical``     analytical       yes             no                   model ranking
-``analytical+xgb`` XGBoost          analytical      yes, per batch       simulated annealing + eps
+``analytical+xgb`` XGBoost          analytical      yes, per batch       model's top (*) + eps
 =================  ===============  ==============  ===================  ==========================
+
+(*) the whole space scored in one prediction up to ``optimizer``'s ``exhaustive_limit`` (50k configs:
+every GEMM space so far), simulated annealing beyond.
 
 Failed trials are kept and scored 0 (TVM does the same) so the learned model learns where the
 invalid regions are; they are never reported as best. Every tuner is deterministic given its seed.
+
+Seeds (``seed_configs``): configs every tuner proposes first, in the order given, before its own
+proposals: ``session.tune`` passes what dispatch knows about the workload (``Dispatcher.seeds``:
+the config an untuned call would run, then the best configs of the nearest measured shapes), so a
+tuned result is never slower than the untuned call (up to timing noise). Seeds outside the space
+(rejected by the shape rules, the resource model or a ``top_k``) are skipped; a seed is measured
+once, like any trial, and a learned model fits its measurement with the rest.
 
 Early stop (``EarlyStop``, on by default in ``alcop-tune tune``): after a batch, a run ends before
 its budget when both hold:
 
 1. stalled: the best time has not improved by more than ``min_gain`` over the last ``patience``
-   trials (and at least ``min_trials`` were measured);
+   trials (and at least ``min_trials`` were measured, seeds included: a good seed found first makes
+   the rule fire as soon as ``min_trials`` allows, which is what seeding is for);
 2. unlikely to beat: no config of the batch the tuner would propose next is predicted faster than
    the best measured time, where a config's prediction is its analytical time scaled by the most
    favourable ratio of measured to analytical time among this run's valid trials (the model's
@@ -73,7 +84,8 @@ class EarlyStop:
     Args:
         patience: trials without an improvement of more than ``min_gain`` before stopping is considered.
         min_gain: relative improvement of the best time that counts as progress (0.01: 1 %).
-        min_trials: trials this run measures at least.
+        min_trials: trials this run measures at least, seeds included (a run seeded with 16 configs
+            measures at least ``min_trials - 16`` of its tuner's own).
 
     The defaults come from replaying ``analytical+xgb`` with a budget of 50 on the recorded H100 grids
     (``benchmarks/early_stop_replay.py``; its report is ``benchmarks/results/early_stop_replay/``):
@@ -106,6 +118,8 @@ class TuneResult:
     seconds: float = 0.0
     interrupted: bool = False
     early_stopped: bool = False  # ended before its budget by ``EarlyStop``
+    seed_trials: int = 0  # trials that measured a seed config (``Tuner.seed_configs``)
+    best_is_seed: bool = False  # the best trial measured a seed: the tuner's own proposals found nothing faster
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase (``timing.PHASES``)
 
     @property
@@ -127,7 +141,7 @@ class Tuner(ABC):
 
     name = "tuner"
 
-    def __init__(self, space: ConfigSpace, *, seed: int = 0) -> None:
+    def __init__(self, space: ConfigSpace, *, seed: int = 0, seed_configs: Sequence[KernelConfig] = ()) -> None:
         self.space = space
         self.seed = seed
         self.rng = np.random.default_rng(seed)
@@ -136,13 +150,30 @@ class Tuner(ABC):
         # Configs the next batch will probably hold, named by ``next_batch``: compiled ahead while
         # the current batch is measured.
         self.upcoming: list[KernelConfig] = []
+        given = list(dict.fromkeys(seed_configs))
+        self.seed_configs = [c for c in given if c in space]
+        self.skipped_seeds = [c for c in given if c not in space]  # outside the space: never proposed
 
     def has_next(self) -> bool:
         return len(self.visited) < len(self.space)
 
-    @abstractmethod
     def next_batch(self, n: int) -> list[KernelConfig]:
-        """Up to ``n`` unvisited configs to measure next (and sets ``upcoming``)."""
+        """Up to ``n`` unvisited configs to measure next: pending seeds first, then the tuner's own
+        ``propose`` (which sets ``upcoming``; seeds still pending lead it)."""
+        pending = [c for c in self.seed_configs if c not in self.visited]
+        batch = pending[:n]
+        # Marked at once so that ``propose`` does not pick them too (``tune`` marks the whole batch as well).
+        self.visited.update(batch)
+        if len(batch) < n:
+            batch += self.propose(n - len(batch))
+        else:
+            self.upcoming = []
+        self.upcoming = (pending[n:] + self.upcoming)[:n]
+        return batch
+
+    @abstractmethod
+    def propose(self, n: int) -> list[KernelConfig]:
+        """Up to ``n`` unvisited configs chosen by the tuner (and sets ``upcoming``)."""
 
     def best_is_ahead(self, proposals: Sequence[KernelConfig]) -> bool:
         """Whether no config of ``proposals`` is predicted faster than the best measured one (rule 2 of
@@ -219,6 +250,9 @@ class Tuner(ABC):
                             break
         except KeyboardInterrupt:
             res.interrupted = True
+        seeds = set(self.seed_configs)
+        res.seed_trials = sum(t.config in seeds for t in res.trials)
+        res.best_is_seed = res.best is not None and res.best.config in seeds
         res.seconds = time.perf_counter() - t0
         return res
 
@@ -226,15 +260,15 @@ class Tuner(ABC):
 class FixedOrderTuner(Tuner):
     """Proposes configs in an order fixed up front; measurements change nothing."""
 
-    def __init__(self, space: ConfigSpace, *, seed: int = 0) -> None:
-        super().__init__(space, seed=seed)
+    def __init__(self, space: ConfigSpace, *, seed: int = 0, seed_configs: Sequence[KernelConfig] = ()) -> None:
+        super().__init__(space, seed=seed, seed_configs=seed_configs)
         self._order = self.order()
 
     @abstractmethod
     def order(self) -> Sequence[KernelConfig]:
         """Every config of the space, in proposal order."""
 
-    def next_batch(self, n: int) -> list[KernelConfig]:
+    def propose(self, n: int) -> list[KernelConfig]:
         ahead = [c for c in self._order if c not in self.visited][: 2 * n]
         self.upcoming = ahead[n:]
         return ahead[:n]
@@ -268,7 +302,8 @@ class AnalyticalTuner(FixedOrderTuner):
 
 
 class ModelBasedTuner(Tuner):
-    """Fit a cost model to every measurement, propose its maxima found by simulated annealing.
+    """Fit a cost model to every measurement, propose its maxima (``optimizer.SimulatedAnnealingOptimizer``:
+    the whole space scored at once where it is small enough, simulated annealing beyond).
 
     Args:
         model: the cost model (refit after every batch).
@@ -277,14 +312,15 @@ class ModelBasedTuner(Tuner):
     """
 
     def __init__(self, space: ConfigSpace, model: CostModel, *, seed: int = 0, eps: float = 0.05,
-                 random_start: bool = False, optimizer: SimulatedAnnealingOptimizer | None = None) -> None:
-        super().__init__(space, seed=seed)
+                 random_start: bool = False, optimizer: SimulatedAnnealingOptimizer | None = None,
+                 seed_configs: Sequence[KernelConfig] = ()) -> None:
+        super().__init__(space, seed=seed, seed_configs=seed_configs)
         self.model, self.eps, self.random_start = model, eps, random_start
         self.optimizer = optimizer or SimulatedAnnealingOptimizer(space)
 
-    def next_batch(self, n: int) -> list[KernelConfig]:
-        free = [c for c in self.space.configs if c not in self.visited]
+    def propose(self, n: int) -> list[KernelConfig]:
         if self.random_start and not self.model.trained:
+            free = [c for c in self.space.configs if c not in self.visited]
             return [free[int(i)] for i in self.rng.choice(len(free), size=min(n, len(free)), replace=False)]
         # Explore only once something was measured: before that, the prior's best guesses are
         # worth more than random configs (and the 10-trial budget is what users feel).
@@ -295,11 +331,12 @@ class ModelBasedTuner(Tuner):
                                               best_seen)
         picks, self.upcoming = ranked[: n - n_random], ranked[n - n_random:]
         # Exploration slots, and any the optimizer could not fill, get uniform random configs.
-        chosen = set(picks)
-        rest = [c for c in free if c not in chosen]
-        k = min(len(rest), n - len(picks))
-        if k > 0:
-            picks += [rest[int(i)] for i in self.rng.choice(len(rest), size=k, replace=False)]
+        if len(picks) < n:  # (the unvisited remainder is listed only then: a pass over the whole space)
+            chosen = set(picks)
+            rest = [c for c in self.space.configs if c not in self.visited and c not in chosen]
+            k = min(len(rest), n - len(picks))
+            if k > 0:
+                picks += [rest[int(i)] for i in self.rng.choice(len(rest), size=k, replace=False)]
         return picks
 
     def update(self, trials: Sequence[Trial]) -> None:
@@ -311,9 +348,10 @@ class XGBTuner(ModelBasedTuner):
 
     name = "xgb"
 
-    def __init__(self, space: ConfigSpace, *, seed: int = 0, eps: float = 0.05) -> None:
+    def __init__(self, space: ConfigSpace, *, seed: int = 0, eps: float = 0.05,
+                 seed_configs: Sequence[KernelConfig] = ()) -> None:
         super().__init__(space, XGBoostCostModel(space, pretrain=False, seed=seed), seed=seed, eps=eps,
-                         random_start=True)
+                         random_start=True, seed_configs=seed_configs)
 
 
 class AnalyticalXGBTuner(ModelBasedTuner):
@@ -321,21 +359,23 @@ class AnalyticalXGBTuner(ModelBasedTuner):
 
     name = "analytical+xgb"
 
-    def __init__(self, space: ConfigSpace, *, seed: int = 0, eps: float = 0.05) -> None:
-        super().__init__(space, XGBoostCostModel(space, pretrain=True, seed=seed), seed=seed, eps=eps)
+    def __init__(self, space: ConfigSpace, *, seed: int = 0, eps: float = 0.05,
+                 seed_configs: Sequence[KernelConfig] = ()) -> None:
+        super().__init__(space, XGBoostCostModel(space, pretrain=True, seed=seed), seed=seed, eps=eps,
+                         seed_configs=seed_configs)
 
 
 _CLASSES: dict[str, type[Tuner]] = {"grid": GridTuner, "random": RandomTuner, "xgb": XGBTuner,
                                     "analytical": AnalyticalTuner, "analytical+xgb": AnalyticalXGBTuner}
 
 
-def make_tuner(name: str, space: ConfigSpace, *, seed: int = 0) -> Tuner:
-    """A tuner by name (one of TUNERS)."""
+def make_tuner(name: str, space: ConfigSpace, *, seed: int = 0, seed_configs: Sequence[KernelConfig] = ()) -> Tuner:
+    """A tuner by name (one of TUNERS), proposing ``seed_configs`` first (the module docstring)."""
     try:
         cls = _CLASSES[name]
     except KeyError:
         raise TuningError(f"tuner {name!r} is unknown; expected one of {TUNERS}") from None
-    return cls(space, seed=seed)
+    return cls(space, seed=seed, seed_configs=seed_configs)
 
 
 __all__ = ["TUNERS", "EarlyStop", "Trial", "TuneResult", "Tuner", "FixedOrderTuner", "GridTuner", "RandomTuner", "AnalyticalTuner",

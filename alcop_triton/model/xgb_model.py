@@ -36,7 +36,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..records import KernelConfig, Workload
-from .analytical import estimate
+from .analytical import Estimate, estimate
 from .data import Measurement
 from .features import FEATURE_NAMES, FEATURE_VERSION, featurize
 from .hardware import GPUSpec
@@ -47,7 +47,8 @@ _EFF = FEATURE_NAMES.index("pred_efficiency")
 _MIN_EFF = 1e-3   # efficiency floor for the prior (invalid configs, NaN)
 
 
-def _xgb() -> Any:
+def xgboost_module() -> Any:
+    """The xgboost package, or an ImportError saying how to get it (imported on first use only)."""
     try:
         import xgboost
     except ImportError as e:  # only the learned model needs it; the analytical model does not
@@ -115,6 +116,21 @@ class XGBCostModel:
         self._rows: dict[tuple[Workload, KernelConfig], tuple[np.ndarray, float]] = {}
 
     # -- data -----------------------------------------------------------------------------------
+    def features(self, workload: Workload, configs: Sequence[KernelConfig],
+                 estimates: Sequence[Estimate] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Feature rows of ``configs`` on ``workload`` and their analytical times (s).
+
+        ``estimates`` (the analytical estimate of each config, as ``ConfigSpace.details`` holds them)
+        spares running the analytical model again; rows computed from them are not memoised (a caller
+        passing a whole space keeps its own matrix).
+        """
+        if estimates is None:
+            return self._features(workload, configs)
+        if not configs:
+            return np.zeros((0, len(FEATURE_NAMES))), np.zeros(0)
+        x = np.stack([featurize(workload, c, self.spec, e) for c, e in zip(configs, estimates, strict=True)])
+        return x, np.array([e.time_s for e in estimates])
+
     def _features(self, workload: Workload, configs: Sequence[KernelConfig]) -> tuple[np.ndarray, np.ndarray]:
         rows = self._rows
         for c in configs:
@@ -157,12 +173,12 @@ class XGBCostModel:
         return self.prior_strength * np.log(np.clip(eff, _MIN_EFF, None))
 
     def _dmatrix(self, x: np.ndarray, y: np.ndarray | None = None) -> Any:
-        d = _xgb().DMatrix(x, label=y, feature_names=FEATURE_NAMES, nthread=self.params["nthread"])
+        d = xgboost_module().DMatrix(x, label=y, feature_names=FEATURE_NAMES, nthread=self.params["nthread"])
         d.set_base_margin(self._margin(x))
         return d
 
     def _boost(self, rounds: int, fresh: bool) -> None:
-        xgb = _xgb()
+        xgb = xgboost_module()
         x, y, sizes, weights = self._groups()
         d = self._dmatrix(x, y)
         if self._ranking:
@@ -175,11 +191,15 @@ class XGBCostModel:
         self._base_offset = None
 
     # -- public API ----------------------------------------------------------------------------
-    def pretrain(self, workloads: Iterable[Workload], configs: Sequence[KernelConfig]) -> "XGBCostModel":
-        """Fit from scratch on analytical pseudo-labels of every config on every workload."""
+    def pretrain(self, workloads: Iterable[Workload], configs: Sequence[KernelConfig],
+                 features: dict[Workload, tuple[np.ndarray, np.ndarray]] | None = None) -> "XGBCostModel":
+        """Fit from scratch on analytical pseudo-labels of every config on every workload.
+
+        ``features``: a workload's rows and analytical times of ``configs`` computed already (``features``).
+        """
         cfgs = list(configs)
         for wl in workloads:
-            x, pred = self._features(wl, cfgs)
+            x, pred = features[wl] if features is not None and wl in features else self._features(wl, cfgs)
             self._pseudo[wl] = (cfgs, x, pred)
         self._boost(self.n_estimators, fresh=True)
         return self
@@ -201,7 +221,14 @@ class XGBCostModel:
             raise RuntimeError("XGBCostModel.predict: call pretrain() or update() (or load()) first")
         if not configs:
             return np.zeros(0)
-        x, _ = self._features(workload, configs)
+        return self.predict_features(self._features(workload, configs)[0])
+
+    def predict_features(self, x: np.ndarray) -> np.ndarray:
+        """``predict`` on feature rows computed already (``features``): one call scores a whole space."""
+        if self._booster is None:
+            raise RuntimeError("XGBCostModel.predict: call pretrain() or update() (or load()) first")
+        if not len(x):
+            return np.zeros(0)
         # In place, no DMatrix: building one cost ~20 ms a call, most of a tuner's model time when its
         # optimizer scores 128 configs per step; the same trees and margin.
         if self._ranking:
@@ -259,7 +286,7 @@ class XGBCostModel:
                     objective=p["objective"], measured_weight=meta["measured_weight"],
                     prior_strength=meta["prior_strength"], nthread=p["nthread"],
                     seed=p["seed"])
-        booster = _xgb().Booster()
+        booster = xgboost_module().Booster()
         booster.load_model(str(path))
         model._booster = booster
         model._base_offset = None

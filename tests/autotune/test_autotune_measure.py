@@ -69,3 +69,24 @@ def test_process_measurer_survives_hang_and_crashes():
     assert by[hang].error is ErrorKind.TIMEOUT
     assert by[run_crash].error is ErrorKind.RUNTIME and "died" in by[run_crash].message
     assert by[build_crash].error is ErrorKind.COMPILE
+
+
+def test_graph_timer_gets_the_fastest_graph_time_so_far(monkeypatch):
+    # The device timer is replaced (no GPU here): it answers scripted times and records the bound it
+    # was given, which ``graph_time`` uses to stop configs SLOW_RATIO times slower than it early.
+    from alcop_triton.autotune import measure
+
+    times = {64: (0.05, "cuda_graph"), 256: (0.02, "cuda_graph"), 128: (0.5, "do_bench")}  # by block_n
+    bounds = []
+
+    def fake_time_gpu(runner, seed, best_graph_ms=None):
+        bounds.append(best_graph_ms)
+        return times[runner.config.block_n]
+
+    monkeypatch.setattr(measure, "time_gpu", fake_time_gpu)
+    m = LocalMeasurer(W, "gpu-under-test", factory=FACTORY, compile_threads=1)
+    res = m.measure([KernelConfig(256, n, 32) for n in (64, 256, 128)])
+    assert [r.ok for r in res] == [True, True, True] and bounds == [None, 0.05, 0.02]
+    # A do_bench time (another timer) never becomes the bound; a failed config changes nothing.
+    res = m.measure([KernelConfig(128, 64, 32), KernelConfig(256, 64, 32, smem_stages=3)])
+    assert res[0].error is ErrorKind.WRONG_ANSWER and bounds[-1] == 0.02 and m.best_graph_ms == 0.02

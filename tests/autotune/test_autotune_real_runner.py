@@ -33,3 +33,22 @@ def test_gpu_tune_small_matmul(tmp_path):
     # A 512x512x1024 fp16 GEMM runs in microseconds: timed under a CUDA graph.
     assert {t.result.timer for t in ok} <= {"cuda_graph", "do_bench"}
     assert db.best(w, target.key).config == res.best.config
+
+
+@pytest.mark.gpu
+def test_graph_time_follows_do_bench_cudagraph_and_stops_slow_configs_early():
+    import torch
+    import triton.testing
+
+    from alcop_triton.autotune import measure
+
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    b = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+
+    def call() -> None:
+        torch.matmul(a, b)
+
+    ref = triton.testing.do_bench_cudagraph(call, rep=20, return_mode="median")
+    full = measure.graph_time(call)
+    stopped = measure.graph_time(call, stop_above_ms=0.0)  # "slower than the best" from the first replay
+    assert abs(full - ref) <= 0.1 * ref and abs(stopped - ref) <= 0.1 * ref

@@ -38,3 +38,6 @@ def test_dry_run_in_the_interpreter(tmp_path):
     assert cmp["max_rel_error"] <= 1e-2
     md = (out / "tune_speed.md").read_text()
     assert "cpu (triton interpreter)" in md and "| 1 | 48x40x64 |" in md and report["environment"]["torch"] in md
+    # Seeding is on by default and the report says so (the tiny shape's seeds: dispatch's small-problem picks).
+    assert report["seeding"] is True and run["seeding"] is True and "Seeding on" in md
+    assert 0 <= run["tune"]["seed_trials"] <= 2

@@ -1,0 +1,130 @@
+"""Seeds: every tuner measures dispatch's configs first, once each; --no-seed restores the tuner's own order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import test_autotune_session as session_test
+
+from alcop_triton import cli
+from alcop_triton.autotune import session as session_mod
+from alcop_triton.autotune.cost_model import XGBoostCostModel
+from alcop_triton.autotune.database import Database
+from alcop_triton.autotune.dispatch import Dispatcher, transfer, transfer_ranking
+from alcop_triton.autotune.optimizer import SimulatedAnnealingOptimizer
+from alcop_triton.autotune.session import SEED_BATCHES, tune
+from alcop_triton.autotune.space import ConfigSpace, shape_reason
+from alcop_triton.autotune.tuner import TUNERS, TuneResult, make_tuner
+from alcop_triton.records import KernelConfig, Workload
+
+W, TARGET = session_test.W, session_test.TARGET
+SPEC = TARGET.spec
+
+
+@pytest.fixture(scope="module")
+def space() -> ConfigSpace:
+    return ConfigSpace.build(W, SPEC, top_k=300)
+
+
+def _seeds(space: ConfigSpace) -> list[KernelConfig]:
+    # From the slow end of the analytical ranking: no tuner would propose them first on its own.
+    return space.ranked()[-5:][::-1]
+
+
+@pytest.mark.parametrize("name", TUNERS)
+def test_seeds_come_first_and_are_measured_once(name, space):
+    seeds = _seeds(space)
+    measurer = session_test.Scripted()
+    t = make_tuner(name, space, seed=3, seed_configs=seeds + seeds[:2])  # repeats are dropped
+    res = t.tune(measurer, 12, batch_size=4)
+    assert [tr.config for tr in res.trials[:5]] == seeds
+    assert len(res.trials) == 12 and len(set(measurer.seen)) == 12  # nothing measured twice
+    assert res.seed_trials == 5
+
+
+@pytest.mark.parametrize("name", TUNERS)
+def test_without_seeds_the_order_is_the_tuners_own(name, space):
+    plain = make_tuner(name, space, seed=3).tune(session_test.Scripted(), 12, batch_size=4)
+    none = make_tuner(name, space, seed=3, seed_configs=()).tune(session_test.Scripted(), 12, batch_size=4)
+    assert [t.config for t in plain.trials] == [t.config for t in none.trials]
+    assert plain.seed_trials == 0 and not plain.best_is_seed
+
+
+def test_seeds_outside_the_space_are_skipped(space):
+    rejected = KernelConfig(64, 64, 64, smem_stages=8, split_k=8)  # split-K beyond filling the GPU
+    assert shape_reason(W, rejected, SPEC) is not None and rejected not in space
+    ok = _seeds(space)[:2]
+    t = make_tuner("analytical+xgb", space, seed_configs=[rejected, *ok])
+    assert t.skipped_seeds == [rejected] and t.seed_configs == ok
+    res = t.tune(session_test.Scripted(), 6, batch_size=3)
+    assert [tr.config for tr in res.trials[:2]] == ok and rejected not in {tr.config for tr in res.trials}
+
+
+def test_failed_seed_is_recorded_and_never_best(space):
+    failing = KernelConfig(16, 64, 64, smem_stages=3)  # Scripted fails every block_m == 16
+    space = ConfigSpace.from_configs(W, [*space.configs, failing], SPEC)
+    seen = []
+    t = make_tuner("analytical+xgb", space, seed_configs=[failing])
+    res = t.tune(session_test.Scripted(), 8, batch_size=4, on_trial=seen.append)
+    assert seen[0].config == failing and not seen[0].result.ok and seen[0].throughput == 0
+    assert res.best is not None and res.best.config != failing and not res.best_is_seed
+    assert res.seed_trials == 1 and failing not in {c for c in t.propose(4)}  # never proposed again
+
+
+def test_session_seeds_from_dispatch_and_no_seed(tmp_path):
+    db = Database(tmp_path / "t.sqlite")
+    space = ConfigSpace.build(W, SPEC)
+    expected = [c for c in Dispatcher(db).seeds(W, SPEC) if c in space][: SEED_BATCHES * 4]
+    assert expected, "the shipped H100 table should know neighbours of this shape"
+    seeded = tune(W, TARGET, db, tuner="analytical+xgb", n_trials=12, batch_size=4, measurer=session_test.Scripted())
+    assert [t.config for t in seeded.trials[: len(expected)]] == expected
+    # The config an untuned call would run is the first one measured.
+    assert seeded.trials[0].config == Dispatcher(Database(tmp_path / "empty.sqlite")).decide(W, SPEC).config
+    plain = tune(W, TARGET, Database(tmp_path / "u.sqlite"), tuner="analytical+xgb", n_trials=12, batch_size=4,
+                 measurer=session_test.Scripted(), seeding=False)
+    alone = make_tuner("analytical+xgb", space).tune(session_test.Scripted(), 12, batch_size=4)
+    assert [t.config for t in plain.trials] == [t.config for t in alone.trials]
+    assert plain.seed_trials == 0
+
+
+def test_dispatch_seeds_start_with_the_untuned_choice(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALCOP_AUTOTUNE", "1")  # seeds never tune (a tuning run asks for them)
+    d = Dispatcher(Database(tmp_path / "t.sqlite"))
+    w = Workload("matmul", (1000, 1500, 700), "float16", "nt")
+    seeds = d.seeds(w, SPEC)
+    monkeypatch.delenv("ALCOP_AUTOTUNE")
+    assert seeds[0] == Dispatcher(Database(tmp_path / "t.sqlite")).decide(w, SPEC).config
+    assert len(seeds) == len(set(seeds)) > 1
+    records = d._default_records()
+    ranked, detail = transfer_ranking(w, records, SPEC)
+    assert transfer(w, records, SPEC) == (ranked[0], detail)
+    assert all(shape_reason(w, c, SPEC) is None for c in ranked)
+
+
+def test_cli_passes_seeding(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_tune(workload, target, db, **kw):
+        calls.append(kw)
+        return TuneResult(workload, kw["tuner"])
+
+    monkeypatch.setattr(session_mod, "tune", fake_tune)
+    base = ["tune", "matmul", "64x64x64", "--device", "cpu", "--db", str(tmp_path / "t.sqlite"), "--trials", "2"]
+    assert cli.main(base) == 0 and calls[-1]["seeding"] is True
+    assert cli.main(base + ["--no-seed"]) == 0 and calls[-1]["seeding"] is False
+
+
+def test_exhaustive_ranking_is_the_models_top(space):
+    # Spaces up to FULL_SCORING_LIMIT are scored whole: the picks are exactly the model's best unvisited
+    # configs (before, spaces above 2048 configs were annealed: the picks scored at most as high).
+    model = XGBoostCostModel(space, pretrain=True)
+    scores = model.predict(space.configs)
+    exclude = set(space.ranked()[:5])
+    picks = SimulatedAnnealingOptimizer(space).find_maximums(model.predict, 8, exclude, np.random.default_rng(0))
+    reference = [c for _, i, c in sorted((-s, i, c) for i, (c, s) in enumerate(zip(space.configs, scores)))
+                 if c not in exclude][:8]
+    assert picks == reference
+    annealed = SimulatedAnnealingOptimizer(space, exhaustive_limit=0).find_maximums(
+        model.predict, 8, exclude, np.random.default_rng(0))
+    ours, theirs = sorted(model.predict(picks), reverse=True), sorted(model.predict(annealed), reverse=True)
+    assert all(a <= b for a, b in zip(theirs, ours))
