@@ -306,8 +306,9 @@ def time_gpu(runner: Any, seed: int, best_graph_ms: float | None = None) -> tupl
     The choice between the graph timer and ``do_bench`` uses ``graph_time``'s own first estimate
     (5 back-to-back calls over the rotating copies, so on cold inputs) instead of a ``do_bench`` run
     of its own (some 25 ms of launches, L2 zeroed before each): both estimate one call on inputs not
-    in L2, and above some 20 us, where the launch rate no longer hides the kernel, they agree, so
-    only a kernel within noise of ``SMALL_KERNEL_MS`` can change timer. The times each timer returns
+    in L2, and once a kernel outlasts its host-side launch (some 10-20 us, far below the threshold)
+    back-to-back calls time the kernel itself, so they agree and only a kernel within noise of
+    ``SMALL_KERNEL_MS`` can change timer. The times each timer returns
     are unchanged: the graph path is the same capture and replays, and ``do_bench`` times the
     kernel as before (on the first timing set: it zeroes L2 before every call, so which inputs it
     reads makes no difference).
@@ -499,10 +500,10 @@ def _worker_main(conn: Any, workload: dict[str, Any], device: str, opts: dict[st
         except EOFError:
             return
         if msg[0] == "stop":
-            # Every result has been sent and received (the parent asks only between batches), so
-            # nothing is left to do: skip the interpreter's shutdown (finalising torch and triton,
-            # freeing every cached block one by one), which the parent's ``close`` would otherwise
-            # wait for. The operating system frees the process's memory and device context either way.
+            # The parent wants nothing more (every result it waited for was sent synchronously), so
+            # skip the interpreter's shutdown (finalising torch and triton, freeing every cached
+            # block one by one), which the parent's ``close`` would otherwise wait for. The operating
+            # system frees the process's memory and device context either way.
             sys.stdout.flush()
             sys.stderr.flush()
             conn.close()
