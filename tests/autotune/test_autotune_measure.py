@@ -199,3 +199,22 @@ def test_closing_skips_the_childs_interpreter_shutdown(tmp_path, monkeypatch):
     proc = m._proc
     m.close()
     assert proc.exitcode == 0 and not marker.exists()
+
+
+def test_prepare_leaves_the_inputs_to_the_first_batch_when_the_factory_refuses_the_default_config(fake_gpu, monkeypatch):
+    from alcop_triton.autotune import measure
+
+    log, _ = fake_gpu
+
+    def factory(w, c, d):
+        if c == KernelConfig():
+            raise ScheduleError("default config refused")
+        return CountingRunner(w, c, log)
+
+    monkeypatch.setattr(measure, "resolve_factory", lambda spec: factory)
+    m = LocalMeasurer(W, "cuda", factory="refusing", compile_threads=1, seed=100)
+    m.prepare()
+    assert log["made"] == []
+    assert m.measure([KernelConfig(block_m=256, block_n=64)])[0].ok
+    # The warm-up set, the config's check inputs (seed 100), then the two timing sets.
+    assert [s for s, _ in log["made"]] == [100, 100, 100, 101]
