@@ -13,6 +13,7 @@ Timing on GPU: kernels under ``SMALL_KERNEL_MS`` are timed under a CUDA graph (l
 would dominate otherwise; ``graph_time``, Triton's ``do_bench_cudagraph`` with an early exit) over
 rotating input copies larger than L2, so every call reads cold inputs (a graph replay does not
 flush L2 itself); bigger kernels use ``do_bench``, which zeroes a 256 MB buffer before every call.
+Which timer a kernel gets is decided by the graph timer's own first estimate (``graph_time``).
 Both report the median. A config whose first ``GRAPH_MIN_REPLAYS`` graph replays are already
 ``SLOW_RATIO`` times slower than the fastest config this measurer timed stops there (see
 ``graph_time`` for why that is sound). In the Triton interpreter
@@ -31,6 +32,8 @@ import math
 import multiprocessing
 import os
 import statistics
+import sys
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -58,7 +61,7 @@ STARTUP_TIMEOUT_S = 180.0
 """How long a measurement child may take to import torch/triton and build its measurer."""
 
 SMALL_KERNEL_MS = 0.1
-"""Below this (first estimate) a kernel is timed under a CUDA graph."""
+"""Below this (``graph_time``'s first estimate) a kernel is timed under a CUDA graph."""
 
 GRAPH_REP_MS = 20.0
 """Kernel time one CUDA-graph replay covers (the graph holds ``GRAPH_REP_MS / estimate`` launches)."""
@@ -177,7 +180,25 @@ def _rotating_copies(runner: Any, seed: int, l2_bytes: int) -> list[tuple[Any, .
     return [first] + [runner.inputs(seed + i) for i in range(1, n)]
 
 
-_TIMING_SETS: dict[Any, list[tuple[Any, ...]]] = {}
+_WORKLOAD_DATA: dict[tuple[str, Any], list[tuple[Any, ...]]] = {}
+_WORKLOAD_DATA_LOCK = threading.Lock()  # build threads ask for warm-up inputs at once
+
+
+def _per_workload(kind: str, runner: Any, make: Callable[[], list[tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
+    """``make()``'s input sets for ``runner``'s workload, made once per process, workload and ``kind``.
+
+    Only the latest workload's sets of each kind are kept, so device memory stays bounded. A runner
+    without a ``workload`` gets fresh sets every time.
+    """
+    key = getattr(runner, "workload", None)
+    if key is None:
+        return make()
+    with _WORKLOAD_DATA_LOCK:
+        if (kind, key) not in _WORKLOAD_DATA:
+            for k in [k for k in _WORKLOAD_DATA if k[0] == kind]:
+                del _WORKLOAD_DATA[k]
+            _WORKLOAD_DATA[(kind, key)] = make()
+        return _WORKLOAD_DATA[(kind, key)]
 
 
 def _timing_inputs(runner: Any, seed: int, l2_bytes: int) -> list[tuple[Any, ...]]:
@@ -185,15 +206,28 @@ def _timing_inputs(runner: Any, seed: int, l2_bytes: int) -> list[tuple[Any, ...
 
     Every config of a workload times on the same sets: their values do not change a kernel's
     time, and generating them (dozens of MB of random numbers) would otherwise cost more than the
-    timing itself. Only the latest workload's sets are kept, so device memory stays bounded.
+    timing itself.
     """
-    key = getattr(runner, "workload", None)
-    if key is None:
-        return _rotating_copies(runner, seed, l2_bytes)
-    if key not in _TIMING_SETS:
-        _TIMING_SETS.clear()
-        _TIMING_SETS[key] = _rotating_copies(runner, seed, l2_bytes)
-    return _TIMING_SETS[key]
+    return _per_workload("timing", runner, lambda: _rotating_copies(runner, seed, l2_bytes))
+
+
+def _gpu_timing_inputs(runner: Any, seed: int) -> list[tuple[Any, ...]]:
+    """``_timing_inputs`` sized for the current CUDA device's L2."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return _timing_inputs(runner, seed, int(props.L2_cache_size))
+
+
+def _warmup_inputs(runner: Any, seed: int) -> tuple[Any, ...]:
+    """The inputs every config of ``runner``'s workload is warmed up on, made once per process and workload.
+
+    The warm-up launch only JIT-compiles and loads the kernel: nothing reads its output, so the
+    input values are irrelevant. They are a set of their own, never checked or timed, so a kernel
+    that writes out of bounds while warming up can spoil neither another config's check nor the
+    timing sets.
+    """
+    return _per_workload("warmup", runner, lambda: [runner.inputs(seed)])[0]
 
 
 def _launcher(runner: Any, inputs: tuple[Any, ...]) -> Callable[[], Any]:
@@ -210,9 +244,14 @@ def _launcher(runner: Any, inputs: tuple[Any, ...]) -> Callable[[], Any]:
     return lambda: runner.run(inputs)
 
 
-def graph_time(call: Callable[[], Any], stop_above_ms: float | None = None) -> float:
+def graph_time(call: Callable[[], Any], stop_above_ms: float | None = None,
+               eager_from_ms: float | None = None) -> float | None:
     """Median time (ms) per ``call`` under a CUDA graph: ``triton.testing.do_bench_cudagraph(call,
-    rep=GRAPH_REP_MS, return_mode="median")``, which it follows step for step, with one exit.
+    rep=GRAPH_REP_MS, return_mode="median")``, which it follows step for step, with two exits.
+
+    ``eager_from_ms``: when the first estimate (one warm-up call, then the mean of 5 back-to-back
+    calls, which also sizes the graph) is at least this, nothing is captured and None is returned:
+    the caller times the kernel eagerly instead.
 
     The graph holds ``GRAPH_REP_MS`` of launches; each replay gives one per-launch time, and the result
     is the median of ``GRAPH_REPLAYS`` of them. When the median of the first ``GRAPH_MIN_REPLAYS`` is
@@ -236,6 +275,8 @@ def graph_time(call: Callable[[], Any], stop_above_ms: float | None = None) -> f
         end.record()
         torch.cuda.synchronize()
         estimate_ms = start.elapsed_time(end) / 5
+        if eager_from_ms is not None and estimate_ms >= eager_from_ms:
+            return None
         n_repeat = max(1, int(GRAPH_REP_MS / estimate_ms)) if estimate_ms > 0 else 1000
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -261,28 +302,36 @@ def time_gpu(runner: Any, seed: int, best_graph_ms: float | None = None) -> tupl
 
     ``best_graph_ms``: the fastest graph time of the workload so far (``graph_time`` stops a config
     ``SLOW_RATIO`` times slower than it early).
+
+    The choice between the graph timer and ``do_bench`` uses ``graph_time``'s own first estimate
+    (5 back-to-back calls over the rotating copies, so on cold inputs) instead of a ``do_bench`` run
+    of its own (some 25 ms of launches, L2 zeroed before each): both estimate one call on inputs not
+    in L2, and once a kernel outlasts its host-side launch (some 10-20 us, far below the threshold)
+    back-to-back calls time the kernel itself, so they agree and only a kernel within noise of
+    ``SMALL_KERNEL_MS`` can change timer. The times each timer returns
+    are unchanged: the graph path is the same capture and replays, and ``do_bench`` times the
+    kernel as before (on the first timing set: it zeroes L2 before every call, so which inputs it
+    reads makes no difference).
     """
     import torch
     import triton.testing
 
-    launch = _launcher(runner, runner.inputs(seed))
-    estimate = triton.testing.do_bench(launch, warmup=5, rep=20, return_mode="median")
-    if estimate < SMALL_KERNEL_MS:
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        launches = [_launcher(runner, x) for x in _timing_inputs(runner, seed, int(props.L2_cache_size))]
-        state = {"i": 0}
+    launches = [_launcher(runner, x) for x in _gpu_timing_inputs(runner, seed)]
+    state = {"i": 0}
 
-        def call() -> None:
-            state["i"] = (state["i"] + 1) % len(launches)
-            launches[state["i"]]()
+    def call() -> None:
+        state["i"] = (state["i"] + 1) % len(launches)
+        launches[state["i"]]()
 
-        try:
-            return graph_time(call, None if best_graph_ms is None else SLOW_RATIO * best_graph_ms), "cuda_graph"
-        except RuntimeError:
-            # Some launches cannot be captured (host-side TMA descriptors, allocator hooks): time
-            # them eagerly rather than fail a config that runs fine.
-            torch.cuda.synchronize()
-    return float(triton.testing.do_bench(launch, warmup=25, rep=100, return_mode="median")), "do_bench"
+    try:
+        t = graph_time(call, None if best_graph_ms is None else SLOW_RATIO * best_graph_ms, SMALL_KERNEL_MS)
+        if t is not None:
+            return t, "cuda_graph"
+    except RuntimeError:
+        # Some launches cannot be captured (host-side TMA descriptors, allocator hooks): time
+        # them eagerly rather than fail a config that runs fine.
+        torch.cuda.synchronize()
+    return float(triton.testing.do_bench(launches[0], warmup=25, rep=100, return_mode="median")), "do_bench"
 
 
 def time_cpu(runner: Any, seed: int, reps: int = 3) -> tuple[float, str]:
@@ -330,25 +379,52 @@ class LocalMeasurer:
         self._make_runner = resolve_factory(factory)
         self.best_graph_ms: float | None = None  # fastest CUDA-graph time of this workload so far
 
-    def _build(self, config: KernelConfig, seed: int) -> tuple[Any, MeasureResult | None]:
-        """The config's runner, warmed up; or the failure that prevented it."""
+    def prepare(self) -> None:
+        """Create the device context and the workload's warm-up and timing inputs now (a measurement
+        child does this while its parent builds the space and model) instead of during the first batch.
+
+        The inputs do not depend on the config (a runner's ``inputs`` is the workload's), so any
+        config's runner makes them; a factory that refuses the default config leaves them to the first
+        batch. Nothing is launched or timed.
+        """
+        if not self.device.startswith("cuda"):
+            return
+        import torch
+
+        torch.empty(1, device=self.device)
+        try:
+            runner = self._make_runner(self.workload, KernelConfig(), self.device)
+        except Exception:  # noqa: BLE001 - the first batch makes the inputs instead
+            return
+        _warmup_inputs(runner, self.seed)
+        _gpu_timing_inputs(runner, self.seed)
+
+    def _build(self, config: KernelConfig, seed: int) -> tuple[Any, tuple[Any, ...] | None, MeasureResult | None]:
+        """The config's runner, warmed up, and its check inputs; or the failure that prevented them."""
         try:
             runner = self._make_runner(self.workload, config, self.device)
         except Exception as exc:  # noqa: BLE001 - every failure is a data point, scored 0
-            return None, MeasureResult(config, None, classify(exc, "build"), _message(exc))
+            return None, None, MeasureResult(config, None, classify(exc, "build"), _message(exc))
         if not self.device.startswith("cpu"):
             try:
                 # The first launch JIT-compiles: doing it here puts compilation in the parallel
                 # phase. Triton's compile errors are recognised by type; anything else is runtime.
-                runner.run(runner.inputs(seed))
+                runner.run(_warmup_inputs(runner, self.seed))
             except Exception as exc:  # noqa: BLE001
-                return None, MeasureResult(config, None, classify(exc, "run"), _message(exc))
-        return runner, None
-
-    def _measure_one(self, runner: Any, config: KernelConfig, seed: int) -> MeasureResult:
+                return None, None, MeasureResult(config, None, classify(exc, "run"), _message(exc))
         try:
-            if self.check:
-                inputs = runner.inputs(seed)
+            # The check's fresh random inputs (seed ``seed``, untouched by any kernel until the check)
+            # are drawn here, in the parallel phase: generating them (random numbers on the host, then
+            # a copy) costs as much as timing a small kernel, and the values are the same wherever
+            # they are drawn.
+            inputs = runner.inputs(seed) if self.check else None
+        except Exception as exc:  # noqa: BLE001
+            return None, None, MeasureResult(config, None, classify(exc, "run"), _message(exc))
+        return runner, inputs, None
+
+    def _measure_one(self, runner: Any, config: KernelConfig, seed: int, inputs: tuple[Any, ...] | None) -> MeasureResult:
+        try:
+            if inputs is not None:
                 ref = runner.reference(inputs)
                 out = _poisoned_run(runner, inputs)
                 if self.device.startswith("cuda"):
@@ -379,14 +455,14 @@ class LocalMeasurer:
         """
         emit = event or (lambda *a: None)
         results: list[MeasureResult | None] = [None] * len(configs)
-        runners: dict[int, Any] = {}
+        runners: dict[int, tuple[Any, tuple[Any, ...] | None]] = {}
 
         def done(i: int, r: MeasureResult) -> None:
             results[i] = r
             if on_result is not None:
                 on_result(r)
 
-        def build(i: int) -> tuple[int, Any, MeasureResult | None]:
+        def build(i: int) -> tuple[int, Any, tuple[Any, ...] | None, MeasureResult | None]:
             return (i, *self._build(configs[i], self.seed + i))
 
         if self.compile_threads > 1 and len(configs) > 1:
@@ -401,20 +477,22 @@ class LocalMeasurer:
             for i in range(len(configs)):
                 emit("begin", i, "build")
                 built.append(build(i))
-        for i, runner, failure in built:
+        for i, runner, inputs, failure in built:
             if failure is not None:
                 done(i, failure)
             else:
-                runners[i] = runner
+                runners[i] = (runner, inputs)
         for i in sorted(runners):
             emit("begin", i, "run")
-            done(i, self._measure_one(runners.pop(i), configs[i], self.seed + i))
+            runner, inputs = runners.pop(i)
+            done(i, self._measure_one(runner, configs[i], self.seed + i, inputs))
         return [r for r in results if r is not None]
 
 
 def _worker_main(conn: Any, workload: dict[str, Any], device: str, opts: dict[str, Any]) -> None:
     """Child process: measure batches sent by a ProcessMeasurer until told to stop."""
     local = LocalMeasurer(Workload.from_dict(workload), device, **opts)
+    local.prepare()
     conn.send(("ready",))  # imports done: from here on the parent's per-step timeout applies
     while True:
         try:
@@ -422,7 +500,14 @@ def _worker_main(conn: Any, workload: dict[str, Any], device: str, opts: dict[st
         except EOFError:
             return
         if msg[0] == "stop":
-            return
+            # The parent wants nothing more (every result it waited for was sent synchronously), so
+            # skip the interpreter's shutdown (finalising torch and triton, freeing every cached
+            # block one by one), which the parent's ``close`` would otherwise wait for. The operating
+            # system frees the process's memory and device context either way.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            conn.close()
+            os._exit(0)
         _, config_dicts, seed = msg
         local.seed = seed
 

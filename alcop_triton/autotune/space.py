@@ -22,13 +22,14 @@ smallest shared-memory footprint is kept and compilation gets the last word.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import operator
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from ..errors import ScheduleError, TuningError
 from ..records import KernelConfig, Workload
@@ -41,6 +42,24 @@ KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_
                                "reg_stages", "reg_split", "async_copy", "persistent", "split_k")
 _knob_values = operator.attrgetter(*KNOB_NAMES)
 _LOCKS = threading.Lock()  # guards the creation of each space's own lock (``ConfigSpace.details``)
+
+
+class Candidate(NamedTuple):
+    """One combination of knob values before it is made a ``KernelConfig`` (fields as ``KNOB_NAMES``):
+    what ``shape_reason`` and ``variant_ok`` read. Most combinations of a space fail those rules, and
+    a tuple is much cheaper to make than a validated ``KernelConfig``."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    smem_stages: int
+    reg_stages: int
+    reg_split: int
+    async_copy: str
+    persistent: bool
+    split_k: int
 
 
 @dataclass(frozen=True)
@@ -91,7 +110,7 @@ def default_knobs(op: str) -> Knobs:
     return Knobs()
 
 
-def variant_ok(config: KernelConfig, variant: str) -> bool:
+def variant_ok(config: KernelConfig | Candidate, variant: str) -> bool:
     """Whether ``config`` belongs to an ablation variant."""
     if variant == "none":
         return config.smem_stages == 1 and config.reg_stages == 1
@@ -115,11 +134,18 @@ def _cc_tuple(cc: Any) -> tuple[int, int]:
     return int(cc[0]), int(cc[1])
 
 
-def shape_reason(workload: Workload, c: KernelConfig, spec: Any | None) -> str | None:
-    """Why a config is pointless or impossible for this shape/GPU before any model runs, or None."""
+@functools.lru_cache(maxsize=64)
+def _tile_limits(workload: Workload) -> tuple[int, int, int, int, int, int, int]:
+    """The workload's GEMM dims and the largest useful tile per dim: ``shape_reason`` runs once per
+    candidate (hundreds of thousands per space), these once per workload."""
     batch, m, n, k = workload.gemm_dims()
-    if c.block_m > max(16, _next_pow2(m)) or c.block_n > max(16, _next_pow2(n)) \
-            or c.block_k > max(16, _next_pow2(k)):
+    return batch, m, n, k, max(16, _next_pow2(m)), max(16, _next_pow2(n)), max(16, _next_pow2(k))
+
+
+def shape_reason(workload: Workload, c: KernelConfig | Candidate, spec: Any | None) -> str | None:
+    """Why a config is pointless or impossible for this shape/GPU before any model runs, or None."""
+    batch, m, n, k, top_m, top_n, top_k = _tile_limits(workload)
+    if c.block_m > top_m or c.block_n > top_n or c.block_k > top_k:
         return "tile larger than the problem"
     trips = math.ceil(math.ceil(k / c.block_k) / c.split_k)  # chunks of one program (one split-K slice)
     if c.split_k > 1:
@@ -228,6 +254,7 @@ class ConfigSpace:
         knobs = knobs or default_knobs(workload.op)
         pruned: Counter[str] = Counter()
         candidates: list[KernelConfig] = []
+        bad = _invalid_values(knobs)
         batch, m, n, k = workload.gemm_dims()
         splits = [s for s in knobs.split_k if s > 1]
         # The tile rule on its own knobs first: on small problems it removes most of the product, which
@@ -242,13 +269,13 @@ class ConfigSpace:
             kw = dict(zip(KNOB_NAMES, values))
             tiles = batch * math.ceil(m / kw["block_m"]) * math.ceil(n / kw["block_n"])
             if 1 in knobs.split_k:
-                candidates += _one(workload, kw | {"split_k": 1}, spec, variant, pruned)
+                candidates += _one(workload, kw | {"split_k": 1}, spec, variant, pruned, bad)
             if spec is not None and tiles >= spec.num_sms:
                 # split-K only for few tiles: counted in bulk, since most of a large grid's combinations land here
                 pruned["split-K with enough tiles to fill the GPU"] += len(splits)
                 continue
             for sk in splits:
-                candidates += _one(workload, kw | {"split_k": sk}, spec, variant, pruned)
+                candidates += _one(workload, kw | {"split_k": sk}, spec, variant, pruned, bad)
         if not candidates:
             raise TuningError(f"no config of {knobs} fits {workload.key()} (variant {variant!r}); widen the knobs")
         configs = candidates
@@ -350,25 +377,46 @@ class ConfigSpace:
         return c
 
 
-def _one(workload: Workload, kw: dict[str, Any], spec: Any, variant: str, pruned: Counter[str]) -> list[KernelConfig]:
+def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
+    """(knob, type, value) of every value ``KernelConfig`` refuses on its own.
+
+    ``KernelConfig``'s rules each read one knob, except two combinations (``reg_split`` against
+    ``block_k``, ``split_k`` with ``persistent``) that ``_one`` checks itself: so a combination is refused
+    exactly when one of these values is in it or one of those two holds. Each value is tried beside
+    ``block_k=512``, which admits every ``reg_split``, and the defaults, which admit the rest. The type is
+    part of the key so that ``True`` and ``1`` stay apart.
+    """
+    bad: set[tuple[str, type, Any]] = set()
+    for name, values in zip(KNOB_NAMES, knobs.values()):
+        for v in values:
+            try:
+                KernelConfig(**{"block_k": 512, name: v})
+            except ScheduleError:
+                bad.add((name, type(v), v))
+    return frozenset(bad)
+
+
+def _one(workload: Workload, kw: dict[str, Any], spec: Any, variant: str, pruned: Counter[str],
+         bad: frozenset[tuple[str, type, Any]]) -> list[KernelConfig]:
     """``[config]`` if the knob values make a valid config that passes the shape rules and the variant, else []
-    (with the reason counted in ``pruned``)."""
-    if (kw["persistent"] and kw["split_k"] > 1) or kw["block_k"] // kw["reg_split"] < 16:
+    (with the reason counted in ``pruned``). ``bad``: ``_invalid_values`` of the knobs.
+
+    The rules run on a ``Candidate`` and only a survivor is made a ``KernelConfig``, whose checks then
+    cannot fail: the outcome and the reason counted are those of making the config first.
+    """
+    if (kw["persistent"] and kw["split_k"] > 1) or kw["block_k"] // kw["reg_split"] < 16 \
+            or (bad and any((name, type(v), v) in bad for name, v in kw.items())):
         # KernelConfig would refuse these; skipping them here keeps large grids fast to enumerate
         pruned["invalid knob combination"] += 1
         return []
-    try:
-        c = KernelConfig(**kw)
-    except ScheduleError:
-        pruned["invalid knob combination"] += 1
-        return []
+    c = Candidate(**kw)
     why = shape_reason(workload, c, spec)
     if why is None and not variant_ok(c, variant):
         why = f"outside variant {variant!r}"
     if why is not None:
         pruned[why] += 1
         return []
-    return [c]
+    return [KernelConfig(**kw)]
 
 
 def _reason_class(reason: str) -> str:

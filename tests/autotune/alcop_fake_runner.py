@@ -4,11 +4,13 @@ Behaviour by config: block_n=16 -> ScheduleError at build (invalid_config); bloc
 OutOfResources at build; block_k=128 -> the process dies while building (compile crash);
 block_m=16 -> run raises (runtime); block_m=32 -> run hangs (timeout); block_m=64 with
 block_n=128 -> the process dies while running; block_m=128 -> wrong answer; anything else computes
-a correct matmul on CPU.
+a correct matmul on CPU. With ALCOP_FAKE_RUNNER_EXIT_MARKER set, the importing process writes
+that file when its interpreter shuts down normally.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import time
@@ -16,6 +18,10 @@ import time
 import torch
 
 from alcop_triton.errors import OutOfResources, ScheduleError
+
+
+if os.environ.get("ALCOP_FAKE_RUNNER_EXIT_MARKER"):
+    atexit.register(lambda path=os.environ["ALCOP_FAKE_RUNNER_EXIT_MARKER"]: open(path, "w").close())
 
 
 class FakeRunner:

@@ -178,3 +178,55 @@ def test_split_k_costs_partial_traffic_in_the_model():
     assert e4.breakdown["total_blocks"] == 4 * e1.breakdown["total_blocks"]
     assert e4.breakdown["n_loop"] == 16 == e1.breakdown["n_loop"] / 4
     assert e4.time_s < e1.time_s  # 32 tiles on 132 SMs: four slices fill the GPU
+
+
+# Knob values KernelConfig refuses on their own (block_m=24, num_warps=3) and in combination
+# (reg_split=4 with block_k=16, split_k=2 with persistent), beside valid ones.
+MIXED = Knobs(block_m=(16, 24, 64), block_n=(32, 64), block_k=(16, 64), group_m=(1, 8), num_warps=(3, 4),
+              smem_stages=(1, 3), reg_stages=(1, 2), reg_split=(1, 4), async_copy=("pointer", "tma"),
+              persistent=(False, True), split_k=(1, 2))
+
+
+def _config_first(w: Workload, knobs: Knobs, variant: str) -> tuple[list[KernelConfig], dict[str, int]]:
+    """The space as making each combination a KernelConfig first gives it: the two rules counted in bulk
+    (tile size, split-K on a full grid), then KernelConfig's checks, then the shape rules and the variant."""
+    import itertools
+    import math
+    from collections import Counter
+
+    from alcop_triton.autotune.space import KNOB_NAMES, _next_pow2
+
+    batch, m, n, k = w.gemm_dims()
+    kept, pruned = [], Counter()
+    for values in itertools.product(*knobs.values()):
+        kw = dict(zip(KNOB_NAMES, values))
+        tiles = batch * math.ceil(m / kw["block_m"]) * math.ceil(n / kw["block_n"])
+        if any(kw[b] > max(16, _next_pow2(d)) for b, d in (("block_m", m), ("block_n", n), ("block_k", k))):
+            pruned["tile larger than the problem"] += 1
+            continue
+        if kw["split_k"] > 1 and tiles >= SPEC.num_sms:
+            pruned["split-K with enough tiles to fill the GPU"] += 1
+            continue
+        try:
+            c = KernelConfig(**kw)
+        except ScheduleError:
+            pruned["invalid knob combination"] += 1
+            continue
+        why = shape_reason(w, c, SPEC) or (None if variant_ok(c, variant) else f"outside variant {variant!r}")
+        if why is None:
+            kept.append(c)
+        else:
+            pruned[why] += 1
+    return kept, dict(pruned)
+
+
+@pytest.mark.parametrize("shape", [(96, 200, 512), (4096, 4096, 64)])
+@pytest.mark.parametrize("variant", ["full", "smem_multistage"])
+def test_space_equals_making_every_config_first(shape, variant):
+    # ``build`` applies the rules to plain knob tuples and makes only survivors KernelConfigs: the
+    # configs, their order and every pruning count must be what making each config first gives.
+    w = Workload("matmul", shape, "float16", "nt")
+    space = ConfigSpace.build(w, SPEC, knobs=MIXED, variant=variant, prune=False)
+    kept, pruned = _config_first(w, MIXED, variant)
+    assert list(space.configs) == kept and space.pruned == pruned
+    assert pruned["invalid knob combination"] > 0
