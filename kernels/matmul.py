@@ -135,6 +135,7 @@ def aligned_operands(a: Any, b: Any) -> tuple[Any, Any]:
     pa, pb = fastpath.prepare(_buffers, a, b)
     copied = [(src, dst) for src, dst in ((a, pa), (b, pb)) if dst is not src]
     kern = _PACK[(pa is not a, pb is not b)]
+    # The kernel takes two (source, buffer) pairs; one copied operand is passed twice (PackKernel).
     fastpath.launch_kernel(kern, [t for pair in copied for t in pair] * (2 // len(copied)))
     return pa, pb
 
