@@ -151,7 +151,7 @@ class DslOp:
             return None
         if any(p.name not in kwargs and p.default is inspect.Parameter.empty for p in rest):
             return None
-        return (*args, *(kwargs.get(p.name, p.default) for p in rest))
+        return tuple(self._full_args(args, kwargs))
 
     def _fast(self, args: tuple[Any, ...], dispatched: Callable[..., torch.Tensor],
               grad: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
