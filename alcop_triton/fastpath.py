@@ -28,7 +28,9 @@ launch. The same table is the CUDA-graph warm set: while a stream is captured, a
 before replays its prebound launch; an unseen one would compile, which a capture cannot hold.
 
 Both caches are forgotten at each dispatch generation (``generation.bump``: the tuning database
-gained a record, ``invalidate()``); ``stats()`` counts hits and misses.
+gained a record, ``invalidate()``); ``stats()`` counts hits and misses. A signature hit once is
+also found without computing it: its call site checks the tensors with torch's C++ tensor guard
+(see "call sites" below).
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ _prebound: dict[tuple[Any, ...], Callable[..., None]] = {}
 
 def _forget() -> None:
     _entries.clear()
+    _sites.clear()
     _prebound.clear()
 
 
@@ -197,8 +200,10 @@ def _needs_dispatcher() -> bool:
 
 def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The call's cache key, or None when the call must go through torch's dispatcher."""
-    if _needs_dispatcher():
-        return None
+    return None if _needs_dispatcher() else _key(op, tensors, params)
+
+
+def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]) -> tuple[Any, ...] | None:
     grad = torch.is_grad_enabled()
     key: list[Any] = [op, params, _ENV_TABLE.get(_STRICT_KEY), _local.patched]
     fp32 = False
@@ -216,6 +221,75 @@ def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any,
     return tuple(key)
 
 
+# ----------------------------------------------------------------------------- call sites
+#
+# Computing a signature reads six properties of every tensor through Python (about 1 µs per tensor,
+# and more on a call that finds the CPU's caches cold: the eager call after a synchronisation).
+# Torch has the same check in C++: ``TensorGuards`` (Dynamo's tensor guard) compares a tensor's type,
+# dispatch keys, dtype, device, requires_grad, sizes and strides with those it was built from, for
+# all of a call's tensors in one call (about 0.3 µs for two). So a signature that was hit once gets a
+# *candidate* at its call site, i.e. under the part of the signature that is not per tensor (op,
+# parameters, ALCOP_STRICT, patch mode, grad mode): its guards, which arguments were None, the 16-byte
+# alignment of each tensor (guards do not read addresses) and the TF32 switch where a tensor is
+# float32. A later call checks its site's candidates in order and takes the first that matches: what a
+# candidate checks is what its signature holds (its tensors' types exactly, where the signature also
+# takes an nn.Parameter as a tensor), so a match is a hit on that signature. A call no candidate
+# matches computes its signature. Torch builds without the C++ guard (import or constructor changed)
+# use signatures alone.
+
+_TensorGuards: Any
+try:
+    from torch._C._dynamo import guards as _dynamo_guards
+    _TensorGuards = _dynamo_guards.TensorGuards
+except (ImportError, AttributeError):  # pragma: no cover - torch builds without Dynamo's C++ guards
+    _TensorGuards = None
+
+SITE_CANDIDATES = 8
+"""Candidates per call site (a model calls a site with a few shapes; more go by signature)."""
+
+_Candidate = tuple[Any, int, "tuple[bool, ...] | None", tuple[int, ...], "bool | None", Callable[..., Tensor]]
+_sites: dict[tuple[Any, ...], list[_Candidate]] = {}
+
+
+def _site_hit(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Callable[..., Tensor] | None:
+    """The stored entry of the first candidate that ``tensors`` match, or None."""
+    for guards, n, nones, align, tf32, entry in site:
+        if len(tensors) != n:
+            continue
+        if nones is None:
+            present: Sequence[Any] = tensors
+        elif tuple(t is None for t in tensors) == nones:
+            present = [t for t in tensors if t is not None]
+        else:
+            continue
+        if not guards.check(*present) or (tf32 is not None and tf32 != config.allow_tf32()):
+            continue
+        for t, a in zip(present, align):
+            if t.data_ptr() & 15 != a:
+                break
+        else:
+            return entry
+    return None
+
+
+def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], entry: Callable[..., Tensor]) -> None:
+    """Give the call site a candidate for a signature ``tensors`` just hit (``entry`` is its entry)."""
+    global _TensorGuards
+    site = _sites.setdefault(site_key, [])
+    if _TensorGuards is None or len(site) >= SITE_CANDIDATES:
+        return
+    present = [t for t in tensors if t is not None]
+    try:
+        guards = _TensorGuards(*present, dynamic_dims_sizes=[list(t.shape) for t in present],
+                               dynamic_dims_strides=[list(t.stride()) for t in present])
+    except (TypeError, RuntimeError, SystemError):  # another torch's constructor: signatures alone from now on
+        _TensorGuards = None
+        return
+    fp32 = any(t.dtype is torch.float32 for t in present)
+    site.append((guards, len(tensors), None if len(present) == len(tensors) else tuple(t is None for t in tensors),
+                 tuple(t.data_ptr() & 15 for t in present), config.allow_tf32() if fp32 else None, entry))
+
+
 def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], eager: Callable[..., Tensor],
          dispatched: Callable[..., Tensor] | None = None, torch_fn: Callable[..., Tensor] | None = None,
          grad: Callable[..., Tensor] | None = None) -> Tensor:
@@ -227,10 +301,19 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     local = _local
     if local.recording is not None:  # inside another call's first run: that one records the launches
         return eager(*tensors, *params)
-    try:
-        key = signature(op, tensors, params)
-    except (TypeError, RuntimeError, AttributeError):  # not tensors, or tensors without strides: the checks say why
-        key = None
+    key = site_key = None
+    if not _needs_dispatcher():
+        site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), local.patched, torch.is_grad_enabled())
+        site = _sites.get(site_key)
+        if site is not None and local.applying is None and forced.get() is None:
+            stored = _site_hit(site, tensors)
+            if stored is not None:
+                _counters.hits += 1
+                return stored(tensors)
+        try:
+            key = _key(op, tensors, params)
+        except (TypeError, RuntimeError, AttributeError):  # not tensors, or tensors without strides: the checks say why
+            key = None
     if local.applying is not None:  # inside a first autograd-route call: it asks which calls its route keyed
         local.last_key = key
         local.keyed += 1
@@ -240,6 +323,8 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     hit = _entries.get(key)
     if hit is not None and forced.get() is None:
         _counters.hits += 1
+        if local.applying is None and site_key is not None:
+            _remember(site_key, tensors, hit)
         return hit(tensors)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         if grad is None:  # no autograd route of its own: the registered op's
@@ -261,6 +346,7 @@ def _store(key: tuple[Any, ...], entry: Entry | TorchEntry | GradEntry | None, g
     elif gen == generation.current():
         if len(_entries) >= MAX_ENTRIES:
             _entries.clear()
+            _sites.clear()
         _entries[key] = entry
 
 
@@ -524,14 +610,3 @@ def reset_stats() -> None:
 def invalidate() -> None:
     """Forget every stored signature and remembered config (a new dispatch generation)."""
     generation.bump()
-
-
-def patched_call(route: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> Any:
-    """``route(*args, **kwargs)`` as a patch-mode call: its signatures are patch mode's own, which
-    may send a workload to torch (``call``'s ``torch_fn``)."""
-    local = _local
-    local.patched = True
-    try:
-        return route(*args, **kwargs) if kwargs else route(*args)
-    finally:
-        local.patched = False

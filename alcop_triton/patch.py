@@ -37,7 +37,6 @@ import torch.nn.functional as F
 from . import generation, ops
 from .fastpath import _counters as _fastpath_counters
 from .fastpath import _local as _fastpath_local
-from .fastpath import patched_call
 
 ROUTES: tuple[tuple[Any, str, Callable[..., Any]], ...] = (
     (torch, "matmul", ops.matmul), (torch.Tensor, "matmul", ops.matmul), (torch.Tensor, "__matmul__", ops.matmul),
@@ -88,14 +87,21 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
         if _state.on and not _fastpath_local.patched:
             if torch.compiler.is_compiling():  # traced: the drop-in's registered op becomes the graph's node
                 return route(*args, **kwargs)
-            site = None if kwargs else _site(route, args)
+            site = None if kwargs or not _to_torch else _site(route, args)
             if site is not None and site in _to_torch:
                 _fastpath_counters.to_torch += 1
                 return original(*args)
             sent = _fastpath_counters.to_torch
-            out = patched_call(route, args, kwargs)
-            if site is not None and _fastpath_counters.to_torch != sent:
-                _to_torch.add(site)
+            # The drop-in's signatures are patch mode's own (they may send a workload to torch).
+            _fastpath_local.patched = True
+            try:
+                out = route(*args, **kwargs) if kwargs else route(*args)
+            finally:
+                _fastpath_local.patched = False
+            if not kwargs and _fastpath_counters.to_torch != sent:
+                site = _site(route, args)
+                if site is not None:
+                    _to_torch.add(site)
             return out
         return original(*args, **kwargs)
     setattr(routed, "__alcop_route__", route)  # marks it as patch mode's

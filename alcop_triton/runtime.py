@@ -178,13 +178,6 @@ def scratch_address(index: int, stream: int, nbytes: int) -> Any:
     return fresh.data_ptr()
 
 
-def _hook(h: Any) -> Any:
-    """A launch hook to pass to the launcher, or None. Triton keeps hooks in chains that are usually
-    empty; an empty chain is None here, which spares the launcher two Python calls (enter and exit)
-    and the launch metadata the enter hook would receive. A hook added later is seen at the next launch."""
-    return h if h is not None and getattr(h, "calls", True) else None
-
-
 def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequence[Any], kwargs: Mapping[str, Any],
             n_tensors: int, tma: bool) -> Callable[..., None]:
     """A launch of one kernel specialisation with everything but its tensors bound: ``launch(*tensors)``.
@@ -219,27 +212,16 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
     index = device.index if device.index is not None else torch.cuda.current_device()
     active: Any = driver.active  # the CUDA driver, whose stream getter the base class does not declare
     stream_of, current_device, hooks = active.get_current_stream, torch._C._cuda_getDevice, knobs.runtime
-    c_launch = getattr(launcher, "launch", None)
-    call: Callable[[Any, Any, Any, Any, tuple[Any, ...]], None]
-    if not isinstance(c_launch, types.BuiltinFunctionType) or launcher.profile_scratch_size:
-        # Triton's launcher object: it unpacks host tensor descriptors (then ``launch`` is a Python
-        # wrapper) and allocates the profiler's scratch per launch.
-        def call(stream: Any, meta: Any, enter: Any, leave: Any, tensors: tuple[Any, ...]) -> None:
-            if tma:
-                ensure_allocator()
-            launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *tail)
-    else:
-        # The compiled C launcher itself, given the tensors' addresses. An address (unlike a tensor)
-        # spares it a data_ptr() call and a cuPointerGetAttribute per tensor: the signature fixed the
-        # device. Device-side tensor descriptors (TMA) need global scratch, which Triton's wrapper
-        # allocates at every launch; here it is one buffer per stream, kept (``scratch_address``).
-        coop, pdl, address = launcher.launch_cooperative_grid, launcher.launch_pdl, torch.Tensor.data_ptr
-        nbytes = g0 * g1 * g2 * launcher.num_ctas * launcher.global_scratch_size
-
-        def call(stream: Any, meta: Any, enter: Any, leave: Any, tensors: tuple[Any, ...]) -> None:
-            scratch = scratch_address(index, stream, nbytes) if nbytes else None
-            c_launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, metadata, meta, enter, leave,
-                     *map(address, tensors), *tail)
+    c_launch: Any = getattr(launcher, "launch", None)
+    # Triton's launcher object unpacks host tensor descriptors (then ``launch`` is a Python wrapper)
+    # and allocates the profiler's scratch per launch; otherwise the compiled C launcher is called
+    # itself, given the tensors' addresses. An address (unlike a tensor) spares it a data_ptr() call
+    # and a cuPointerGetAttribute per tensor: the signature fixed the device. Device-side tensor
+    # descriptors (TMA) need global scratch, which Triton's wrapper allocates at every launch; here
+    # it is one buffer per stream, kept (``scratch_address``).
+    direct = isinstance(c_launch, types.BuiltinFunctionType) and not launcher.profile_scratch_size
+    coop, pdl, address = launcher.launch_cooperative_grid, launcher.launch_pdl, torch.Tensor.data_ptr
+    nbytes = g0 * g1 * g2 * launcher.num_ctas * launcher.global_scratch_size if direct else 0
 
     def launch(*tensors: Any) -> None:
         if current_device() != index:  # the kernel was loaded into this device's context
@@ -247,7 +229,21 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
                 launch(*tensors)
             return
         stream = stream_of(index)
-        enter, leave = _hook(hooks.launch_enter_hook), _hook(hooks.launch_exit_hook)
+        # Triton keeps launch hooks in chains that are usually empty; an empty chain is passed as
+        # None, which spares the launcher two Python calls (enter and exit) and the launch metadata
+        # the enter hook would receive. A hook added later is seen at the next launch.
+        enter: Any = hooks.launch_enter_hook
+        leave: Any = hooks.launch_exit_hook
+        if enter is not None and not getattr(enter, "calls", True):
+            enter = None
+        if leave is not None and not getattr(leave, "calls", True):
+            leave = None
         meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors, *tail)
-        call(stream, meta, enter, leave, tensors)
+        if direct:
+            c_launch(g0, g1, g2, stream, function, coop, pdl, scratch_address(index, stream, nbytes) if nbytes else None,
+                     None, metadata, meta, enter, leave, *map(address, tensors), *tail)
+        else:
+            if tma:
+                ensure_allocator()
+            launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *tail)
     return launch

@@ -154,6 +154,37 @@ def test_other_strides_dtypes_and_alignment_miss() -> None:
     assert counts() == (0, 4) and fastpath.stats().entries == 4
 
 
+def test_a_signature_hit_twice_is_found_at_its_call_site_without_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # After a signature's first hit, its call site checks the tensors with torch's C++ guard instead of
+    # computing the signature; a call the candidate does not match (another bias pattern, an
+    # nn.Parameter, a tensor requiring grad, another alignment) still goes by its signature.
+    x, w, bias = randn(6, 7), randn(5, 7, seed=1), randn(5, seed=2)
+    for _ in range(2):
+        at.linear(x, w, bias)
+    assert counts() == (1, 1)
+    keyed: list[Any] = []
+    key = fastpath._key
+    monkeypatch.setattr(fastpath, "_key", lambda *a: keyed.append(a[0]) or key(*a))
+    x2 = randn(6, 7, seed=3)
+    assert_close(at.linear(x2, w, bias), F.linear(*f64(x2, w, bias)))
+    assert counts() == (2, 1) and keyed == []
+    assert_close(at.linear(x2, w), F.linear(*f64(x2, w)))  # no bias: not the candidate's call
+    assert keyed == ["linear"] and counts() == (2, 2)
+    at.linear(x2, torch.nn.Parameter(w, requires_grad=False), bias)  # a Parameter: the signature's hit, not the guard's
+    assert keyed == ["linear"] * 2 and counts() == (3, 2)
+    keyed.clear()
+    at.linear(x2, w, bias.clone().requires_grad_())  # grad mode: the autograd route, by signature
+    assert keyed[0] == "linear"
+    keyed.clear()
+    buf = randn(6 * 7 + 1)
+    shifted = buf[1:].view(6, 7)  # 4 bytes past a 16-byte boundary
+    assert_close(at.linear(shifted, w, bias), F.linear(*f64(shifted, w, bias)))
+    assert keyed == ["linear"]
+    fastpath.invalidate()  # a new dispatch generation forgets the call sites with the signatures
+    at.linear(x2, w, bias)
+    assert keyed == ["linear"] * 2
+
+
 def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = randn(6, 5).requires_grad_(), randn(5, 4, seed=1)
     y = at.matmul(a, b)
@@ -163,8 +194,8 @@ def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.
     assert isinstance(fastpath._entries[key].inner, fastpath.Entry)  # the forward's own call, stored too
     before = fastpath.stats().hits
     keyed = []
-    signature = fastpath.signature
-    monkeypatch.setattr(fastpath, "signature", lambda *a: keyed.append(a[0]) or signature(*a))
+    key = fastpath._key
+    monkeypatch.setattr(fastpath, "_key", lambda *a: keyed.append(a[0]) or key(*a))
     a2 = randn(6, 5, seed=2).requires_grad_()  # same signature, other values: the stored apply
     y2 = at.matmul(a2, b)
     # two hits (the call, its Function's forward), one signature: the forward's entry was known
