@@ -39,6 +39,7 @@ import operator
 import os
 import threading
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
 import torch
@@ -230,7 +231,7 @@ def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]
 # all of a call's tensors in one call (about 0.3 µs for two). So a signature that was hit once gets a
 # *candidate* at its call site, i.e. under the part of the signature that is not per tensor (op,
 # parameters, ALCOP_STRICT, patch mode, grad mode): its guards, which arguments were None, the 16-byte
-# alignment of each tensor (guards do not read addresses) and the TF32 switch where a tensor is
+# alignment of each tensor (guards do not read addresses; None: all aligned) and the TF32 switch where a tensor is
 # float32. A later call checks its site's candidates in order and takes the first that matches: what a
 # candidate checks is what its signature holds (its tensors' types exactly, where the signature also
 # takes an nn.Parameter as a tensor), so a match is a hit on that signature. A call no candidate
@@ -247,7 +248,8 @@ except (ImportError, AttributeError):  # pragma: no cover - torch builds without
 SITE_CANDIDATES = 8
 """Candidates per call site (a model calls a site with a few shapes; more go by signature)."""
 
-_Candidate = tuple[Any, int, "tuple[bool, ...] | None", tuple[int, ...], "bool | None", Callable[..., Tensor]]
+_Candidate = tuple[Any, int, "tuple[bool, ...] | None", "tuple[int, ...] | None", "bool | None", Callable[..., Tensor]]
+_address = torch.Tensor.data_ptr
 _sites: dict[tuple[Any, ...], list[_Candidate]] = {}
 
 
@@ -264,10 +266,11 @@ def _site_hit(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Cal
             continue
         if not guards.check(*present) or (tf32 is not None and tf32 != config.allow_tf32()):
             continue
-        for t, a in zip(present, align):
-            if t.data_ptr() & 15 != a:
-                break
-        else:
+        # Alignment: the addresses' low bits, all zero (16-byte aligned) for almost every call.
+        if align is None:
+            if reduce(operator.or_, map(_address, present)) & 15 == 0:
+                return entry
+        elif tuple(t.data_ptr() & 15 for t in present) == align:
             return entry
     return None
 
@@ -286,8 +289,9 @@ def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], ent
         _TensorGuards = None
         return
     fp32 = any(t.dtype is torch.float32 for t in present)
+    align = tuple(t.data_ptr() & 15 for t in present)
     site.append((guards, len(tensors), None if len(present) == len(tensors) else tuple(t is None for t in tensors),
-                 tuple(t.data_ptr() & 15 for t in present), config.allow_tf32() if fp32 else None, entry))
+                 None if not any(align) else align, config.allow_tf32() if fp32 else None, entry))
 
 
 def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], eager: Callable[..., Tensor],
