@@ -246,7 +246,8 @@ except (ImportError, AttributeError):  # pragma: no cover - torch builds without
     _TensorGuards = None
 
 SITE_CANDIDATES = 8
-"""Candidates per call site (a model calls a site with a few shapes; more go by signature)."""
+"""Candidates per call site, the most recent (a model calls a site with a few shapes; a call whose
+candidate was dropped goes by its signature, which gives it one again)."""
 
 _Candidate = tuple[Any, int, "tuple[bool, ...] | None", "tuple[int, ...] | None", "bool | None", Callable[..., Tensor]]
 _address = torch.Tensor.data_ptr
@@ -278,9 +279,11 @@ def _site_hit(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Cal
 def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], entry: Callable[..., Tensor]) -> None:
     """Give the call site a candidate for a signature ``tensors`` just hit (``entry`` is its entry)."""
     global _TensorGuards
-    site = _sites.setdefault(site_key, [])
-    if _TensorGuards is None or len(site) >= SITE_CANDIDATES:
+    if _TensorGuards is None:
         return
+    site = _sites.setdefault(site_key, [])
+    if len(site) >= SITE_CANDIDATES:  # the oldest goes: a site whose shapes change keeps finding the new ones
+        del site[0]
     present = [t for t in tensors if t is not None]
     try:
         guards = _TensorGuards(*present, dynamic_dims_sizes=[list(t.shape) for t in present],

@@ -13,6 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close, f64, randn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import alcop_triton as at
 from alcop_triton import config, config_choice, fastpath, te
@@ -186,6 +188,41 @@ def test_a_signature_hit_twice_is_found_at_its_call_site_without_a_key(monkeypat
     fastpath.invalidate()  # a new dispatch generation forgets the call sites with the signatures
     at.linear(x2, w, bias)
     assert keyed == ["linear"] * 3
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([3, 5]), st.sampled_from([torch.float32, torch.float16]),
+                          st.booleans(), st.sampled_from([0, 1]), st.booleans(), st.booleans(), st.booleans(),
+                          st.booleans()), min_size=1, max_size=4))
+def test_a_call_site_candidate_is_found_only_for_its_own_signature(
+        calls: list[tuple[int, torch.dtype, bool, int, bool, bool, bool, bool]]) -> None:
+    # Soundness of the C++-guarded lookup: whatever mix of shapes, dtypes, strides, alignment, optional
+    # bias, grad and tensor types came before, a candidate found at the call site is the entry the
+    # call's signature holds; and the results stay right.
+    real, found = fastpath._site_hit, []
+
+    def checked(site: Any, tensors: tuple[torch.Tensor | None, ...]) -> Any:
+        entry = real(site, tensors)
+        if entry is not None:
+            assert fastpath._entries.get(fastpath._key("linear", tensors, (None,))) is entry
+            found.append(entry)
+        return entry
+
+    fastpath._site_hit = checked
+    try:
+        for m, dtype, transposed, offset, with_bias, needs_grad, parameter, no_grad in calls:
+            x = randn(m * 7 + offset, dtype=dtype, seed=m)[offset:].view(m, 7)  # offset 1: misaligned
+            w = randn(4, 7, dtype=dtype, seed=1)
+            w = w.t().contiguous().t() if transposed else w
+            w = torch.nn.Parameter(w, requires_grad=False) if parameter else w
+            bias = randn(4, dtype=dtype, seed=2) if with_bias else None
+            x.requires_grad_(needs_grad)
+            with torch.set_grad_enabled(not no_grad):
+                for _ in range(3):  # a miss, a hit by signature (a candidate), a hit at the site
+                    assert_close(at.linear(x, w, bias), F.linear(*f64(x, w, bias)))
+    finally:
+        fastpath._site_hit = real
+    assert found  # the guarded lookup was taken
 
 
 def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.MonkeyPatch) -> None:
