@@ -39,7 +39,7 @@ HEADLINE_DIR = "headline_h100"
 # later changes measured, each its own run; shown after the headline's reports, never mixed into them.
 LATER_SUITES = ("dispatch_h100/report.json", "h200_dispatch/report.json", "conv_h100/report.json")
 # Host-time and end-to-end runs after the headline run (patch mode changed since): each its own run.
-LATER_OVERHEAD, LATER_E2E = ("patch_h100/overhead/overhead.json",), ("patch_h100/e2e/e2e.json",)
+LATER_OVERHEAD, LATER_E2E = ("callsite_h100/overhead.json",), ("patch_h100/e2e/e2e.json",)
 HEADLINE_ABLATION, HEADLINE_MODEL = "ablation/pipeline_variants.json", "model/model_eval.json"
 
 
