@@ -120,15 +120,18 @@ class Entry:
     """A stored signature: allocate the output like the first call's, run its operand preparations
     (each appends its results to the arguments), then its launches."""
 
-    __slots__ = ("shape", "stride", "dtype", "device", "preps", "launches")
+    __slots__ = ("shape", "stride", "like", "preps", "launches")
 
     def __init__(self, out: Tensor, preps: tuple[tuple[Callable[..., tuple[Tensor, ...]], Pick], ...],
                  launches: tuple[tuple[Callable[..., None], Pick], ...]) -> None:
-        self.shape, self.stride, self.dtype, self.device = tuple(out.shape), out.stride(), out.dtype, out.device
+        self.shape, self.stride = tuple(out.shape), out.stride()
+        # An empty tensor of the output's dtype and device: ``like.new_empty_strided`` parses two
+        # arguments where ``torch.empty_strided`` parses four.
+        self.like = out.new_empty(0)
         self.preps, self.launches = preps, launches
 
     def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
-        out = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
+        out = self.like.new_empty_strided(self.shape, self.stride)
         args: tuple[Any, ...] = (*tensors, out)
         for prep, pick in self.preps:
             args += prep(*pick(args))
