@@ -56,6 +56,21 @@ def test_hits_match_the_first_call_and_torch(name: str) -> None:
     assert ((first.float() - ref.float()).norm() / ref.float().norm()).item() < 1e-2
 
 
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_repeats_are_found_at_the_call_site_on_this_torch(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch's C++ tensor guard builds on this torch (its constructor is not a public API): after a hit
+    # by signature, a repeat on other tensors of that signature computes no signature.
+    ours, theirs, make = CALLS[name]
+    args = make()
+    for _ in range(2):
+        first = ours(*args)
+    keyed: list[Any] = []
+    key = fastpath._key
+    monkeypatch.setattr(fastpath, "_key", lambda *a: keyed.append(a[0]) or key(*a))
+    other = [t.clone() for t in args]  # same values, strides and alignment: another tensor of the signature
+    assert torch.equal(ours(*other), first) and keyed == []
+
+
 def test_hit_launches_on_the_current_stream() -> None:
     a, b = _rand(256, 256), _rand(256, 256, seed=1)
     at.matmul(a, b)
