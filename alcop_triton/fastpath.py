@@ -291,7 +291,7 @@ def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], ent
     try:
         guards = _TensorGuards(*present, dynamic_dims_sizes=[list(t.shape) for t in present],
                                dynamic_dims_strides=[list(t.stride()) for t in present])
-    except (TypeError, RuntimeError, SystemError):  # another torch's constructor: signatures alone from now on
+    except Exception:  # a private constructor that changed in this torch: signatures alone from now on
         _TensorGuards = None
         return
     fp32 = any(t.dtype is torch.float32 for t in present)
