@@ -99,7 +99,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
             finally:
                 _fastpath_local.patched = False
             if not kwargs and _fastpath_counters.to_torch != sent:
-                site = _site(route, args)
+                site = site or _site(route, args)  # made above only while some site was stored
                 if site is not None:
                     _to_torch.add(site)
             return out
