@@ -118,17 +118,23 @@ Pick = Callable[[tuple[Any, ...]], Any]
 
 class Entry:
     """A stored signature: allocate the output like the first call's, run its operand preparations
-    (each appends its results to the arguments), then its launches."""
+    (each appends its results to the arguments), then its launches. ``run(tensors)`` does that; for
+    the common entry (no preparation, one launch on the inputs and the output in their order) it is
+    a closure of its own that builds no argument tuple to pick from."""
 
-    __slots__ = ("shape", "stride", "like", "preps", "launches")
+    __slots__ = ("shape", "stride", "like", "preps", "launches", "run")
 
     def __init__(self, out: Tensor, preps: tuple[tuple[Callable[..., tuple[Tensor, ...]], Pick], ...],
-                 launches: tuple[tuple[Callable[..., None], Pick], ...]) -> None:
+                 launches: tuple[tuple[Callable[..., None], Pick], ...], n_tensors: int) -> None:
         self.shape, self.stride = tuple(out.shape), out.stride()
         # An empty tensor of the output's dtype and device: ``like.new_empty_strided`` parses two
         # arguments where ``torch.empty_strided`` parses four.
         self.like = out.new_empty(0)
         self.preps, self.launches = preps, launches
+        self.run: Callable[[tuple[Tensor | None, ...]], Tensor] = self.__call__
+        if not preps and len(launches) == 1 and launches[0][1](tuple(range(n_tensors + 1))) == tuple(
+                range(n_tensors + 1)):
+            self.run = _plain_run(self.like.new_empty_strided, self.shape, self.stride, launches[0][0])
 
     def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
         out = self.like.new_empty_strided(self.shape, self.stride)
@@ -140,13 +146,23 @@ class Entry:
         return out
 
 
+def _plain_run(new: Callable[..., Tensor], shape: tuple[int, ...], stride: tuple[int, ...],
+               launch: Callable[..., None]) -> Callable[[tuple[Tensor | None, ...]], Tensor]:
+    def run(tensors: tuple[Tensor | None, ...]) -> Tensor:
+        out = new(shape, stride)
+        launch(*tensors, out)
+        return out
+    return run
+
+
 class TorchEntry:
     """A stored patch-mode signature whose workload torch runs faster: the call goes to torch."""
 
-    __slots__ = ("torch_fn", "params")
+    __slots__ = ("torch_fn", "params", "run")
 
     def __init__(self, torch_fn: Callable[..., Tensor], params: tuple[Any, ...]) -> None:
         self.torch_fn, self.params = torch_fn, params
+        self.run: Callable[[tuple[Tensor | None, ...]], Tensor] = self.__call__
 
     def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
         _counters.to_torch += 1
@@ -158,22 +174,29 @@ class GradEntry:
     on the call's tensors and that call's other arguments. The front end's checks and rewrites are
     skipped (they depend only on the signature). The Function's forward makes one no-grad call, whose
     signature follows from this one. Where the first call stored an ``Entry`` for it (``inner``), a
-    repeat applies the op's replay Function instead (``replay(*tensors, *constants, inner)``): its
+    repeat applies the op's replay Function instead (``replay(*tensors, *constants, inner.run)``): its
     forward runs ``inner`` itself, with none of the forward's own call, cache lookup or bookkeeping.
-    Otherwise the Function is applied as the first call did and its forward's call takes the cache."""
+    Otherwise the Function is applied as the first call did and its forward's call takes the cache.
+    ``run(tensors)`` is the repeat."""
 
-    __slots__ = ("apply", "replay", "constants", "inner")
+    __slots__ = ("apply", "replay", "constants", "inner", "run")
 
     def __init__(self, apply: Callable[..., Tensor], replay: Callable[..., Tensor], constants: tuple[Any, ...],
                  inner: Entry | None) -> None:
         self.apply, self.replay, self.constants, self.inner = apply, replay, constants, inner
+        self.run = _grad_run(apply, replay, constants, inner)
 
-    def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
-        inner = self.inner
-        if inner is None:
-            return self.apply(*tensors, *self.constants)
+
+def _grad_run(apply: Callable[..., Tensor], replay: Callable[..., Tensor], constants: tuple[Any, ...],
+              inner: Entry | None) -> Callable[[tuple[Tensor | None, ...]], Tensor]:
+    if inner is None:
+        return lambda tensors: apply(*tensors, *constants)
+    inner_run = inner.run
+
+    def run(tensors: tuple[Tensor | None, ...]) -> Tensor:
         _counters.hits += 1  # the forward's call: a hit, taken without its lookup
-        return self.replay(*tensors, *self.constants, inner)
+        return replay(*tensors, *constants, inner_run)
+    return run
 
 
 _entries: dict[tuple[Any, ...], Entry | TorchEntry | GradEntry] = {}
@@ -196,10 +219,19 @@ if not isinstance(_ENV_TABLE, dict):
     _ENV_TABLE, _STRICT_KEY = os.environ, "ALCOP_STRICT"
 
 
+# Bound once: each is read on every call. ``is_dynamo_compiling`` is what Dynamo folds to True while it
+# traces (as it does ``torch.compiler.is_compiling``, which calls one more function to read the flag
+# that torch.export's non-strict tracing sets); the flag is read here directly.
+_dynamo_tracing = torch.compiler.is_dynamo_compiling
+_compiler = torch.compiler
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_transforms = torch._C._functorch.peek_interpreter_stack
+
+
 def _needs_dispatcher() -> bool:
     """Whether torch must see this call as an op: traced, or a dispatch mode / functorch transform."""
-    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
-            or torch._C._functorch.peek_interpreter_stack() is not None)
+    return (_dynamo_tracing() or _compiler._is_compiling_flag or _dispatch_modes() > 0
+            or _transforms() is not None)
 
 
 def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -334,8 +366,8 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     if hit is not None and forced.get() is None:
         _counters.hits += 1
         if local.applying is None and site_key is not None:
-            _remember(site_key, tensors, hit)
-        return hit(tensors)
+            _remember(site_key, tensors, hit.run)
+        return hit.run(tensors)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         if grad is None:  # no autograd route of its own: the registered op's
             _counters.dispatched += 1
@@ -473,7 +505,7 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
     if rec.torch_computed or type(out) is not torch.Tensor or out.storage_offset() != 0:
         return None
     if out.numel() == 0:
-        return Entry(out, (), ()) if not rec.launches else None
+        return Entry(out, (), (), len(tensors)) if not rec.launches else None
     starts: dict[int, int] = {}
     ambiguous: set[int] = set()
     for i, t in enumerate(tensors):
@@ -518,7 +550,7 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
             else:
                 return None
         launches.append((run, _picker(picks)))
-    return Entry(out, tuple(preps), tuple(launches)) if writes_out else None
+    return Entry(out, tuple(preps), tuple(launches), n) if writes_out else None
 
 
 def _viewer(views: list[tuple[int, tuple[int, ...], tuple[int, ...]]],

@@ -54,7 +54,7 @@ def main(out_dir: str) -> int:
     entry = fp._entries[fp.signature("matmul", (a, b), ())]
     assert isinstance(entry, fp.Entry), entry
     run, pick = entry.launches[0]
-    out = entry((a, b))
+    out = entry.run((a, b))
     args = pick((a, b, out))
     # The prebound launch's grid and non-tensor arguments, read from its closure; the compiled kernel
     # from the jitted function's cache (this process compiled one).
@@ -90,7 +90,7 @@ def main(out_dir: str) -> int:
         "alcop_triton.matmul": lambda: at.matmul(a, b),
         "fastpath.signature": lambda: fp.signature("matmul", (a, b), ()),
         "torch.empty_strided": lambda: torch.empty_strided(shape, stride, dtype=torch.float16, device=dev),
-        "Entry (alloc + launch)": lambda: entry((a, b)),
+        "Entry (alloc + launch)": lambda: entry.run((a, b)),
         "prebound launch": lambda: run(*args),
         "CudaLauncher.__call__": lambda: launcher(g0, g1, g2, stream_of(idx), function, metadata, None,
                                                  hooks.launch_enter_hook, hooks.launch_exit_hook, *args, *tail),

@@ -204,7 +204,7 @@ def test_a_call_site_candidate_is_found_only_for_its_own_signature(
     def checked(site: Any, tensors: tuple[torch.Tensor | None, ...]) -> Any:
         entry = real(site, tensors)
         if entry is not None:
-            assert fastpath._entries.get(fastpath._key("linear", tensors, (None,))) is entry
+            assert getattr(fastpath._entries.get(fastpath._key("linear", tensors, (None,))), "run", None) is entry
             found.append(entry)
         return entry
 
