@@ -161,3 +161,21 @@ def test_a_call_site_left_to_torch_goes_straight_to_torch(torch_measured_faster:
         generation.bump()  # new records: the site is decided again, through the fast path
         conv(x)
         assert fastpath.stats().hits == hits
+
+
+def test_a_patched_function_traced_by_torch_compile_becomes_alcops_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under Dynamo the wrapper takes its traced branch: the drop-in's registered op becomes the node,
+    # whatever eager calls at the same site decided (here: a site eager calls sent to torch).
+    a, b = randn(5, 6), randn(6, 3, seed=1)
+    monkeypatch.setattr(patch, "_to_torch", {(patch.ops.matmul, id(b), a.shape, a.dtype)})
+    targets: list[str] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    fn = torch.compile(lambda x, y: torch.matmul(x, y) * 2, backend=backend, fullgraph=True)
+    with patch.patched():
+        out = fn(a, b)
+    assert "alcop.mm" in targets
+    assert_close(out, (a.double() @ b.double()) * 2)
