@@ -132,8 +132,8 @@ class Entry:
         self.like = out.new_empty(0)
         self.preps, self.launches = preps, launches
         self.run: Callable[[tuple[Tensor | None, ...]], Tensor] = self.__call__
-        if not preps and len(launches) == 1 and launches[0][1](tuple(range(n_tensors + 1))) == tuple(
-                range(n_tensors + 1)):
+        in_order = tuple(range(n_tensors + 1))  # the inputs, then the output
+        if not preps and len(launches) == 1 and launches[0][1](in_order) == in_order:
             self.run = _plain_run(self.like.new_empty_strided, self.shape, self.stride, launches[0][0])
 
     def __call__(self, tensors: tuple[Tensor | None, ...]) -> Tensor:
