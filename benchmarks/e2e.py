@@ -49,10 +49,11 @@ import torch.nn.functional as F
 
 MODES = ("eager", "patched", "compile", "compile_alcop")
 TOLERANCE = 1e-2
-ROUNDS = 5
-"""Rounds in which the modes take turns timing their passes: the hosts are shared, and a drift in their
-load during one mode's passes would read as that mode's speed (seen on an H100 host: eager ResNet-50 at
-5.74 and 6.94 ms in two runs a minute apart)."""
+ROUNDS = 20
+"""Rounds in which the modes take turns timing their passes (with the default 20 passes: pass by pass):
+the hosts are shared, and a drift in their load during one mode's passes would read as that mode's
+speed (seen on an H100 host: eager ResNet-50 at 5.74 and 6.94 ms in two runs a minute apart; within one
+probe, eager ResNet-50 timed twice with other modes between: 8.4 and 7.8 ms medians)."""
 TIMER = ("CUDA events around one forward pass, host synchronised before each (host cost included), "
          f"median of the timed passes after warm-up; the modes take turns, {ROUNDS} rounds")
 

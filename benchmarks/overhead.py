@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 SYNC_EVERY = 64
-ROUNDS = 6   # interleaved rounds per (op, grad): see ``measure``
+ROUNDS = 20   # interleaved rounds per (op, grad): see ``measure``
 OPS = ("matmul", "bmm", "linear_gelu", "conv2d", "dsl_linear_gelu")
 IMPLS = ("triton", "torch", "alcop", "alcop_unfused", "alcop_patched")
 TIMER = ("host µs per call: time.perf_counter_ns around each call, GPU synchronised every 64 calls outside the "
-         "timed intervals, the implementations interleaved in 6 rounds, median (10th-90th percentile) of the "
+         f"timed intervals, the implementations interleaved in {ROUNDS} rounds, median (10th-90th percentile) of the "
          "calls after warm-up; no CUDA graph")
 
 

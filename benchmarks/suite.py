@@ -8,7 +8,9 @@ For every workload of the named sets it times each implementation both ways user
 * ``eager``: one call at a time, timed with CUDA events after an L2 flush. The host is
   synchronised after the flush, so the start event fires at once and the elapsed time includes
   the host work of the call (argument checks, dispatch, launch) as well as the kernel. Median of
-  ``--reps`` calls.
+  ``--reps`` calls of each implementation, the implementations taking turns call by call: the
+  host's latency after a synchronisation drifts by tens of µs over a run, and a block of calls of
+  one implementation would be timed in another host state than its baseline's.
 * ``graph``: the same call captured in a CUDA graph (``triton.testing.do_bench_cudagraph``,
   median): the kernel alone, launch cost hidden. No L2 flush (the graph replays back to back).
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import itertools
 import json
 import math
@@ -55,7 +58,7 @@ import types
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # alcop_triton from this checkout when run as a script
@@ -64,7 +67,8 @@ ALCOP_SUITE = ROOT / "tests" / "data" / "alcop_suite.json"
 
 IMPLS = ("torch", "alcop", "triton_tutorial", "inductor")
 TIMERS = ("eager", "graph")
-TIMER_TEXT = {"eager": "eager call, CUDA events after an L2 flush, host cost included (median)",
+TIMER_TEXT = {"eager": "eager call, CUDA events after an L2 flush, host cost included, implementations in "
+                       "turns call by call (median)",
               "graph": "kernel under a CUDA graph, triton.testing.do_bench_cudagraph (median)",
               "wall": "wall clock, CPU interpreter (dry run: not a measurement)"}
 UNSTABLE = 0.10
@@ -365,11 +369,12 @@ def rel_error(out: Any, ref: Any) -> float:
 # --- timers --------------------------------------------------------------------------------------
 
 class Timers(Protocol):
-    """Both timers; each takes a zero-argument call and returns its time in ms."""
+    """Both timers, in ms. ``eager`` times the implementations' zero-argument calls together, taking
+    turns call by call (one time per name); ``graph`` times one call."""
 
     names: dict[str, str]   # timer -> how it times (for the report)
 
-    def eager(self, fn: Callable[[], Any]) -> float: ...
+    def eager(self, calls: Mapping[str, Callable[[], Any]]) -> dict[str, float]: ...
 
     def graph(self, fn: Callable[[], Any]) -> float: ...
 
@@ -384,22 +389,26 @@ class CudaTimers:
         self._flush = torch.empty(2 * int(props.L2_cache_size) // 4 + 1, dtype=torch.int32, device="cuda")
         self.names = {"eager": TIMER_TEXT["eager"], "graph": TIMER_TEXT["graph"]}
 
-    def eager(self, fn: Callable[[], Any]) -> float:
+    def eager(self, calls: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
         import torch
 
-        fn()
-        torch.cuda.synchronize()
-        pairs = []
-        for _ in range(self.reps):
-            self._flush.zero_()
-            torch.cuda.synchronize()   # the GPU is idle when the start event is recorded: host time counts
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
+        for fn in calls.values():
             fn()
-            e.record()
-            pairs.append((s, e))
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in pairs)
+        order = list(calls.items())
+        pairs: dict[str, list[Any]] = {name: [] for name in calls}
+        for rep in range(self.reps):
+            # The order turns each round: no implementation always follows the same one.
+            for name, fn in order[rep % len(order):] + order[:rep % len(order)]:
+                self._flush.zero_()
+                torch.cuda.synchronize()   # the GPU is idle when the start event is recorded: host time counts
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                fn()
+                e.record()
+                pairs[name].append((s, e))
+        torch.cuda.synchronize()
+        return {name: statistics.median(s.elapsed_time(e) for s, e in ps) for name, ps in pairs.items()}
 
     def graph(self, fn: Callable[[], Any]) -> float:
         import triton.testing
@@ -422,7 +431,10 @@ class WallTimers:
             out.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(out)
 
-    eager = graph = _time
+    graph = _time
+
+    def eager(self, calls: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
+        return {name: self._time(fn) for name, fn in calls.items()}
 
 
 def timed_passes(first: float, second: float, again: Callable[[], float],
@@ -441,8 +453,10 @@ def measure_case(case: Case, impls: Sequence[str], timers: Timers, device: str,
                  threshold: float = UNSTABLE) -> list[dict[str, Any]]:
     """One row per implementation: correctness, both timers over two passes, errors as text.
 
-    The passes interleave the implementations (pass 1 of all, then pass 2 of all), so a baseline
-    that drifts while one implementation runs shows as instability rather than as a ratio."""
+    The passes interleave the implementations (pass 1 of all, then pass 2 of all; the eager timer's
+    calls also take turns within a pass), so a baseline that drifts while one implementation runs
+    shows as instability rather than as a ratio. An eager third pass times every implementation
+    again, in turns, once for all the unstable ones."""
     inputs = make_inputs(case, device)
     ref = reference(case, inputs)
     rows: dict[str, dict[str, Any]] = {}
@@ -468,27 +482,43 @@ def measure_case(case: Case, impls: Sequence[str], timers: Timers, device: str,
         except Exception as exc:   # a peer that cannot run this shape is a result, not a crash
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
     for timer in TIMERS:
-        measure = getattr(timers, timer)
-        first: dict[str, float] = {}
-        for impl, call in calls.items():   # pass 1 for every implementation
-            first[impl] = _try(measure, call, rows[impl], timer)
-        for impl, call in calls.items():   # pass 2, and a third where the two differ
-            if math.isnan(first[impl]):
-                continue
-            second = _try(measure, call, rows[impl], timer)
-            if math.isnan(second):
-                continue
-            rows[impl][timer] = timed_passes(first[impl], second, lambda: measure(call), threshold)
+        first = _pass(timers, timer, calls, rows)
+        second = _pass(timers, timer, {i: c for i, c in calls.items() if not math.isnan(first[i])}, rows)
+        third: dict[str, float] = {}
+
+        def again(impl: str, timer: str = timer, third: dict[str, float] = third) -> float:
+            if timer != "eager":
+                return _pass(timers, timer, {impl: calls[impl]}, rows)[impl]
+            if not third:
+                third.update(_pass(timers, timer, calls, rows))
+            return third[impl]
+
+        for impl, t in second.items():
+            if not math.isnan(t):
+                rows[impl][timer] = timed_passes(first[impl], t, functools.partial(again, impl), threshold)
     return [rows[i] for i in impls]
 
 
-def _try(measure: Callable[[Callable[[], Any]], float], call: Callable[[], Any], row: dict[str, Any],
-         timer: str) -> float:
-    try:
-        return measure(call)
-    except Exception as exc:   # e.g. a call that cannot be captured in a CUDA graph
-        row[f"{timer}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        return math.nan
+def _pass(timers: Timers, timer: str, calls: Mapping[str, Callable[[], Any]],
+          rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """One pass of ``timer`` over ``calls``; NaN (and the error in the row) for a call it could not time."""
+    if timer == "eager":
+        try:
+            return timers.eager(calls)
+        except Exception as exc:   # recorded on every row of the pass
+            return {impl: _failed(rows[impl], timer, exc) for impl in calls}
+    out = {}
+    for impl, call in calls.items():
+        try:
+            out[impl] = timers.graph(call)
+        except Exception as exc:   # e.g. a call that cannot be captured in a CUDA graph
+            out[impl] = _failed(rows[impl], timer, exc)
+    return out
+
+
+def _failed(row: dict[str, Any], timer: str, exc: Exception) -> float:
+    row[f"{timer}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    return math.nan
 
 
 # --- the run: metadata, resume, budget -----------------------------------------------------------

@@ -36,8 +36,8 @@ class ScriptedTimers:
         self.calls.append((timer, self.log[-1]))
         return self.script[(timer, self.log[-1])].pop(0)
 
-    def eager(self, fn):
-        return self._time("eager", fn)
+    def eager(self, calls):
+        return {impl: self._time("eager", fn) for impl, fn in calls.items()}
 
     def graph(self, fn):
         return self._time("graph", fn)
@@ -74,17 +74,21 @@ def _measure(case, script, **kw):
 
 
 def test_two_passes_interleaved_and_a_third_only_when_unstable(case):
-    script = {("eager", "torch"): [1.0, 1.05], ("eager", "alcop"): [2.0, 2.5, 2.1],
-              ("eager", "triton_tutorial"): [4.0, 4.0],
-              ("graph", "torch"): [0.5, 0.5], ("graph", "alcop"): [0.4, 0.4], ("graph", "triton_tutorial"): [1.0, 1.0]}
+    # The eager timer's third pass times every implementation again, in turns, once; the graph
+    # timer's retimes the unstable one alone.
+    script = {("eager", "torch"): [1.0, 1.05, 9.0], ("eager", "alcop"): [2.0, 2.5, 2.1],
+              ("eager", "triton_tutorial"): [4.0, 4.0, 9.0],
+              ("graph", "torch"): [0.5, 0.5], ("graph", "alcop"): [0.4, 0.6, 0.5],
+              ("graph", "triton_tutorial"): [1.0, 1.0]}
     rows, timers = _measure(case, script)
-    eager_calls = [c for c in timers.calls if c[0] == "eager"]
-    # pass 1 of every implementation before pass 2 of any; the unstable one retimed last
-    assert [i for _, i in eager_calls] == ["torch", "alcop", "triton_tutorial", "torch", "alcop", "alcop",
-                                          "triton_tutorial"]
+    order = ["torch", "alcop", "triton_tutorial"]
+    # pass 1 of every implementation before pass 2 of any
+    assert [i for t, i in timers.calls if t == "eager"] == order * 3
+    assert [i for t, i in timers.calls if t == "graph"] == order * 2 + ["alcop"]
     torch_r, alcop_r, tut_r = rows
     assert torch_r["eager"] == {"ms": 1.025, "passes": [1.0, 1.05], "unstable": False}
     assert alcop_r["eager"] == {"ms": 2.1, "passes": [2.0, 2.5, 2.1], "unstable": True}
+    assert alcop_r["graph"] == {"ms": 0.5, "passes": [0.4, 0.6, 0.5], "unstable": True}
     assert all(r["correct"] for r in rows) and all(r["error"] is None for r in rows)
     assert all(not s for s in timers.script.values())   # every scripted time consumed, no more
 
