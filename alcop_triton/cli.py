@@ -149,6 +149,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
     early_stop = EarlyStop(patience=args.patience) if args.early_stop else None
     summary: list[list[str]] = []
     entries: list[dict[str, Any]] = []
+
+    def write_json() -> None:
+        # Rewritten (atomically) after every workload: a run stopped from outside keeps the summary of
+        # the workloads it finished, as the database keeps their records. "complete": every workload ran.
+        from .autotune.database import atomic_write_text, versions
+
+        atomic_write_text(args.json, json.dumps({
+            "command": "alcop-tune tune", "device": target.device_name, "gpu": target.key.name,
+            "versions": versions(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "timer": "wall clock (time.perf_counter / time.time); process start from /proc",
+            "seeding": args.seeding,
+            "early_stop": None if early_stop is None else {"patience": early_stop.patience,
+                                                           "min_gain": early_stop.min_gain,
+                                                           "min_trials": early_stop.min_trials},
+            "complete": len(entries) == len(workloads) and not entries[-1]["interrupted"],
+            "workloads": entries}, indent=1) + "\n")
     t_mark = args.main_time
     for w in workloads:
         bar = tqdm(total=args.trials, desc=w.key(), unit="trial", leave=True, dynamic_ncols=True)
@@ -175,6 +191,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         split["total"] = now - t_mark + split["start"]
         t_mark = now
         entries.append(_tune_summary(w, result, args.trials, split))
+        if args.json:
+            write_json()
         b = result.best
         failed = sum(1 for t in result.trials if not t.result.ok)
         stopped = f" (early stop: {len(result.trials)} of {args.trials} trials)" if result.early_stopped else ""
@@ -189,18 +207,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                   f"is in {db.path}", file=sys.stderr)
             break
     _print_table(summary, ["workload", "best config", "ms", "TFLOP/s", "trials/failed"])
-    if args.json:
-        from .autotune.database import atomic_write_text, versions
-
-        atomic_write_text(args.json, json.dumps({
-            "command": "alcop-tune tune", "device": target.device_name, "gpu": target.key.name,
-            "versions": versions(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            "timer": "wall clock (time.perf_counter / time.time); process start from /proc",
-            "seeding": args.seeding,
-            "early_stop": None if early_stop is None else {"patience": early_stop.patience,
-                                                           "min_gain": early_stop.min_gain,
-                                                           "min_trials": early_stop.min_trials},
-            "workloads": entries}, indent=1) + "\n")
+    if args.json and entries:
         print(f"wrote {args.json}")
     return EXIT_INTERRUPTED if entries and entries[-1]["interrupted"] else 0
 
@@ -461,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-workers", type=int, default=None,
                    help="processes compiling each batch ahead of its measurement (default: every spare core on a "
                         "GPU; 0: off)")
-    p.add_argument("--json", help="write the best configs, trials run and the time split per workload as JSON")
+    p.add_argument("--json", help="write the best configs, trials run and the time split per workload as JSON "
+                   "(rewritten after each workload)")
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("bench", parents=[common], help="alcop vs torch vs Triton tutorial 03 configs")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import test_autotune_session as session_test
@@ -112,6 +114,25 @@ def test_cli_passes_seeding(monkeypatch, tmp_path):
     base = ["tune", "matmul", "64x64x64", "--device", "cpu", "--db", str(tmp_path / "t.sqlite"), "--trials", "2"]
     assert cli.main(base) == 0 and calls[-1]["seeding"] is True
     assert cli.main(base + ["--no-seed"]) == 0 and calls[-1]["seeding"] is False
+
+
+def test_tune_json_keeps_the_finished_workloads_of_a_stopped_run(monkeypatch, tmp_path):
+    def fake_tune(workload, target, db, **kw):
+        if workload.shape[0] == 32:
+            raise KeyboardInterrupt   # stopped from outside during the second workload
+        return TuneResult(workload, kw["tuner"])
+
+    monkeypatch.setattr(session_mod, "tune", fake_tune)
+    out = tmp_path / "tune.json"
+    args = ["tune", "matmul", "64x64x64", "32x32x32", "--device", "cpu", "--db", str(tmp_path / "t.sqlite"),
+            "--trials", "2", "--json", str(out)]
+    assert cli.main(args) == cli.EXIT_INTERRUPTED
+    run = json.loads(out.read_text())
+    assert [e["workload"]["shape"] for e in run["workloads"]] == [[64, 64, 64]] and run["complete"] is False
+    monkeypatch.setattr(session_mod, "tune", lambda workload, target, db, **kw: TuneResult(workload, kw["tuner"]))
+    assert cli.main(args) == 0
+    run = json.loads(out.read_text())
+    assert len(run["workloads"]) == 2 and run["complete"] is True
 
 
 def test_exhaustive_ranking_is_the_models_top(space):
