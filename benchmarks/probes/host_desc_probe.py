@@ -16,7 +16,9 @@ import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import triton
@@ -92,18 +94,25 @@ def variants() -> list[tuple[int, int, int, int, int]]:
     return [(bm, bn, 64, s, w) for (bm, bn, w), s in itertools.product(((128, 128, 4), (64, 256, 4), (128, 256, 8)), (3, 4))]
 
 
+def _wall_ms(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
 def measure(out: str, shapes: list[tuple[int, int, int]]) -> None:
     import alcop_triton as at
 
     dev = "cuda" if torch.cuda.is_available() else "cpu"
+    meta = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter)",
+            "torch": torch.__version__.split("+")[0], "triton": triton.__version__,
+            "date": datetime.date.today().isoformat()}
     if dev == "cuda":
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
         programs = torch.cuda.get_device_properties(0).multi_processor_count
         bench = lambda fn: triton.testing.do_bench_cudagraph(fn, rep=40)  # noqa: E731
-        meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__.split("+")[0],
-                "triton": triton.__version__, "date": datetime.date.today().isoformat()}
-    else:   # the interpreter: a correctness run of every spelling, no times
-        programs, bench, meta = 2, (lambda fn: math.nan), {"device": "cpu (interpreter)"}
+    else:   # the interpreter: every spelling checked, wall-clock times (not a measurement)
+        programs, bench = 2, _wall_ms
     with open(os.path.join(out, "host_desc_probe.jsonl"), "w") as f:
         for m, n, k in shapes:
             a = torch.randn(m, k, device=dev, dtype=torch.float16)
