@@ -170,6 +170,11 @@ def report(path: Path) -> str:
         f"{geo([a for a, _ in vs_torch]):.3f}x, best host-side spelling {geo([h for _, h in vs_torch]):.3f}x.", ""])
 
 
+def _shape(text: str) -> tuple[int, int, int]:
+    m, n, k = map(int, text.split("x"))
+    return m, n, k
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--report", type=Path, help="summarise a measured JSONL file instead of measuring")
@@ -177,14 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default=".", help="where measuring writes host_desc_probe.jsonl")
     ap.add_argument("--shapes", help="MxNxK,... (default: SHAPES)")
     a = ap.parse_args(argv)
-    if a.report is None:
-        shapes = [tuple(map(int, s.split("x"))) for s in a.shapes.split(",")] if a.shapes else SHAPES
-        measure(a.dir, shapes)   # type: ignore[arg-type]
-        return 0
-    md = report(a.report)
-    if a.out:
-        a.out.write_text(md)
-    print(md)
+    if a.report is not None:
+        md = report(a.report)
+        print(md)
+        if a.out:
+            a.out.write_text(md)
+    else:
+        measure(a.dir, [_shape(s) for s in a.shapes.split(",")] if a.shapes else SHAPES)
     return 0
 
 
