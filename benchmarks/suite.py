@@ -392,6 +392,8 @@ class CudaTimers:
     def eager(self, calls: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
         import torch
 
+        if not calls:
+            return {}
         for fn in calls.values():
             fn()
         torch.cuda.synchronize()
