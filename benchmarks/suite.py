@@ -482,7 +482,7 @@ def measure_case(case: Case, impls: Sequence[str], timers: Timers, device: str,
                 row["fallback"] = alcop_fallback(call)
             calls[impl] = call
         except Exception as exc:   # a peer that cannot run this shape is a result, not a crash
-            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+            row["error"] = error_text(exc)
     for timer in TIMERS:
         first = _pass(timers, timer, calls, rows)
         second = _pass(timers, timer, {i: c for i, c in calls.items() if not math.isnan(first[i])}, rows)
@@ -519,8 +519,13 @@ def _pass(timers: Timers, timer: str, calls: Mapping[str, Callable[[], Any]],
 
 
 def _failed(row: dict[str, Any], timer: str, exc: Exception) -> float:
-    row[f"{timer}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    row[f"{timer}_error"] = error_text(exc)
     return math.nan
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as a result's error text: its type and first line, at most 300 characters."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
 
 
 # --- the run: metadata, resume, budget -----------------------------------------------------------
@@ -833,7 +838,7 @@ def main(argv: list[str] | None = None) -> int:
             secs = pretune_inductor(chunk, device)
             record: dict[str, Any] = {"chunk": len(chunk), "chunk_s": secs, "share_s": secs / len(chunk)}
         except Exception as exc:   # the workloads' own compiles then autotune as usual
-            record = {"chunk": len(chunk), "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}
+            record = {"chunk": len(chunk), "error": error_text(exc)}
             print(f"[{case.set}] Inductor pretuning failed: {record['error']}", flush=True)
         for c in chunk:
             pretuned[(c.set, c.id)] = record
