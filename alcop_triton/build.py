@@ -10,11 +10,11 @@ from typing import Any, Callable, Sequence
 from . import __version__, codegen, config, te
 from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipeline
 from .errors import ScheduleError
-from .loop_ir import Store, find
+from .loop_ir import Descriptor, Store, find
 from .lower import lower
 from .records import KernelConfig, dtype_name
 from .rewrite import apply_pipeline
-from .runtime import ensure_allocator, for_device, load_kernel, prebind, resident_programs
+from .runtime import for_device, load_kernel, prebind, resident_programs, tma_descriptor
 from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
@@ -35,6 +35,7 @@ class Variant:
     num_warps: int
     num_stages: int
     sizes: tuple[tuple[str, Any], ...]
+    descriptors: tuple[Descriptor, ...]
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,13 @@ class Launch:
     grid: tuple[int, ...]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    tma: bool  # device-side descriptors need Triton's scratch allocator in the launching thread
     n_tensors: int  # args[:n_tensors] are the tensors (inputs, then the output)
     device: Any
+    # args[n_tensors:n_tensors + len(descriptors)] are the TMA descriptors, given as (tensor index, dims,
+    # block): ``runtime.tma_descriptor(args[index], dims, block)``
+    descriptors: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
 
     def __call__(self) -> None:
-        if self.tma:
-            ensure_allocator()
         self.run(*self.args, **self.kwargs)
 
     def compile(self) -> None:
@@ -62,7 +63,8 @@ class Launch:
     def prebind(self) -> Callable[..., None]:
         """This launch for any tensors of the same dtypes, shapes, strides and alignment: ``f(*tensors)``
         runs the same specialisation without binding anything again (``runtime.prebind``)."""
-        return prebind(self.run, self.jit, self.device, self.grid, self.args, self.kwargs, self.n_tensors, self.tma)
+        return prebind(self.run, self.jit, self.device, self.grid, self.args, self.kwargs, self.n_tensors,
+                       self.descriptors)
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ class CompiledKernel:
         for n in plan.notes:
             if config.debug_level() >= 1:
                 log.warning("alcop %s: %s", k.name, n)
-        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes)
+        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes, k.descriptors)
         self._variants[(key, device_type)] = v
         return v
 
@@ -260,7 +262,11 @@ class CompiledKernel:
                    _multiple_of(scalars, 16 // min(x.element_size() for x in all_x)))
         v = self._variant(key, dev.type)
         self.last = v
-        args: list[Any] = list(all_x) + (_split_buffers(split, tiles * tot["b"], c, dev) if split > 1 else [])
+        names = [t.name for t in all_t]
+        descs = tuple((names.index(d.tensor), d.dims, tuple(1 if b == "1" else c[b] for b in d.block))
+                      for d in v.descriptors)
+        args: list[Any] = list(all_x) + [tma_descriptor(all_x[i], dims, block) for i, dims, block in descs]
+        args += _split_buffers(split, tiles * tot["b"], c, dev) if split > 1 else []
         args += [value for _, value in scalars]
         nw, ns = v.num_warps, v.num_stages
         if self.config.persistent:
@@ -269,9 +275,8 @@ class CompiledKernel:
             grid = (tiles, tot["b"]) + ((split,) if split > 1 else ())
             if grid[1] > 65535:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
-        tma = dev.type == "cuda" and any(m == "tma" for _, m in v.plan.async_copy)
         return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args), c | {"num_warps": nw, "num_stages": ns},
-                      tma, len(all_x), dev), out
+                      len(all_x), dev, descs), out
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
         """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's
@@ -363,10 +368,13 @@ def _multiple_of(scalars: list[tuple[str, int]], vec: int) -> tuple[tuple[str, i
 
 
 def _tma_aligned(xs: list[Any]) -> bool:
-    """TMA's rules: 16-byte aligned base addresses and 16-byte multiple strides (except the unit one)."""
+    """TMA's rules: 16-byte aligned base addresses and 16-byte multiple strides (except the unit one),
+    and no broadcast (stride 0) dims. A dim of one element has no stride to speak of (its coordinate is
+    always 0), so ``runtime.tma_descriptor`` gives it a legal one."""
     for x in xs:
         e = x.element_size()
-        if x.data_ptr() % 16 or any(x.stride(d) * e % 16 for d in range(x.dim()) if x.stride(d) != 1):
+        if x.data_ptr() % 16 or any(x.stride(d) * e % 16 or x.stride(d) == 0 for d in range(x.dim())
+                                    if x.stride(d) != 1 and x.shape[d] > 1):
             return False
     return True
 

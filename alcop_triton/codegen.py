@@ -14,18 +14,19 @@ from typing import Callable, Iterator
 
 from . import te
 from .errors import CodegenError, ScheduleError, UnsupportedError
-from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, KSplit, MakeDescriptor, Node,
+from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, KSplit, Node,
                       ProgramIds, Rotate, SplitReduce, Store, TileCount, TileIndices)
 
 TL_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64",
             "int32": "tl.int32", "int64": "tl.int64", "bool": "tl.int1"}
 RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid_in_group", "group_id", "first_pid_m",
             "group_size_m", "tile_id", "num_tiles", "num_pid_mn", "acc", "k0", "ks", "tl", "triton", "out", "mask_m",
-            "mask_n", "mask_out", "offs_m", "offs_n", "a_desc", "b_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K",
+            "mask_n", "mask_out", "offs_m", "offs_n", "a_desc", "b_desc", "out_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K",
             "REG_SPLIT", "GROUP_M", "SPLIT_K", "pid_s", "k_base", "k_chunks", "k_chunks_all", "k_chunks_per_split",
             "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "float"}
 SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
-"""Extra pointer parameters of a split-K kernel, after the output: float32 partial tiles, arrival counters."""
+"""Extra pointer parameters of a split-K kernel, after the output and any descriptors: float32 partial tiles,
+arrival counters."""
 RESERVED_PREFIXES = ("tile_", "offs_", "mask_", "stride_", "k_start", "k_tap")
 
 
@@ -407,31 +408,36 @@ def _kidx(n: KIndices, c: Ctx) -> None:
                 k.totals["k"], sfx)
 
 
-def _descriptor_dims(c: Ctx, role: str) -> list[tuple[int, str]]:
-    """The descriptor's dims (tensor dim, tile dim), unit-stride dim last as TMA requires."""
-    o = c.k.operand(role)
-    dims = [(d, o.dims[d]) for d in range(o.tensor.ndim) if o.dims[d] != "b"]
-    return sorted(dims, key=lambda dd: dd[0] == o.contiguous)
+def _desc_copy(c: Ctx, role: str, start: dict[str, str], tile: tuple[str, str], value: str = "") -> str:
+    """A TMA copy through the launcher-built descriptor ``<role>_desc`` (``Descriptor``): a load of the
+    2-D tile in ``tile``'s dim order, or (``value`` given) the statement storing that tile.
 
-
-@emitter(MakeDescriptor)
-def _desc(n: MakeDescriptor, c: Ctx) -> None:
-    o = c.k.operand(n.role)
-    t = o.tensor
-    base = " + ".join([t.name] + [f"{c.index(o.load.indices[d], ('m', 'n'), '')} * stride_{t.name}_{d}"
-                                  for d in range(t.ndim) if o.dims[d] == "b"])
-    dims = _descriptor_dims(c, n.role)
-    ext = "SUB_K" if c.k.constexprs["REG_SPLIT"] > 1 or _has_register(c.k, n.role) else "BLOCK_K"
-    blocks = {"m": "BLOCK_M", "n": "BLOCK_N", "k": ext}
-    c.w.line(f"# {t.name} copied by TMA: a device-side tensor descriptor over its 2-D tile")
-    c.w.line(f"{n.role}_desc = tl.make_tensor_descriptor({base}, shape=[{', '.join(c.size(t.shape[d]) for d, _ in dims)}], "
-             f"strides=[{', '.join('1' if d == o.contiguous else f'stride_{t.name}_{d}' for d, _ in dims)}], "
-             f"block_shape=[{', '.join(blocks[k] for _, k in dims)}])")
-
-
-def _has_register(k: Kernel, role: str) -> bool:
-    from .loop_ir import find
-    return bool(find(k.body, lambda x: isinstance(x, Copy) and x.role == role and x.scope == "register"))
+    The descriptor lists batch dims first (one entry per copy, so the copy's block carries leading
+    1s the tile drops or gains) and the unit-stride dim last, so a tile whose unit-stride dim comes
+    first (a transposed operand) is transposed in registers.
+    """
+    d = c.k.descriptor(role)
+    assert d is not None, role
+    if role == "out":
+        op = c.k.out.op
+        assert isinstance(op, te.ComputeOp)
+        idx: list[te.Expr] = list(op.axes)
+        kinds = [c.kind[a.name] for a in op.axes]
+    else:
+        o = c.k.operand(role)
+        idx, kinds = list(o.load.indices), list(o.dims)
+    coords = [c.index(idx[i], ("m", "n"), "") if b == "1" else start[kinds[i]] for i, b in zip(d.dims, d.block)]
+    order = tuple(kinds[i] for i in d.dims[d.batch_dims:])
+    shape2d = ", ".join(d.block[d.batch_dims:])
+    if value:
+        v = value if order == tile else f"tl.trans({value})"
+        if d.batch_dims:
+            v = f"{v}.reshape({', '.join(d.block)})"
+        return f"{d.param}.store([{', '.join(coords)}], {v})"
+    load = f"{d.param}.load([{', '.join(coords)}])"
+    if d.batch_dims:
+        load = f"{load}.reshape({shape2d})"
+    return load if order == tile else f"tl.trans({load})"
 
 
 @emitter(Copy)
@@ -447,11 +453,8 @@ def _copy(n: Copy, c: Ctx) -> None:
     note = f"; {n.note}" if n.note else ""
     c.w.line(f"# {n.buffer} -> {n.target}: {size} tile of {o.tensor.name} into {where}{note}")
     if n.mechanism == "tma":
-        dims = _descriptor_dims(c, n.role)
         start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "k": _kstart(n.at, c)}
-        load = f"{n.role}_desc.load([{', '.join(start[k] for _, k in dims)}])"
-        order = tuple(k for _, k in dims)
-        c.w.line(f"{n.target} = {load if order == tile else f'tl.trans({load})'}")
+        c.w.line(f"{n.target} = {_desc_copy(c, n.role, start, tile)}")
         return
     ptr, mask = c.address(o.load, tile, n.suffix)
     c.w.line(f"{n.target} = tl.load({ptr}, mask={mask}, other=0.0)")
@@ -549,14 +552,21 @@ def _store(n: Store, c: Ctx) -> None:
     c.w.line(f"out = {val}")
     if not isinstance(out.op, te.ComputeOp):
         raise CodegenError(f"output {out.name!r} is a placeholder: it has no index to store at")
+    if k.descriptor("out") is not None:
+        c.w.line("# stored by TMA (its descriptor clips the tile at the tensor's edges: no mask)")
+        start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N"}
+        c.w.line(_desc_copy(c, "out", start, ("m", "n"), f"out.to({out.name}.dtype.element_ty)"))
+        return
     ptr, mask = c.address(te.Load(out, out.op.axes), ("m", "n"), "")
     c.w.line(f"tl.store({ptr}, out.to({out.name}.dtype.element_ty), mask={mask})")
 
 
 # ------------------------------------------------------------------------------------ kernel
 def signature(k: Kernel) -> list[str]:
-    """Kernel parameters: tensors, sizes, strides (unit strides are specialised away), constexprs."""
-    params = [t.name for t in k.inputs] + [k.out.name] + list(SPLIT_ARGS if "SPLIT_K" in k.constexprs else ())
+    """Kernel parameters: tensors, TMA descriptors, sizes, strides (unit strides are specialised away),
+    constexprs."""
+    params = [t.name for t in k.inputs] + [k.out.name] + [d.param for d in k.descriptors]
+    params += list(SPLIT_ARGS if "SPLIT_K" in k.constexprs else ())
     params += [n for n, _ in k.sizes]
     for t in list(k.inputs) + [k.out]:
         params += [f"stride_{t.name}_{d}" for d in range(t.ndim) if d != k.unit_stride.get(t.name)]

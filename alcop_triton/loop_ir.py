@@ -91,12 +91,6 @@ class InitAcc(Node):
 
 
 @dataclass(frozen=True)
-class MakeDescriptor(Node):
-    """A device-side tensor descriptor for an operand copied by TMA."""
-    role: str
-
-
-@dataclass(frozen=True)
 class KIndices(Node):
     """Reduction indices of one tile: offs_k<suffix> and the reduce axes decomposed from it."""
     at: KRef
@@ -183,6 +177,30 @@ class Store(Node):
 
 
 @dataclass(frozen=True)
+class Descriptor:
+    """A TMA tensor descriptor the launcher builds (a kernel parameter, ``<role>_desc``).
+
+    ``dims``: the tensor's dims in descriptor order, batch dims first and the unit-stride dim last
+    (TMA's rule); ``block``: the copy's extent along each, a constexpr's name or "1" (one batch entry
+    per copy). Made on the host, once per call, because a descriptor made in the kernel costs every
+    program a tensor-map write and a fence before its first copy.
+    """
+    role: str        # 'a', 'b' (operand loads) or 'out' (the epilogue's store)
+    tensor: str
+    dims: tuple[int, ...]
+    block: tuple[str, ...]
+
+    @property
+    def param(self) -> str:
+        return f"{self.role}_desc"
+
+    @property
+    def batch_dims(self) -> int:
+        """Leading dims copied one entry at a time (the copy's tile is then reshaped to 2-D)."""
+        return sum(1 for b in self.block if b == "1")
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str
     body: tuple[Node, ...]
@@ -208,12 +226,16 @@ class Kernel:
     # 16: Triton only specialises on 16, so unless the kernel states it (``x // d * d``) a K of 1000 or a row stride of 1000
     # halves makes every masked load scalar (2-byte loads, no cp.async, register spills).
     multiple_of: dict[str, int] = field(default_factory=dict)
+    descriptors: tuple[Descriptor, ...] = ()  # host-side TMA descriptors, kernel parameters after the output
 
     def replace(self, **kw: Any) -> Kernel:
         return dataclasses.replace(self, **kw)
 
     def operand(self, role: str) -> Operand:
         return next(o for o in self.operands if o.role == role)
+
+    def descriptor(self, role: str) -> Descriptor | None:
+        return next((d for d in self.descriptors if d.role == role), None)
 
 
 class Visitor:

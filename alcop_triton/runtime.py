@@ -118,21 +118,20 @@ def _interpreted(fn: Any) -> Any:
     return _INTERP[id(fn)]
 
 
-def ensure_allocator() -> None:
-    """Device-side tensor descriptors (TMA) need global scratch memory from an allocator.
+def tma_descriptor(x: Any, dims: Sequence[int], block: Sequence[int]) -> Any:
+    """The host-side TMA descriptor over ``x``'s ``dims`` (in that order, the unit-stride one last) with
+    copies of ``block``. A dim of one element gets a 16-byte stride whatever its own: its coordinate is
+    always 0, and TMA wants every stride but the last a multiple of 16 bytes."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    legal = 16 // x.element_size()
+    strides = [x.stride(d) if x.shape[d] > 1 or i == len(dims) - 1 else legal for i, d in enumerate(dims)]
+    return TensorDescriptor(x, [int(x.shape[d]) for d in dims], strides, list(block))
 
-    Triton keeps the allocator in a ContextVar, so every thread (the tuner compiles and launches
-    from worker threads) starts without one: check at each CUDA launch, which costs a lookup.
-    """
-    from triton.runtime import _allocation
-    if _allocation._allocator.get() is not _allocation._NULL_ALLOCATOR:
-        return
-    import torch
-    import triton
 
-    def alloc(size: int, alignment: int, stream: Any) -> torch.Tensor:
-        return torch.empty(size, dtype=torch.int8, device="cuda")
-    triton.set_allocator(alloc)
+DESCRIPTOR_CACHE = 64
+"""Encoded tensor maps kept per descriptor of a prebound launch, keyed by the tensor's address (the
+signature fixes the rest): repeated calls on the same buffers, as the caching allocator hands them out,
+skip the encoding."""
 
 
 def resident_programs(compiled: Any, num_warps: int, device: Any) -> int:
@@ -179,23 +178,28 @@ def scratch_address(index: int, stream: int, nbytes: int) -> Any:
 
 
 def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequence[Any], kwargs: Mapping[str, Any],
-            n_tensors: int, tma: bool) -> Callable[..., None]:
+            n_tensors: int, descriptors: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]] = ()
+            ) -> Callable[..., None]:
     """A launch of one kernel specialisation with everything but its tensors bound: ``launch(*tensors)``.
 
-    ``args`` are the kernel's positional arguments, tensors first (``n_tensors`` of them), then
-    sizes and strides; ``kwargs`` its constexprs and launch options. The caller guarantees that
-    later tensors have the same dtypes, shapes, strides and 16-byte alignment, so Triton would pick
-    the same specialisation: on CUDA the launch calls the compiled kernel's launcher directly
-    (what ``JITFunction.run`` does after binding, specialising and looking up its cache, which is
-    skipped); in the interpreter, which has no compiled launcher, ``run`` (the interpreted
-    function at ``grid``) is called with the bound arguments.
+    ``args`` are the kernel's positional arguments: tensors first (``n_tensors`` of them), then one
+    host-side TMA descriptor per entry of ``descriptors`` (``(tensor index, dims, block)``, rebuilt
+    from each call's tensors), then sizes and strides; ``kwargs`` its constexprs and launch options.
+    The caller guarantees that later tensors have the same dtypes, shapes, strides and 16-byte
+    alignment, so Triton would pick the same specialisation: on CUDA the launch calls the compiled
+    kernel's launcher directly (what ``JITFunction.run`` does after binding, specialising and looking
+    up its cache, which is skipped); in the interpreter, which has no compiled launcher, ``run`` (the
+    interpreted function at ``grid``) is called with the bound arguments.
     """
-    tail = tuple(args[n_tensors:])
+    tail = tuple(args[n_tensors + len(descriptors):])
+
+    def host_descriptors(tensors: Sequence[Any]) -> list[Any]:
+        return [tma_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
     if device.type != "cuda":
         options = dict(kwargs)
 
         def interpreted(*tensors: Any) -> None:
-            run(*tensors, *tail, **options)
+            run(*tensors, *host_descriptors(tensors), *tail, **options)
         return interpreted
     import torch
     from triton import knobs
@@ -212,16 +216,18 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
     index = device.index if device.index is not None else torch.cuda.current_device()
     active: Any = driver.active  # the CUDA driver, whose stream getter the base class does not declare
     stream_of, current_device, hooks = active.get_current_stream, torch._C._cuda_getDevice, knobs.runtime
-    c_launch: Any = getattr(launcher, "launch", None)
-    # Triton's launcher object unpacks host tensor descriptors (then ``launch`` is a Python wrapper)
-    # and allocates the profiler's scratch per launch; otherwise the compiled C launcher is called
-    # itself, given the tensors' addresses. An address (unlike a tensor) spares it a data_ptr() call
-    # and a cuPointerGetAttribute per tensor: the signature fixed the device. Device-side tensor
-    # descriptors (TMA) need global scratch, which Triton's wrapper allocates at every launch; here
-    # it is one buffer per stream, kept (``scratch_address``).
-    direct = isinstance(c_launch, types.BuiltinFunctionType) and not launcher.profile_scratch_size
+    c_launch: Any = _compiled_launch(launcher)
+    # Triton's launcher object encodes host tensor descriptors at every launch (its ``launch`` is then
+    # a Python wrapper around the compiled one) and allocates the profiler's scratch per launch;
+    # otherwise the compiled C launcher is called itself, given the tensors' addresses and the
+    # descriptors' encoded arguments, cached per address (``DESCRIPTOR_CACHE``). An address (unlike a
+    # tensor) spares it a data_ptr() call and a cuPointerGetAttribute per tensor: the signature fixed
+    # the device. A kernel that still wants global scratch gets one buffer per stream, kept
+    # (``scratch_address``), where Triton's wrapper would allocate one at every launch.
+    direct = c_launch is not None and not launcher.profile_scratch_size
     coop, pdl, address = launcher.launch_cooperative_grid, launcher.launch_pdl, torch.Tensor.data_ptr
     nbytes = g0 * g1 * g2 * launcher.num_ctas * launcher.global_scratch_size if direct else 0
+    encode = _descriptor_encoder(compiled, descriptors) if direct and descriptors else None
 
     def launch(*tensors: Any) -> None:
         if current_device() != index:  # the kernel was loaded into this device's context
@@ -238,12 +244,46 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
             enter = None
         if leave is not None and not getattr(leave, "calls", True):
             leave = None
-        meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors, *tail)
+        meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors,
+                                                                   *host_descriptors(tensors), *tail)
         if direct:
+            ptrs = tuple(map(address, tensors))
             c_launch(g0, g1, g2, stream, function, coop, pdl, scratch_address(index, stream, nbytes) if nbytes else None,
-                     None, metadata, meta, enter, leave, *map(address, tensors), *tail)
+                     None, metadata, meta, enter, leave, *ptrs, *(encode(tensors, ptrs) if encode else ()), *tail)
         else:
-            if tma:
-                ensure_allocator()
-            launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *tail)
+            launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *host_descriptors(tensors),
+                     *tail)
     return launch
+
+
+def _compiled_launch(launcher: Any) -> Any:
+    """The compiled C launch function of a Triton launcher: its ``launch``, or the one that its
+    tensor-descriptor wrapper closes over; None if neither is one (another Triton version)."""
+    fn = getattr(launcher, "launch", None)
+    if isinstance(fn, types.BuiltinFunctionType):
+        return fn
+    inner = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
+             if isinstance(c.cell_contents, types.BuiltinFunctionType)]
+    return inner[0] if len(inner) == 1 else None
+
+
+def _descriptor_encoder(compiled: Any, descriptors: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]]
+                        ) -> Callable[[Sequence[Any], Sequence[int]], list[Any]]:
+    """``encode(tensors, addresses)``: the compiled launcher's arguments for the launch's descriptors (the
+    encoded tensor map, then shape and strides, as Triton's own wrapper passes them), cached per address."""
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+    metas = list(getattr(compiled.metadata, "tensordesc_meta", None) or [None] * len(descriptors))
+    caches: list[dict[int, list[Any]]] = [{} for _ in descriptors]
+    specs = list(zip(descriptors, metas, caches))
+
+    def encode(tensors: Sequence[Any], ptrs: Sequence[int]) -> list[Any]:
+        out: list[Any] = []
+        for (i, dims, block), meta, cache in specs:
+            enc = cache.get(ptrs[i])
+            if enc is None:
+                if len(cache) >= DESCRIPTOR_CACHE:
+                    cache.clear()
+                enc = cache[ptrs[i]] = make_tensordesc_arg(tma_descriptor(tensors[i], dims, block), meta)
+            out += enc
+        return out
+    return encode

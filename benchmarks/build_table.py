@@ -26,7 +26,7 @@ as the drop-ins run it (``kernels.matmul.aligned_workload``: K zero-padded, oper
 
 Candidates per workload: the analytical model's ``--top-k`` over its shortlist (split-K included), the
 model's best config of every split factor it offers, and what dispatch picks today from the
-measured neighbours. They are compiled first in worker processes, then each is checked against torch's
+measured neighbours, each also with the other copy mechanism (pointer or TMA) where both apply. They are compiled first in worker processes, then each is checked against torch's
 call in higher precision (output poisoned with NaN, normwise relative error <= 1e-2 against products in
 float64, convolutions in float32 with TF32 off) and timed with the tuner's timer (``autotune.measure.time_gpu``:
 CUDA graphs over rotating input copies, so L2 is cold; eager ``do_bench`` above ``SMALL_KERNEL_MS``).
@@ -246,8 +246,11 @@ def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, 
 
 
 def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[KernelConfig]:
-    """The model's top-k, its best config per split factor, and dispatch's transfer pick; no duplicates."""
+    """The model's top-k, its best config per split factor, and dispatch's transfer pick, each also with
+    the other copy mechanism where the op and the GPU offer both: which of pointer and TMA copies wins
+    for a tile is measured, not left to the model's coarse ranking of the two. No duplicates."""
     from alcop_triton.autotune.dispatch import model_shortlist, transfer
+    from alcop_triton.autotune.space import default_knobs, shape_reason
     ranked = model_shortlist(w, spec)
     out = list(ranked[:top_k])
     for split in sorted({c.split_k for c in ranked}):
@@ -257,6 +260,11 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
     picked = transfer(w, known, spec)
     if picked is not None and picked[0] not in out:
         out.append(picked[0])
+    for c in list(out):
+        for mech in default_knobs(w.op).async_copy:
+            twin = c.replace(async_copy=mech)
+            if twin not in out and shape_reason(w, twin, spec) is None:
+                out.append(twin)
     return out
 
 

@@ -106,4 +106,4 @@ class PackKernel:
         args = (*tensors, *geometry[0], tiles[0], *geometry[-1])
         kwargs = {"TWO": two, "BLOCK_R": BLOCK_R, "BLOCK_K": BLOCK_K, "num_warps": NUM_WARPS}
         return Launch(pack_operands, for_device(pack_operands, tensors[0].device.type)[grid], grid, args,
-                      kwargs, False, 4, tensors[0].device), None
+                      kwargs, 4, tensors[0].device), None

@@ -4,31 +4,54 @@ from __future__ import annotations
 
 import dataclasses
 
+from .. import te
 from ..analysis.plan import PipelinePlan
-from ..loop_ir import Copy, For, InitAcc, Kernel, MakeDescriptor, Node, Transformer
+from ..loop_ir import Copy, Descriptor, Kernel, Node, Operand, Transformer, find
 
 
 class SelectAsyncCopy(Transformer):
-    """Mark the copies of TMA operands and build their descriptors once, before the reduction loop
-    (before the tile loop of a persistent kernel, unless a batch index moves the base per tile)."""
+    """Mark the copies of TMA operands and declare their descriptors, which the launcher builds; with
+    TMA operands the epilogue stores by TMA too where the output is a plain tile."""
 
     def __init__(self, plan: PipelinePlan) -> None:
         self.plan = plan
-        self.at_acc: tuple[Node, ...] = ()
 
     def visit_Copy(self, node: Copy) -> Node:
         mech = self.plan.mechanism(node.role)
         return node if node.mechanism == mech else dataclasses.replace(node, mechanism=mech)
 
-    def visit_InitAcc(self, node: InitAcc) -> tuple[Node, ...]:
-        return (node,) + self.at_acc
-
     def __call__(self, k: Kernel) -> Kernel:
-        descs = tuple(MakeDescriptor(role) for role, m in self.plan.async_copy if m == "tma")
-        hoist = not k.axes["b"] and any(isinstance(n, For) and n.role == "tiles" for n in k.body)
-        self.at_acc = () if hoist else descs
-        body = self.visit_body(k.body)
-        if hoist:
-            at = next(i for i, n in enumerate(body) if isinstance(n, For) and n.role == "tiles")
-            body = body[:at] + descs + body[at:]
-        return k.replace(body=body)
+        descs = tuple(_operand_descriptor(k, k.operand(role)) for role, m in self.plan.async_copy if m == "tma")
+        out = _store_descriptor(k) if descs else None
+        return k.replace(body=self.visit_body(k.body), descriptors=descs + ((out,) if out else ()))
+
+
+def _operand_descriptor(k: Kernel, o: Operand) -> Descriptor:
+    """Batch dims (one entry per copy) first, then the tile's two dims with the unit-stride one last.
+    A chunk split into register sub-tiles is copied one sub-tile (SUB_K) at a time."""
+    split = k.constexprs["REG_SPLIT"] > 1 or bool(find(k.body, lambda x: isinstance(x, Copy) and x.role == o.role
+                                                        and x.scope == "register"))
+    block = {"b": "1", "m": "BLOCK_M", "n": "BLOCK_N", "k": "SUB_K" if split else "BLOCK_K"}
+    batch = [d for d in range(o.tensor.ndim) if o.dims[d] == "b"]
+    tile = sorted((d for d in range(o.tensor.ndim) if o.dims[d] != "b"), key=lambda d: d == o.contiguous)
+    dims = tuple(batch + tile)
+    return Descriptor(o.role, o.tensor.name, dims, tuple(block[o.dims[d]] for d in dims))
+
+
+def _store_descriptor(k: Kernel) -> Descriptor | None:
+    """The output's descriptor when each of its dims is one batch, row or column axis, the rows and the
+    columns one axis each, and one of those two dims has unit stride; otherwise pointers store it."""
+    out = k.out
+    if not isinstance(out.op, te.ComputeOp) or len(k.axes["m"]) != 1 or len(k.axes["n"]) != 1:
+        return None
+    kind = {a: d for d, axs in k.axes.items() for a in axs}
+    kinds = [kind.get(ax.name, "") for ax in out.op.axes]
+    unit = k.unit_stride.get(out.name)
+    if sorted(x for x in kinds if x != "b") != ["m", "n"] or any(x not in ("b", "m", "n") for x in kinds) \
+            or unit is None or kinds[unit] == "b":
+        return None
+    batch = [d for d, x in enumerate(kinds) if x == "b"]
+    tile = sorted((d for d, x in enumerate(kinds) if x != "b"), key=lambda d: d == unit)
+    block = {"b": "1", "m": "BLOCK_M", "n": "BLOCK_N"}
+    dims = tuple(batch + tile)
+    return Descriptor("out", out.name, dims, tuple(block[kinds[d]] for d in dims))

@@ -180,9 +180,12 @@ def test_e2e_set_uses_the_sizes_e2e_runs(bt, e2e):
 def test_candidates_are_model_ranked_and_include_split_k_for_decode(bt, shape, splits):
     w = Workload("matmul", shape, "float16", "nt")
     cands = bt.candidates(w, SPEC, 6, [])
-    assert len(cands) == len(set(cands)) and 6 <= len(cands) <= 6 + 4
+    assert len(cands) == len(set(cands)) and 6 <= len(cands) <= 2 * (6 + 4)
     assert all(shape_reason(w, c, SPEC) is None for c in cands)
     assert (len({c.split_k for c in cands}) > 1) == splits
+    # every tile is measured with both copy mechanisms
+    assert {c.replace(async_copy="tma") for c in cands} == {c for c in cands if c.async_copy == "tma"}
+    assert {c.replace(async_copy="pointer") for c in cands} == {c for c in cands if c.async_copy == "pointer"}
 
 
 def test_conv_candidates_come_from_the_conv_space(bt):

@@ -65,8 +65,9 @@ def test_persistent_matmul(variant: str, dtype: str, kit) -> None:
     assert "for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)" in src
     assert ("num_stages=3, flatten=True):" in src) == (cfg.smem_stages == 3)
     assert ("a_desc.load(" in src and "b_desc.load(" in src) == (cfg.async_copy == "tma")
-    if cfg.async_copy == "tma":  # unbatched: descriptors are built once per program, before the tile loop
-        assert src.index("a_desc = tl.make_tensor_descriptor(") < src.index("for tile_id in")
+    if cfg.async_copy == "tma":  # descriptors are kernel parameters the launcher builds; the output stores by TMA
+        assert "make_tensor_descriptor" not in src and "a_desc, b_desc, out_desc," in src
+        assert "out_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], out.to(C.dtype.element_ty))" in src
 
 
 @interpreter
@@ -79,9 +80,9 @@ def test_persistent_bmm(variant: str, dtype: str, kit) -> None:
     _run(kit, kern, 16, 32, 64, dtype, kit.seed("bmm-nt", variant, dtype), batch=2, b_transposed=True)
     src = kern.source
     assert "pid_b = tile_id // num_pid_mn" in src and "num_tiles = num_pid_mn * BATCH" in src
-    if cfg.async_copy == "tma":  # the descriptor's base moves with the batch index: built per tile
-        assert "tl.trans(b_desc.load(" in src
-        assert src.index("for tile_id in") < src.index("a_desc = tl.make_tensor_descriptor(A + b * stride_A_0")
+    if cfg.async_copy == "tma":  # 3-d descriptors: the batch index is a coordinate, one entry per copy
+        assert "tl.trans(b_desc.load([b, pid_n * BLOCK_N, k0 * BLOCK_K]).reshape(BLOCK_N, BLOCK_K))" in src
+        assert "out_desc.store([b, pid_m * BLOCK_M, pid_n * BLOCK_N], out.to(C.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N))" in src
 
 
 @interpreter
@@ -108,7 +109,8 @@ def test_register_prefetch_stays_correct(batched: bool, kit) -> None:
     assert tiles < prologue < chunks
     tma = kit.matmul("float16", REG.replace(async_copy="tma"), batched=batched)
     _run(kit, tma, 32, 48, 64, "float16", kit.seed("reg-tma", batched), batch=batch)
-    assert "tile_a_p0 = a_desc.load([pid_m * BLOCK_M, 0])" in tma.source
+    lead = "b, " if batched else ""
+    assert f"tile_a_p0 = a_desc.load([{lead}pid_m * BLOCK_M, 0])" in tma.source
 
 
 @interpreter

@@ -4,6 +4,7 @@ real in tests/gpu.)"""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -36,6 +37,7 @@ class _LauncherObject:
 
 class _Compiled:
     function, packed_metadata = 5, (4, 1, 0)
+    metadata = SimpleNamespace(tensordesc_meta=None)  # descriptors not lowered to tensor maps: plain arguments
 
     def __init__(self, launcher: _LauncherObject) -> None:
         self.run = launcher
@@ -69,8 +71,7 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
 def _launch(scratch: int = 0, profile_scratch: int = 0) -> tuple[Any, _LauncherObject, torch.Tensor, torch.Tensor]:
     obj = _LauncherObject(scratch, profile_scratch)
     a, b = torch.zeros(4), torch.zeros(4)
-    run = runtime.prebind(None, _Jit(_Compiled(obj)), torch.device("cuda", 0), (3,), [a, b, 7], {"BLOCK": 16}, 2,
-                          tma=scratch > 0)
+    run = runtime.prebind(None, _Jit(_Compiled(obj)), torch.device("cuda", 0), (3,), [a, b, 7], {"BLOCK": 16}, 2)
     return run, obj, a, b
 
 
@@ -134,3 +135,43 @@ def test_a_registered_launch_hook_gets_the_metadata(fake_cuda: None) -> None:
     finally:
         knobs.runtime.launch_enter_hook.remove(seen.append)
     assert obj.calls[0][6] == "META" and obj.calls[0][7] is knobs.runtime.launch_enter_hook
+
+
+def test_descriptors_are_encoded_once_per_address_and_follow_the_addresses(fake_cuda: None, monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from triton.backends.nvidia import driver as nv
+    encoded: list[Any] = []
+
+    def encode(desc: Any, meta: Any) -> list[Any]:
+        encoded.append(desc)
+        return [f"map@{desc.base.data_ptr()}", *desc.shape, *desc.strides]
+    monkeypatch.setattr(nv, "make_tensordesc_arg", encode)
+    obj = _LauncherObject(0, 0)
+
+    def wrap(c_launch: Any) -> Any:  # Triton's tensor-descriptor wrapper closes over the compiled launcher
+        def inner(*args: Any) -> None:
+            raise AssertionError(f"{c_launch} called through the wrapper, which encodes at every launch")
+        return inner
+    obj.launch = wrap(print)  # type: ignore[assignment]
+    a, b = torch.zeros(3, 8), torch.zeros(8, 4).t()   # B's unit-stride dim is dim 0: listed last
+    jit = _Jit(_Compiled(obj))
+    jit.params = [_Param("a"), _Param("b"), _Param("b_desc"), _Param("n"), _Param("BLOCK")]
+    run = runtime.prebind(None, jit, torch.device("cuda", 0), (3,), [a, b, "DESC", 7],
+                          {"BLOCK": 16}, 2, [(1, (1, 0), (8, 2))])
+    assert run is not None and encoded == []        # the compiled launcher was found behind the wrapper
+    run(a, b)
+    run(a, b)
+    b2 = torch.zeros(8, 4).t()
+    run(a, b2)
+    out = capsys.readouterr().out.splitlines()
+    # addresses, then B's descriptor over dims (1, 0) (the tensor map, shape, strides), then the rest
+    assert out[0].split()[-9:] == [str(a.data_ptr()), str(b.data_ptr()), f"map@{b.data_ptr()}", "8", "4", "4", "1",
+                                   "7", "16"]
+    assert out[0] == out[1] and out[2].split()[-7] == f"map@{b2.data_ptr()}"
+    assert [d.base for d in encoded] == [b, b2] and encoded[0].block_shape == [8, 2]
+
+
+def test_tma_descriptor_gives_one_element_dims_a_legal_stride() -> None:
+    x = torch.zeros(1, 5, 8, dtype=torch.float16)[:, :, :8]
+    d = runtime.tma_descriptor(x.as_strided((1, 5, 8), (1, 8, 1)), (0, 1, 2), (1, 4, 8))
+    assert d.shape == [1, 5, 8] and d.strides == [8, 8, 1] and d.block_shape == [1, 4, 8]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 import alcop_triton as at
-from alcop_triton import KernelConfig, Schedule
+from alcop_triton import KernelConfig, Schedule, codegen
 from alcop_triton.analysis import PipelinePlan, find_pipeline_candidates, plan_pipeline
 from alcop_triton.kernels import matmul as km
 from alcop_triton.kernels import conv as kc
-from alcop_triton.loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, MakeDescriptor, Node,
+from alcop_triton.loop_ir import (BatchIndices, Copy, Descriptor, Dot, For, InitAcc, Kernel, KIndices, KRef, Node,
                                   ProgramIds, Rotate, Store, TileCount, TileIndices, Transformer, dump, find)
 from alcop_triton.lower import lower
 from alcop_triton.rewrite import InjectSharedPipeline, PrefetchRegisters, SelectAsyncCopy, apply_pipeline
@@ -88,36 +88,53 @@ def test_transformer_rebuilds_only_what_changed() -> None:
 
 # ----------------------------------------------------------------------------- SelectAsyncCopy
 
-def test_select_async_copy_tma_creates_descriptors_after_init_acc() -> None:
+def test_select_async_copy_tma_declares_launcher_built_descriptors() -> None:
     k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma"))
     assert plan.async_copy == (("a", "tma"), ("b", "tma"))
     k2 = SelectAsyncCopy(plan)(k)
-    pre = _before_chunk(k2.body)
-    i = next(j for j, n in enumerate(pre) if isinstance(n, InitAcc))
-    assert pre[i + 1:i + 3] == [MakeDescriptor("a"), MakeDescriptor("b")]
+    # A (M x K) and B (K x N) keep their dim order (K and N have unit stride); the output (M x N) too
+    assert k2.descriptors == (Descriptor("a", "A", (0, 1), ("BLOCK_M", "BLOCK_K")),
+                              Descriptor("b", "B", (0, 1), ("BLOCK_K", "BLOCK_N")),
+                              Descriptor("out", "C", (0, 1), ("BLOCK_M", "BLOCK_N")))
     copies = [n for n, _ in find(k2.body, lambda n: isinstance(n, Copy))]
     assert copies and all(c.mechanism == "tma" for c in copies)
+    assert len(k2.body) == len(k.body)  # nothing is built in the kernel
 
 
 def test_select_async_copy_pointer_and_mixed() -> None:
     k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3))
     k2 = SelectAsyncCopy(plan)(k)
-    assert not find(k2.body, lambda n: isinstance(n, MakeDescriptor))
-    assert k2.body == k.body  # nothing to change: same tree
+    assert k2.descriptors == () and k2.body == k.body  # nothing to change: same tree
     # B with no unit-stride dim (e.g. a strided slice): only A can use a descriptor
     k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma"), unit_stride={"B": None})
     assert plan.async_copy == (("a", "tma"), ("b", "pointer"))
     k2 = SelectAsyncCopy(plan)(k)
-    assert [n for n, _ in find(k2.body, lambda n: isinstance(n, MakeDescriptor))] == [MakeDescriptor("a")]
+    assert [d.role for d in k2.descriptors] == ["a", "out"]
     assert {(c.role, c.mechanism) for c, _ in find(k2.body, lambda n: isinstance(n, Copy))} == {("a", "tma"), ("b", "pointer")}
+    # an output with no unit-stride dim is stored by pointers
+    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma"), unit_stride={"C": None})
+    assert [d.role for d in SelectAsyncCopy(plan)(k).descriptors] == ["a", "b"]
+
+
+def test_tma_descriptors_list_the_unit_stride_dim_last() -> None:
+    # B stored N x K (K contiguous) and a column-major output: the tiles are transposed in registers
+    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma"), unit_stride={"B": 0, "C": 0})
+    k2 = SelectAsyncCopy(plan)(k)
+    assert k2.descriptor("b") == Descriptor("b", "B", (1, 0), ("BLOCK_N", "BLOCK_K"))
+    assert k2.descriptor("out") == Descriptor("out", "C", (1, 0), ("BLOCK_N", "BLOCK_M"))
+    src = codegen.generate(apply_pipeline(k, plan), "h")
+    assert "tl.trans(b_desc.load([pid_n * BLOCK_N, k0 * BLOCK_K]))" in src
+    assert "out_desc.store([pid_n * BLOCK_N, pid_m * BLOCK_M], tl.trans(out.to(C.dtype.element_ty)))" in src
 
 
 def test_tma_register_level_descriptor_uses_sub_tiles() -> None:
     # with a register level the descriptor's K block is one sub-tile (what each register copy loads)
     inputs, out = km.matmul_te("float16", False)
-    src = at.build(Schedule.from_config(out, KernelConfig(16, 16, 32, reg_stages=2, reg_split=2, async_copy="tma")),
-                   inputs + [out]).source
-    assert "block_shape=[BLOCK_M, SUB_K]" in src and "block_shape=[SUB_K, BLOCK_N]" in src
+    kern = at.build(Schedule.from_config(out, KernelConfig(16, 16, 32, reg_stages=2, reg_split=2, async_copy="tma")),
+                    inputs + [out])
+    src = kern.source
+    assert kern._shown().descriptors[:2] == (Descriptor("a", "A", (0, 1), ("BLOCK_M", "SUB_K")),
+                                             Descriptor("b", "B", (0, 1), ("SUB_K", "BLOCK_N")))
     assert "tile_a_p0 = a_desc.load([pid_m * BLOCK_M, 0])" in src
     assert "tile_a_p0 = a_desc.load([pid_m * BLOCK_M, (k0 + 1) * BLOCK_K])" in src  # fused across the chunk edge
 
@@ -352,40 +369,17 @@ def test_persistent_unrolled_reduction_is_not_flattened() -> None:
     assert chunk.kind == "static_range" and (tiles.kind, tiles.num_stages, tiles.flatten) == ("range", None, False)
 
 
-def test_persistent_tma_descriptors_hoisted_before_the_tile_loop_when_unbatched() -> None:
-    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma", persistent=True))
-    k2 = SelectAsyncCopy(plan)(k)
-    assert [type(n) for n in k2.body] == [TileCount, MakeDescriptor, MakeDescriptor, For]
-    assert k2.body[1:3] == (MakeDescriptor("a"), MakeDescriptor("b"))
-    tiles = _tiles(k2.body)
-    assert not find(tiles.body, lambda n: isinstance(n, MakeDescriptor))  # built once per program
-    i = next(j for j, n in enumerate(tiles.body) if isinstance(n, InitAcc))
-    assert isinstance(tiles.body[i + 1], For)  # InitAcc is followed directly by the reduction loop
-    # the later passes keep them there, register level included
-    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, reg_stages=2, reg_split=2, async_copy="tma",
-                                    persistent=True))
-    k3 = apply_pipeline(k, plan)
-    assert [(n, loops) for n, loops in find(k3.body, lambda n: isinstance(n, MakeDescriptor))] == [
-        (MakeDescriptor("a"), ()), (MakeDescriptor("b"), ())]
-    # a strided B has no descriptor: only A's is hoisted
-    k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma", persistent=True),
-                       unit_stride={"B": None})
-    assert SelectAsyncCopy(plan)(k).body[1:3] == (MakeDescriptor("a"), _tiles(SelectAsyncCopy(plan)(k).body))
-
-
-def test_persistent_tma_descriptors_stay_in_the_tile_loop_when_batched() -> None:
-    # the descriptor's base address moves with the batch index of each tile: built per tile, after InitAcc
+def test_batched_tma_descriptors_take_the_batch_index_as_a_coordinate() -> None:
+    # one entry of the batch dim per copy: the tile is reshaped to 2-D after the load, before the store
     k, plan = _lowered(KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma", persistent=True), batched=True)
     k2 = apply_pipeline(k, plan)
-    assert [type(n) for n in k2.body] == [TileCount, For]
-    tiles = _tiles(k2.body)
-    i = next(j for j, n in enumerate(tiles.body) if isinstance(n, InitAcc))
-    assert tiles.body[i + 1:i + 3] == (MakeDescriptor("a"), MakeDescriptor("b"))
-    assert {loops for _, loops in find(k2.body, lambda n: isinstance(n, MakeDescriptor))} == {(tiles,)}
-    inputs, out = km.matmul_te("float16", True)
-    src = at.build(Schedule.from_config(out, KernelConfig(16, 16, 32, smem_stages=3, async_copy="tma",
-                                                          persistent=True)), inputs + [out]).source
-    assert "        a_desc = tl.make_tensor_descriptor(A + b * stride_A_0, shape=[M, K]" in src
+    assert [d.block for d in k2.descriptors] == [("1", "BLOCK_M", "BLOCK_K"), ("1", "BLOCK_K", "BLOCK_N"),
+                                                 ("1", "BLOCK_M", "BLOCK_N")]
+    assert [d.batch_dims for d in k2.descriptors] == [1, 1, 1]
+    src = codegen.generate(k2, "h")
+    assert "a_desc.load([b, pid_m * BLOCK_M, k0 * BLOCK_K]).reshape(BLOCK_M, BLOCK_K)" in src
+    assert "out_desc.store([b, pid_m * BLOCK_M, pid_n * BLOCK_N], out.to(C.dtype.element_ty).reshape(1, BLOCK_M, BLOCK_N))" in src
+    assert "def alcop_c(A, B, C, a_desc, b_desc, out_desc, " in src
 
 
 def test_persistent_register_prologue_restarts_in_every_tile() -> None:
