@@ -328,7 +328,7 @@ def time_gpu(runner: Any, seed: int, best_graph_ms: float | None = None) -> tupl
         if t is not None:
             return t, "cuda_graph"
     except RuntimeError:
-        # Some launches cannot be captured (host-side TMA descriptors, allocator hooks): time
+        # Some launches cannot be captured (an allocator hook that synchronises, say): time
         # them eagerly rather than fail a config that runs fine.
         torch.cuda.synchronize()
     return float(triton.testing.do_bench(launches[0], warmup=25, rep=100, return_mode="median")), "do_bench"
