@@ -451,6 +451,8 @@ def _copy(n: Copy, c: Ctx) -> None:
                  f"({'TMA' if n.mechanism == 'tma' else 'cp.async'}) by the pipeliner; its register sub-tiles load it below")
         return
     note = f"; {n.note}" if n.note else ""
+    if n.mechanism == "tma":
+        note += f"; by TMA through {n.role}_desc, which the launcher builds"
     c.w.line(f"# {n.buffer} -> {n.target}: {size} tile of {o.tensor.name} into {where}{note}")
     if n.mechanism == "tma":
         start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "k": _kstart(n.at, c)}

@@ -16,7 +16,8 @@ def apply_pipeline(k: Kernel, plan: PipelinePlan) -> Kernel:
     k = PrefetchRegisters(plan, k.constexprs["REG_SPLIT"])(k)
     # shared level last: it only annotates the chunk loop that the register pass rebuilt
     k = InjectSharedPipeline(plan)(k)
-    passes = (f"SelectAsyncCopy({', '.join(f'{r}={m}' for r, m in plan.async_copy) or 'no staged operands'})",
+    copies = [f"{r}={m}" for r, m in plan.async_copy] + (["out=tma"] if k.descriptor("out") else [])
+    passes = (f"SelectAsyncCopy({', '.join(copies) or 'no staged operands'})",
               f"PrefetchRegisters(reg_stages={plan.reg_stages}, reg_split={k.constexprs['REG_SPLIT']})",
               f"InjectSharedPipeline(num_stages={plan.smem_stages})")
     return k.replace(passes=k.passes + passes)
