@@ -1,8 +1,7 @@
-"""Probe: do host-side TMA descriptors (kernel parameters built by the launcher) beat the device-side
-ones alcop's codegen emits (``tl.make_tensor_descriptor`` in the kernel), with the output stored by TMA
-whole or in two halves? Standalone persistent matmul kernels (not alcop codegen), the same loop in both
-spellings, against torch and alcop's drop-in as dispatched; the answer decides whether the schedule
-space should offer host descriptors.
+"""Probe: do host-side TMA descriptors (kernel parameters built by the launcher) beat device-side ones
+(``tl.make_tensor_descriptor`` in the kernel, what alcop's codegen emitted before it passed launcher-built
+ones), with the output stored by TMA whole or in two halves? Standalone persistent matmul kernels (not
+alcop codegen), the same loop in both spellings, against torch and alcop's drop-in as dispatched.
 
     python benchmarks/probes/host_desc_probe.py --dir OUT_DIR       # on the GPU: OUT_DIR/host_desc_probe.jsonl
     python benchmarks/probes/host_desc_probe.py --report data.jsonl --out results/host_desc_probe.md
@@ -159,7 +158,7 @@ def report(path: Path) -> str:
         f"Produced by `benchmarks/probes/host_desc_probe.py --report` from `{path.name}`: {recs[0]['device']}, "
         f"torch {recs[0]['torch']}, Triton {recs[0]['triton']}, measured {recs[0]['date']}. One persistent TMA "
         "matmul loop (fp16, C = A @ B^T, tiles 128x128 / 64x256 (4 warps) / 128x256 (8 warps), BLOCK_K 64, 3|4 "
-        "stages, flattened tile loop), its descriptors made in the kernel (device, as alcop's codegen does) or "
+        "stages, flattened tile loop), its descriptors made in the kernel (device) or "
         "passed by the launcher (host), the output stored by TMA whole or in two halves. Each checked against "
         f"torch, timed with CUDA graphs (`triton.testing.do_bench_cudagraph`); {len(recs)} configs, {failed} "
         "failed (out of shared memory). alcop = the drop-in as dispatched (shipped table) in the same run.", "",
