@@ -369,11 +369,11 @@ def _multiple_of(scalars: list[tuple[str, int]], vec: int) -> tuple[tuple[str, i
 
 def _tma_aligned(xs: list[Any]) -> bool:
     """TMA's rules: 16-byte aligned base addresses and 16-byte multiple strides (except the unit one),
-    and no broadcast (stride 0) dims. A dim of one element has no stride to speak of (its coordinate is
-    always 0), so ``runtime.tma_descriptor`` gives it a legal one."""
+    no broadcast (stride 0) dims and no empty ones (an empty reduction). A dim of one element has no
+    stride to speak of (its coordinate is always 0), so ``runtime.tma_descriptor`` gives it a legal one."""
     for x in xs:
         e = x.element_size()
-        if x.data_ptr() % 16 or any(x.stride(d) * e % 16 or x.stride(d) == 0 for d in range(x.dim())
+        if x.numel() == 0 or x.data_ptr() % 16 or any(x.stride(d) * e % 16 or x.stride(d) == 0 for d in range(x.dim())
                                     if x.stride(d) != 1 and x.shape[d] > 1):
             return False
     return True

@@ -68,3 +68,11 @@ def test_tma_rules_reject_broadcast_dims_and_ignore_one_element_dims() -> None:
     assert not build_mod._tma_aligned([x[:1].expand(4, 16)])                   # stride 0 over 4 rows
     assert build_mod._tma_aligned([x[:1].as_strided((1, 16), (3, 1))])        # one row: its stride is moot
     assert not build_mod._tma_aligned([torch.zeros(4, 12, dtype=torch.float16)[:, :8]])  # 24-byte rows
+    assert not build_mod._tma_aligned([torch.zeros(32, 0, dtype=torch.float16)])        # nothing to describe
+
+
+@interpreter
+def test_an_empty_reduction_gives_zeros_by_pointers(kit) -> None:
+    a, b = torch.zeros(32, 0, dtype=torch.float16), torch.zeros(0, 16, dtype=torch.float16)
+    out = kit.matmul("float16", TMA)(a, b)
+    assert out.shape == (32, 16) and torch.equal(out, torch.zeros(32, 16, dtype=torch.float16))
