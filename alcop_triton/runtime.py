@@ -184,7 +184,7 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
 
     ``args`` are the kernel's positional arguments: tensors first (``n_tensors`` of them), then one
     host-side TMA descriptor per entry of ``descriptors`` (``(tensor index, dims, block)``, rebuilt
-    from each call's tensors), then sizes and strides; ``kwargs`` its constexprs and launch options.
+    for each call's tensors), then sizes and strides; ``kwargs`` its constexprs and launch options.
     The caller guarantees that later tensors have the same dtypes, shapes, strides and 16-byte
     alignment, so Triton would pick the same specialisation: on CUDA the launch calls the compiled
     kernel's launcher directly (what ``JITFunction.run`` does after binding, specialising and looking
@@ -192,9 +192,15 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
     interpreted function at ``grid``) is called with the bound arguments.
     """
     tail = tuple(args[n_tensors + len(descriptors):])
+    # Only addresses come from later calls, as for pointer arguments: a caller may pass the tensor that a
+    # bound view was taken of (the fast path replays a first call whose kernel read views of its inputs:
+    # a linear's transposed weight, a flattened activation), so a descriptor is rebuilt from the bound
+    # view's shape and strides at the passed tensor's address.
+    views = [(i, dims, block, tuple(args[i].shape), tuple(args[i].stride())) for i, dims, block in descriptors]
 
     def host_descriptors(tensors: Sequence[Any]) -> list[Any]:
-        return [tma_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
+        return [tma_descriptor(tensors[i].as_strided(shape, stride), dims, block)
+                for i, dims, block, shape, stride in views]
     if device.type != "cuda":
         options = dict(kwargs)
 
@@ -227,7 +233,7 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
     direct = c_launch is not None and not launcher.profile_scratch_size
     coop, pdl, address = launcher.launch_cooperative_grid, launcher.launch_pdl, torch.Tensor.data_ptr
     nbytes = g0 * g1 * g2 * launcher.num_ctas * launcher.global_scratch_size if direct else 0
-    encode = _descriptor_encoder(compiled, descriptors) if direct and descriptors else None
+    encode = _descriptor_encoder(compiled, views) if direct and descriptors else None
 
     def launch(*tensors: Any) -> None:
         if current_device() != index:  # the kernel was loaded into this device's context
@@ -267,23 +273,27 @@ def _compiled_launch(launcher: Any) -> Any:
     return inner[0] if len(inner) == 1 else None
 
 
-def _descriptor_encoder(compiled: Any, descriptors: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]]
-                        ) -> Callable[[Sequence[Any], Sequence[int]], list[Any]]:
+_View = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+"""A descriptor of a prebound launch: tensor index, dims, block, and the bound tensor's shape and strides."""
+
+
+def _descriptor_encoder(compiled: Any, views: Sequence[_View]) -> Callable[[Sequence[Any], Sequence[int]], list[Any]]:
     """``encode(tensors, addresses)``: the compiled launcher's arguments for the launch's descriptors (the
     encoded tensor map, then shape and strides, as Triton's own wrapper passes them), cached per address."""
     from triton.backends.nvidia.driver import make_tensordesc_arg
-    metas = list(getattr(compiled.metadata, "tensordesc_meta", None) or [None] * len(descriptors))
-    caches: list[dict[int, list[Any]]] = [{} for _ in descriptors]
-    specs = list(zip(descriptors, metas, caches))
+    metas = list(getattr(compiled.metadata, "tensordesc_meta", None) or [None] * len(views))
+    caches: list[dict[int, list[Any]]] = [{} for _ in views]
+    specs = list(zip(views, metas, caches))
 
     def encode(tensors: Sequence[Any], ptrs: Sequence[int]) -> list[Any]:
         out: list[Any] = []
-        for (i, dims, block), meta, cache in specs:
+        for (i, dims, block, shape, stride), meta, cache in specs:
             enc = cache.get(ptrs[i])
             if enc is None:
                 if len(cache) >= DESCRIPTOR_CACHE:
                     cache.clear()
-                enc = cache[ptrs[i]] = make_tensordesc_arg(tma_descriptor(tensors[i], dims, block), meta)
+                desc = tma_descriptor(tensors[i].as_strided(shape, stride), dims, block)
+                enc = cache[ptrs[i]] = make_tensordesc_arg(desc, meta)
             out += enc
         return out
     return encode

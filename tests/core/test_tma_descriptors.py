@@ -76,3 +76,17 @@ def test_an_empty_reduction_gives_zeros_by_pointers(kit) -> None:
     a, b = torch.zeros(32, 0, dtype=torch.float16), torch.zeros(0, 16, dtype=torch.float16)
     out = kit.matmul("float16", TMA)(a, b)
     assert out.shape == (32, 16) and torch.equal(out, torch.zeros(32, 16, dtype=torch.float16))
+
+
+@interpreter
+def test_a_prebound_launch_keeps_the_bound_views_geometry(kit) -> None:
+    # bound on B's transposed view (K x N, unit stride along K), replayed on the N x K tensor itself, as
+    # the fast path replays a first call whose kernel read views of its inputs: the same product
+    g = torch.Generator().manual_seed(kit.seed("tma-prebound-view"))
+    a, b = kit.rand((32, 64), "float16", g), kit.rand((48, 64), "float16", g)
+    kern = kit.matmul("float16", TMA)
+    launch, _ = kern.bind(a, b.t(), kit.poisoned((32, 48), "float16"))
+    run = launch.prebind()
+    a2, b2, out = kit.rand((32, 64), "float16", g), kit.rand((48, 64), "float16", g), kit.poisoned((32, 48), "float16")
+    run(a2, b2, out)
+    kit.assert_close(out, a2.double() @ b2.double().t(), "float16", "replayed on the viewed tensor")
