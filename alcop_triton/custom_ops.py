@@ -330,6 +330,12 @@ def _conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: S
         fallback.use_torch("conv", reason)
         out.copy_(fallback.torch_conv(x, w, bias, stride, pad_left, pad_right, dilation, groups, activation))
         return out
+    gemm = kconv.pointwise_gemm(x, w, out, stride, pad_left, pad_right, groups)
+    if gemm is not None:
+        # Its config and its patch-mode decision are the GEMM's: records of the GEMM against cuBLAS,
+        # which runs these products about as fast as cuDNN runs the convolutions.
+        run_gemm("conv", *gemm[:2], bias, None, activation, 1.0, 1.0, gemm[2])
+        return out
     cfg = config_choice.choose_config(
         x.device, lambda: _conv_workload(x, w, stride, pad_left, pad_right, dilation, groups) if w[0].numel() > 0 else None)
     p = kconv.ConvParams(x.dim() - 2, tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation), groups,

@@ -22,7 +22,8 @@ Workloads are keyed as the drop-ins and patch mode key their calls (``kernels.ma
 
 Any shape listed in ``benchmarks/workloads/heldout.json`` is left out, in every dtype and layout, so
 the held-out evaluation stays unseen. A GEMM whose operand rows 16-byte loads cannot read is measured
-as the drop-ins run it (``kernels.matmul.aligned_workload``: K zero-padded, operands K-contiguous).
+as the drop-ins run it (``kernels.matmul.aligned_workload``: K zero-padded, operands K-contiguous), and
+so is a channels-last 1x1 stride-1 convolution: as the GEMM it runs (``kernels.conv.gemm_workload``).
 
 Candidates per workload: the analytical model's ``--top-k`` over its shortlist (split-K included), the
 model's best config of every split factor it offers, and what dispatch picks today from the
@@ -212,6 +213,7 @@ def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, 
     """``([(as called, as measured)], left out as held out)``, de-duplicated; every set in the first
     dtype, in the order given, then the next dtype; only the ``ops`` named, if any (to measure one
     kernel family again after it changed)."""
+    from alcop_triton.kernels.conv import gemm_workload
     from alcop_triton.kernels.matmul import aligned_workload
     shapes: list[Shape] = []
     for s in sets:
@@ -241,7 +243,7 @@ def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, 
             if (w.op, w.gemm_dims()) in held:
                 skipped.append(w)
                 continue
-            out.append((w, aligned_workload(w)))
+            out.append((w, aligned_workload(gemm_workload(w))))
     return out, skipped
 
 

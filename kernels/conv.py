@@ -129,6 +129,43 @@ def conv(x: Any, w: Any, bias: Any, stride: tuple[int, ...], pad_left: tuple[int
     return out
 
 
+def pointwise_gemm(x: Any, w: Any, out: Any, stride: Sequence[int], pad_left: Sequence[int],
+                   pad_right: Sequence[int], groups: int) -> tuple[Any, Any, Any] | None:
+    """``(a, b, c)`` when the convolution is the GEMM ``c = a @ b`` over the same memory, else None.
+
+    A 1x1 (1x1x1), stride-1, unpadded, ungrouped convolution of a channels-last input reads each input
+    position's channels once: (N*H*W, C_in) @ (C_in, C_out) into the (N*H*W, C_out) rows of the
+    channels-last output, views all three (``b`` is the weight's transpose, stored C_out x C_in). The
+    GEMM kernels copy by TMA where the implicit-GEMM kernel cannot (its rows fuse n, h and w): on the
+    nine 1x1 layers of ResNet-50 at batch 64 that the shipped H100 table holds both ways, the best GEMM
+    took 0.71-1.01x the best conv kernel's time, 0.85x geomean (``autotune.measure.time_gpu``, separate
+    runs; e.g. 14.8 against 20.0 µs for 7x7, 512 -> 2048 channels).
+    """
+    if (groups != 1 or any(k != 1 for k in w.shape[2:]) or any(s != 1 for s in stride) or any(pad_left)
+            or any(pad_right) or not is_channels_last(x)):
+        return None
+    perm = (0, *range(2, x.dim()), 1)
+    xa, ca = x.permute(perm), out.permute(perm)
+    if not (xa.is_contiguous() and ca.is_contiguous()):
+        return None
+    ci, co = x.shape[1], w.shape[0]
+    rows = xa.numel() // ci
+    return xa.view(rows, ci), w.reshape(co, ci).t(), ca.view(rows, co)
+
+
+def gemm_workload(w: at.Workload) -> at.Workload:
+    """The GEMM workload a channels-last pointwise convolution runs as (``pointwise_gemm``), keyed as
+    ``kernels.matmul.workload_of`` keys its call; any other workload as it is."""
+    if w.op not in ("conv2d", "conv3d") or w.layout != "nhwc":
+        return w
+    p = w.conv_params()
+    if (p["groups"], p["kd"], p["kh"], p["kw"], p["stride"], p["pad"]) != (1, 1, 1, 1, 1, 0):
+        return w
+    # the weight's transpose is 't' unless it is one column (kernels.matmul.workload_of's rule)
+    return at.Workload("matmul", (p["n"] * p["d"] * p["h"] * p["w"], p["co"], p["ci"]), w.dtype,
+                       "nt" if p["co"] > 1 else "nn")
+
+
 def workload_of(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...],
                 groups: int) -> at.Workload:
     """The tuning key: the ALCOP suite's (N, H, W, CI, CO, KH, KW, stride, pad, dilation, groups) form."""

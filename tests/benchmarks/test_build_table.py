@@ -14,6 +14,7 @@ import torch
 import alcop_triton as at
 from alcop_triton import config_choice, custom_ops, fastpath
 from alcop_triton.autotune import dispatch as dmod
+from alcop_triton.kernels.conv import gemm_workload
 from alcop_triton.autotune.database import RecordSkipped, parse_line, read_jsonl
 from alcop_triton.autotune.space import shape_reason
 from alcop_triton.model.hardware import get_spec
@@ -65,6 +66,11 @@ def test_workload_list_covers_the_sets_in_both_dtypes_without_duplicates(bt, tmp
         assert must in keys, must
     odd = dict(plan)[Workload("matmul", (999, 999, 999), "float16", "nt")]
     assert odd == Workload("matmul", (999, 999, 1000), "float16", "nt")  # measured as the drop-ins run it
+    # a channels-last 1x1 stride-1 convolution is measured as the GEMM the drop-in runs it as
+    pointwise = dict(plan)[Workload("conv2d", (64, 56, 56, 64, 256, 1, 1, 1, 0, 1, 1), "float16", "nhwc")]
+    assert pointwise == Workload("matmul", (200704, 256, 64), "float16", "nt")
+    strided = Workload("conv2d", (64, 56, 56, 256, 512, 1, 1, 2, 0, 1, 1), "float16", "nhwc")
+    assert dict(plan)[strided] == strided
 
 
 def test_plan_puts_the_valuable_workloads_first(bt, tmp_path):
@@ -124,7 +130,7 @@ def test_conv_keys_are_the_conv_drop_ins_keys(bt):
         w = torch.empty((p["co"], p["ci"], *ks), dtype=dt, device="meta", memory_format=fmt)
         pad = (p["pad"],) * nd
         assert custom_ops._conv_workload(x, w, (p["stride"],) * nd, pad, pad, (1,) * nd, 1) == c
-        assert dict(plan)[c] == c  # a convolution runs as called
+        assert dict(plan)[c] == gemm_workload(c)  # as called; a 1x1 stride-1 one as its GEMM
 
 
 def _captured(model_call) -> set[Workload]:
@@ -155,7 +161,9 @@ def test_e2e_models_under_patch_mode_dispatch_the_planned_keys(bt, e2e):
               "resnet50": bt.resnet50_layers(2, size=32, base=8, blocks=(1, 1, 1, 1), classes=10)}
     for name, shapes in expect.items():
         model, x, _ = e2e.build(name, "cpu", tiny=True)
-        assert _captured(lambda: model(x)) == {Workload(op, s, "float16", lay) for op, s, lay in shapes}, name
+        # a pointwise convolution asks about the GEMM it runs as
+        assert _captured(lambda: model(x)) == {gemm_workload(Workload(op, s, "float16", lay))
+                                               for op, s, lay in shapes}, name
 
 
 def test_e2e_set_uses_the_sizes_e2e_runs(bt, e2e):

@@ -80,6 +80,58 @@ def test_conv_strided_input_view() -> None:
     _run(2, x, randn(3, 4, 3, 3, seed=15), None, torch.float32, padding=1)
 
 
+def _refused(what: str) -> object:
+    def build(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the {what} kernel was built")
+    return build
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pointwise_channels_last_conv_runs_as_a_gemm(nd: int, dtype: torch.dtype,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # a 1x1 stride-1 channels-last convolution is (N*H*W, C) @ (C, C_out) on the same memory: the GEMM
+    # kernel computes it (the implicit-GEMM kernel is not built), bias and activation fused as for linear
+    from alcop_triton.kernels import conv as kc
+    from alcop_triton.kernels import matmul as km
+    built: list[str] = []
+    monkeypatch.setattr(kc, "compiled", _refused("implicit-GEMM conv"))
+    real = km.compiled
+
+    def gemm(*a: object, **k: object) -> object:
+        built.append("gemm")
+        return real(*a, **k)  # type: ignore[arg-type]
+    monkeypatch.setattr(km, "compiled", gemm)
+    x = with_layout(randn(2, 12, *[5] * nd, dtype=dtype, seed=30), "channels_last")
+    y = _run(nd, x, randn(10, 12, *[1] * nd, dtype=dtype, seed=31), randn(10, dtype=dtype, seed=32), dtype,
+             activation="relu")
+    fmt = torch.channels_last if nd == 2 else torch.channels_last_3d
+    assert built == ["gemm"] and y.is_contiguous(memory_format=fmt)
+
+
+@pytest.mark.parametrize("layout,kw", [("contiguous", {}), ("channels_last", {"stride": 2}),
+                                       ("channels_last", {"padding": 1}), ("channels_last", {"groups": 2})],
+                         ids=["nchw", "strided", "padded", "grouped"])
+def test_other_pointwise_convs_keep_the_conv_kernel(layout: str, kw: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from alcop_triton.kernels import matmul as km
+    monkeypatch.setattr(km, "compiled", _refused("GEMM"))
+    x = with_layout(randn(2, 8, 6, 6, seed=33), layout)
+    _run(2, x, randn(6, 8 // kw.get("groups", 1), 1, 1, seed=34), None, torch.float32, **kw)
+
+
+def test_pointwise_conv_workloads_key_as_the_gemm_they_run() -> None:
+    from alcop_triton import Workload
+    from alcop_triton.kernels import conv as kc
+    from alcop_triton.kernels import matmul as km
+    x = torch.randn(2, 12, 5, 7).to(memory_format=torch.channels_last)
+    w = torch.randn(10, 12, 1, 1)
+    a, b, c = kc.pointwise_gemm(x, w, torch.empty(2, 10, 5, 7).to(memory_format=torch.channels_last), (1, 1),
+                                (0, 0), (0, 0), 1)
+    conv = kc.workload_of(x, w, (1, 1), (0, 0), (1, 1), 1)
+    assert kc.gemm_workload(conv) == km.workload_of(a, b) == Workload("matmul", (70, 10, 12), "float32", "nt")
+    assert kc.gemm_workload(kc.workload_of(x, torch.randn(10, 12, 3, 3), (1, 1), (1, 1), (1, 1), 1)).op == "conv2d"
+
+
 @st.composite
 def conv_case(draw: st.DrawFn) -> dict:
     nd = draw(st.sampled_from([1, 2, 2, 3]))
