@@ -428,7 +428,6 @@ def _desc_copy(c: Ctx, role: str, start: dict[str, str], tile: tuple[str, str], 
         idx, kinds = list(o.load.indices), list(o.dims)
     coords = [c.index(idx[i], ("m", "n"), "") if b == "1" else start[kinds[i]] for i, b in zip(d.dims, d.block)]
     order = tuple(kinds[i] for i in d.dims[d.batch_dims:])
-    shape2d = ", ".join(d.block[d.batch_dims:])
     if value:
         v = value if order == tile else f"tl.trans({value})"
         if d.batch_dims:
@@ -436,7 +435,7 @@ def _desc_copy(c: Ctx, role: str, start: dict[str, str], tile: tuple[str, str], 
         return f"{d.param}.store([{', '.join(coords)}], {v})"
     load = f"{d.param}.load([{', '.join(coords)}])"
     if d.batch_dims:
-        load = f"{load}.reshape({shape2d})"
+        load = f"{load}.reshape({', '.join(d.block[d.batch_dims:])})"
     return load if order == tile else f"tl.trans({load})"
 
 
@@ -452,12 +451,12 @@ def _copy(n: Copy, c: Ctx) -> None:
         return
     note = f"; {n.note}" if n.note else ""
     if n.mechanism == "tma":
-        note += f"; by TMA through {n.role}_desc, which the launcher builds"
-    c.w.line(f"# {n.buffer} -> {n.target}: {size} tile of {o.tensor.name} into {where}{note}")
-    if n.mechanism == "tma":
+        c.w.line(f"# {n.buffer} -> {n.target}: {size} tile of {o.tensor.name} into {where}{note}; by TMA through "
+                 f"{n.role}_desc, which the launcher builds")
         start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "k": _kstart(n.at, c)}
         c.w.line(f"{n.target} = {_desc_copy(c, n.role, start, tile)}")
         return
+    c.w.line(f"# {n.buffer} -> {n.target}: {size} tile of {o.tensor.name} into {where}{note}")
     ptr, mask = c.address(o.load, tile, n.suffix)
     c.w.line(f"{n.target} = tl.load({ptr}, mask={mask}, other=0.0)")
 

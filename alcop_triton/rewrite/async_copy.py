@@ -27,15 +27,10 @@ class SelectAsyncCopy(Transformer):
 
 
 def _operand_descriptor(k: Kernel, o: Operand) -> Descriptor:
-    """Batch dims (one entry per copy) first, then the tile's two dims with the unit-stride one last.
-    A chunk split into register sub-tiles is copied one sub-tile (SUB_K) at a time."""
+    """A chunk split into register sub-tiles is copied one sub-tile (SUB_K) at a time."""
     split = k.constexprs["REG_SPLIT"] > 1 or bool(find(k.body, lambda x: isinstance(x, Copy) and x.role == o.role
                                                         and x.scope == "register"))
-    block = {"b": "1", "m": "BLOCK_M", "n": "BLOCK_N", "k": "SUB_K" if split else "BLOCK_K"}
-    batch = [d for d in range(o.tensor.ndim) if o.dims[d] == "b"]
-    tile = sorted((d for d in range(o.tensor.ndim) if o.dims[d] != "b"), key=lambda d: d == o.contiguous)
-    dims = tuple(batch + tile)
-    return Descriptor(o.role, o.tensor.name, dims, tuple(block[o.dims[d]] for d in dims))
+    return _descriptor(o.role, o.tensor.name, list(o.dims), o.contiguous, "SUB_K" if split else "BLOCK_K")
 
 
 def _store_descriptor(k: Kernel) -> Descriptor | None:
@@ -50,8 +45,13 @@ def _store_descriptor(k: Kernel) -> Descriptor | None:
     if sorted(x for x in kinds if x != "b") != ["m", "n"] or any(x not in ("b", "m", "n") for x in kinds) \
             or unit is None or kinds[unit] == "b":
         return None
-    batch = [d for d, x in enumerate(kinds) if x == "b"]
+    return _descriptor("out", out.name, kinds, unit)
+
+
+def _descriptor(role: str, tensor: str, kinds: list[str], unit: int | None, k_block: str = "") -> Descriptor:
+    """Over a tensor whose dims follow ``kinds`` ('b', 'm', 'n', 'k'): batch dims first (one entry per
+    copy), then the tile's two dims with the unit-stride one last, as TMA requires."""
+    block = {"b": "1", "m": "BLOCK_M", "n": "BLOCK_N", "k": k_block}
     tile = sorted((d for d, x in enumerate(kinds) if x != "b"), key=lambda d: d == unit)
-    block = {"b": "1", "m": "BLOCK_M", "n": "BLOCK_N"}
-    dims = tuple(batch + tile)
-    return Descriptor("out", out.name, dims, tuple(block[kinds[d]] for d in dims))
+    dims = tuple([d for d, x in enumerate(kinds) if x == "b"] + tile)
+    return Descriptor(role, tensor, dims, tuple(block[kinds[d]] for d in dims))
