@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import operator
 import os
-import threading
-from dataclasses import dataclass
-from functools import reduce
-from typing import Any, Callable, Hashable, Protocol, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Hashable, Iterator, Protocol, Sequence
 
 import torch
 
@@ -98,19 +98,57 @@ class _Recording:
         self.slower_than_torch = False
 
 
-class _Local(threading.local):
+class _Applying:
+    """A first call on the autograd route (``_first_grad_call``): the autograd Functions it applied
+    (``note_applied``: apply, replay, inputs, output, and the signature of the call its forward made,
+    i.e. the last one keyed), the last signature keyed and how many calls were keyed meanwhile."""
+
+    __slots__ = ("applied", "last_key", "keyed")
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[Callable[..., Tensor], Callable[..., Tensor], tuple[Any, ...], Tensor,
+                                 tuple[Any, ...] | None]] = []
+        self.last_key: tuple[Any, ...] | None = None
+        self.keyed = 0
+
+
+@dataclass(frozen=True)
+class _Mode:
+    """What the calls of one thread (one context) are part of: another call's first run, which records
+    the launches; a first call on the autograd route; patch mode (a routed wrapper's call)."""
     recording: _Recording | None = None
-    # A first call on the autograd route: the autograd Functions it applied (``note_applied``: apply,
-    # replay, inputs, output), each with the signature of the call its forward made (the last one
-    # keyed, ``last_key``).
-    applying: list[tuple[Callable[..., Tensor], Callable[..., Tensor], tuple[Any, ...], Tensor,
-                         tuple[Any, ...] | None]] | None = None
-    last_key: tuple[Any, ...] | None = None
-    keyed = 0  # calls keyed in this thread while ``applying`` was set
-    patched = False  # the call comes through patch mode (one of ``patch``'s routed wrappers)
+    applying: _Applying | None = None
+    patched: bool = False
 
 
-_local = _Local()
+_DIRECT = _Mode()
+_PATCHED = _Mode(patched=True)
+# A context variable, not a threading.local: every call reads it, and a variable's get() is a lookup
+# in its own cache, where a thread-local's attribute goes through the thread's dict (microseconds on
+# a call that finds the CPU's caches cold, as an eager call after a synchronisation does). Each
+# thread has its own context, so it is per thread as well.
+_mode: ContextVar[_Mode] = ContextVar("alcop_fastpath_mode", default=_DIRECT)
+
+
+@contextmanager
+def _in_mode(mode: _Mode) -> Iterator[None]:
+    token = _mode.set(mode)
+    try:
+        yield
+    finally:
+        _mode.reset(token)
+
+
+def _traced_mode() -> _Mode:
+    """This thread's mode, for code that Dynamo may trace (an op's front end on the dispatched route):
+    while it traces, no first call is recording or applying, and Dynamo does not trace ``_mode``."""
+    return _DIRECT if _dynamo_tracing() else _mode.get()
+
+
+def patched_mode(mode: _Mode) -> _Mode:
+    """``mode`` as patch mode's: a routed wrapper's call runs in it (its signatures are patch mode's
+    own, which may send a workload to torch; its own torch calls go to torch's functions)."""
+    return _PATCHED if mode is _DIRECT else replace(mode, patched=True)
 
 
 Pick = Callable[[tuple[Any, ...]], Any]
@@ -225,13 +263,13 @@ if not isinstance(_ENV_TABLE, dict):
 _dynamo_tracing = torch.compiler.is_dynamo_compiling
 _compiler = torch.compiler
 _dispatch_modes = torch._C._len_torch_dispatch_stack
-_transforms = torch._C._functorch.peek_interpreter_stack
+_transforms = torch._C._are_functorch_transforms_active
 
 
 def _needs_dispatcher() -> bool:
     """Whether torch must see this call as an op: traced, or a dispatch mode / functorch transform."""
     return (_dynamo_tracing() or _compiler._is_compiling_flag or _dispatch_modes() > 0
-            or _transforms() is not None)
+            or _transforms())
 
 
 def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -241,7 +279,7 @@ def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any,
 
 def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]) -> tuple[Any, ...] | None:
     grad = torch.is_grad_enabled()
-    key: list[Any] = [op, params, _ENV_TABLE.get(_STRICT_KEY), _local.patched]
+    key: list[Any] = [op, params, _ENV_TABLE.get(_STRICT_KEY), _mode.get().patched]
     fp32 = False
     for t in tensors:
         if t is None:
@@ -294,17 +332,26 @@ def _site_hit(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Cal
     for guards, n, nones, align, tf32, entry in site:
         if len(tensors) != n:
             continue
-        if nones is None:
-            present: Sequence[Any] = tensors
-        elif tuple(t is None for t in tensors) == nones:
-            present = [t for t in tensors if t is not None]
-        else:
-            continue
+        present: Any = tensors  # the tensors, without the Nones
+        if nones is not None:  # the arguments that are None (a bias) must be the candidate's
+            present = []
+            for t, none in zip(tensors, nones):  # a loop, as for the alignment below
+                if none is not (t is None):
+                    present = None
+                    break
+                if not none:
+                    present.append(t)
+            if present is None:
+                continue
         if not guards.check(*present) or (tf32 is not None and tf32 != config.allow_tf32()):
             continue
-        # Alignment: the addresses' low bits, all zero (16-byte aligned) for almost every call.
+        # Alignment: the addresses' low bits, all zero (16-byte aligned) for almost every call. A loop:
+        # reduce() over map() costs about a microsecond more when the CPU's caches are cold.
         if align is None:
-            if reduce(operator.or_, map(_address, present)) & 15 == 0:
+            bits = 0
+            for t in present:
+                bits |= _address(t)
+            if not bits & 15:
                 return entry
         elif tuple(t.data_ptr() & 15 for t in present) == align:
             return entry
@@ -340,14 +387,17 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     must (plain tensors requiring grad, no tracing, no dispatch mode or functorch transform).
     ``torch_fn(*tensors, *params)`` computes the same with torch: in patch mode, a signature whose
     workload the records say torch runs faster is stored as a call to it."""
-    local = _local
-    if local.recording is not None:  # inside another call's first run: that one records the launches
+    if _dynamo_tracing():  # traced: the registered op becomes the graph's node (Dynamo does not trace _mode)
+        _counters.dispatched += 1
+        return (dispatched or eager)(*tensors, *params)
+    mode = _mode.get()
+    if mode.recording is not None:  # inside another call's first run: that one records the launches
         return eager(*tensors, *params)
     key = site_key = None
     if not _needs_dispatcher():
-        site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), local.patched, torch.is_grad_enabled())
+        site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), mode.patched, torch.is_grad_enabled())
         site = _sites.get(site_key)
-        if site is not None and local.applying is None and forced.get() is None:
+        if site is not None and mode.applying is None and forced.get() is None:
             stored = _site_hit(site, tensors)
             if stored is not None:
                 _counters.hits += 1
@@ -356,16 +406,16 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
             key = _key(op, tensors, params)
         except (TypeError, RuntimeError, AttributeError):  # not tensors, or tensors without strides: the checks say why
             key = None
-    if local.applying is not None:  # inside a first autograd-route call: it asks which calls its route keyed
-        local.last_key = key
-        local.keyed += 1
+    if mode.applying is not None:  # inside a first autograd-route call: it asks which calls its route keyed
+        mode.applying.last_key = key
+        mode.applying.keyed += 1
     if key is None:
         _counters.dispatched += 1
         return (dispatched or eager)(*tensors, *params)
     hit = _entries.get(key)
     if hit is not None and forced.get() is None:
         _counters.hits += 1
-        if local.applying is None and site_key is not None:
+        if mode.applying is None and site_key is not None:
             _remember(site_key, tensors, hit.run)
         return hit.run(tensors)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
@@ -379,7 +429,7 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     if forced.get() is not None:  # use_config's block: its config, not the stored launches
         _counters.bypassed += 1
         return eager(*tensors, *params)
-    return _first_call(key, tensors, params, eager, torch_fn if _local.patched else None)
+    return _first_call(key, tensors, params, eager, torch_fn if mode.patched else None)
 
 
 def _store(key: tuple[Any, ...], entry: Entry | TorchEntry | GradEntry | None, gen: int) -> None:
@@ -395,11 +445,9 @@ def _store(key: tuple[Any, ...], entry: Entry | TorchEntry | GradEntry | None, g
 def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params: tuple[Any, ...],
                 eager: Callable[..., Tensor], torch_fn: Callable[..., Tensor] | None) -> Tensor:
     gen = generation.current()
-    rec = _local.recording = _Recording()
-    try:
+    rec = _Recording()
+    with _in_mode(replace(_mode.get(), recording=rec)):
         out = eager(*tensors, *params)
-    finally:
-        _local.recording = None
     _counters.misses += 1
     entry: Entry | TorchEntry | None = _entry(rec, tensors, out)
     if entry is not None and rec.slower_than_torch and torch_fn is not None:
@@ -414,15 +462,10 @@ def _first_grad_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], p
     autograd Function, to the call's own tensors (same objects, same positions, then non-tensor
     arguments), and returned that Function's output itself: then a repeat is that one apply."""
     gen = generation.current()
-    keyed = _local.keyed
-    outer = _local.applying
-    applied: list[tuple[Callable[..., Tensor], Callable[..., Tensor], tuple[Any, ...], Tensor,
-                        tuple[Any, ...] | None]] = []
-    _local.applying = applied
-    try:
+    applying = _Applying()
+    with _in_mode(replace(_mode.get(), applying=applying)):
         out = grad(*tensors, *params)
-    finally:
-        _local.applying = outer
+    applied = applying.applied
     _counters.misses += 1
     entry = None
     distinct = len({id(t) for t in tensors if t is not None}) == sum(t is not None for t in tensors)
@@ -433,7 +476,7 @@ def _first_grad_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], p
         if result is out and len(inputs) >= n and all(x is t for x, t in zip(inputs, tensors)) \
                 and not any(isinstance(c, torch.Tensor) for c in constants):
             # The forward's call is known only when it was the route's one keyed call.
-            inner = _entries.get(inner_key) if inner_key is not None and _local.keyed == keyed + 1 else None
+            inner = _entries.get(inner_key) if inner_key is not None and applying.keyed == 1 else None
             entry = GradEntry(apply, replay, constants, inner if type(inner) is Entry else None)
     _store(key, entry, gen)
     return out
@@ -443,9 +486,9 @@ def note_applied(apply: Callable[..., Tensor], replay: Callable[..., Tensor], in
                  out: Tensor) -> None:
     """An autograd Function's forward ran (``apply(*inputs)`` gave ``out``; ``replay`` is its op's replay
     Function, see ``GradEntry``): a first call on the autograd route stores it (``_first_grad_call``)."""
-    applying = _local.applying
+    applying = _traced_mode().applying
     if applying is not None:  # the forward's own call was the last one keyed
-        applying.append((apply, replay, inputs, out, _local.last_key))
+        applying.applied.append((apply, replay, inputs, out, applying.last_key))
 
 
 def grad_function(name: str, impl: Callable[..., Tensor], setup_context: Callable[..., None],
@@ -565,7 +608,7 @@ def prepare(prep: Callable[..., tuple[Tensor, ...]], *tensors: Tensor) -> tuple[
     call records it, so that its stored entry repeats it: the preparation must depend only on what the
     signature holds (shapes, strides, dtypes, devices, alignment) and on the tensors' values."""
     results = prep(*tensors)
-    rec = _local.recording
+    rec = _traced_mode().recording
     if rec is not None and any(r is not t for r, t in zip(results, tensors)):
         rec.preps.append((prep, tensors, results))
     return results
@@ -580,14 +623,14 @@ def _picker(picks: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
 
 def note_slower_than_torch() -> None:
     """The records say torch runs the current call's workload faster than alcop's config."""
-    rec = _local.recording
+    rec = _traced_mode().recording
     if rec is not None:
         rec.slower_than_torch = True
 
 
 def note_torch_computed() -> None:
     """The current call computes (part of) its result with torch: its signature is not stored."""
-    rec = _local.recording
+    rec = _traced_mode().recording
     if rec is not None:
         rec.torch_computed = True
 
@@ -626,7 +669,7 @@ def launch_kernel(kern: Bindable, args: Sequence[Tensor]) -> None:
                 _prebound.clear()
             _prebound[sig] = run
     run(*args)
-    rec = _local.recording
+    rec = _traced_mode().recording
     if rec is not None:
         rec.launches.append((run, tuple(args)))
 

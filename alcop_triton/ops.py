@@ -427,8 +427,9 @@ def _ints(op: str, name: str, v: Any, nd: int, low: int) -> tuple[int, ...]:
 def _conv_call(nd: int, input: Tensor, weight: Tensor, bias: Tensor | None, stride: Any, padding: Any,
                dilation: Any, groups: Any, activation: str | None) -> Tensor:
     params = (nd, _hashable(stride), _hashable(padding), _hashable(dilation), _hashable(groups), _hashable(activation))
-    if any(p is _UNHASHABLE for p in params):  # a parameter the signature cannot hold: the checks judge it
-        return _conv(torch.ops.alcop, input, weight, bias, nd, stride, padding, dilation, groups, activation)
+    for p in params:  # a loop, not a generator (see _hashable)
+        if p is _UNHASHABLE:  # a parameter the signature cannot hold: the checks judge it
+            return _conv(torch.ops.alcop, input, weight, bias, nd, stride, padding, dilation, groups, activation)
     return fast.call("conv", (input, weight, bias), params, *_CONV)
 
 
@@ -438,11 +439,17 @@ _UNHASHABLE = object()
 def _hashable(v: Any) -> Any:
     """``v`` as a plain signature component (a list becomes a tuple), ``_UNHASHABLE`` for anything
     but ints, strings, None and sequences of ints (e.g. tensors: their value is not their hash)."""
-    if v is None or type(v) in (int, str):
+    # Loops, not generators: every convolution call runs this, and a generator costs about a
+    # microsecond on a call that finds the CPU's caches cold.
+    kind = type(v)
+    if v is None or kind is int or kind is str:
         return v
-    if type(v) in (tuple, list) and all(type(x) is int for x in v):
-        return tuple(v)
-    return _UNHASHABLE
+    if kind is not tuple and kind is not list:
+        return _UNHASHABLE
+    for x in v:
+        if type(x) is not int:
+            return _UNHASHABLE
+    return v if kind is tuple else tuple(v)
 
 
 def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: int, stride: Any, padding: Any,

@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from . import generation, ops
 from .fastpath import _compiler, _dynamo_tracing
 from .fastpath import _counters as _fastpath_counters
-from .fastpath import _local as _fastpath_local
+from .fastpath import _mode as _fastpath_mode
+from .fastpath import patched_mode
 
 ROUTES: tuple[tuple[Any, str, Callable[..., Any]], ...] = (
     (torch, "matmul", ops.matmul), (torch.Tensor, "matmul", ops.matmul), (torch.Tensor, "__matmul__", ops.matmul),
@@ -83,30 +84,32 @@ def _site(route: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, ...] |
 def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def routed(*args: Any, **kwargs: Any) -> Any:
-        # The drop-in's own torch calls (a fallback, a bias add) run with the fast path's patched flag
-        # set: they go to torch's function, not back to the drop-in.
-        if _state.on and not _fastpath_local.patched:
-            # Traced (what ``torch.compiler.is_compiling()`` says, one call fewer: see fastpath): the
-            # drop-in's registered op becomes the graph's node.
-            if _dynamo_tracing() or _compiler._is_compiling_flag:
-                return route(*args, **kwargs)
-            site = None if kwargs or not _to_torch else _site(route, args)
-            if site is not None and site in _to_torch:
-                _fastpath_counters.to_torch += 1
-                return original(*args)
-            sent = _fastpath_counters.to_torch
-            # The drop-in's signatures are patch mode's own (they may send a workload to torch).
-            _fastpath_local.patched = True
-            try:
-                out = route(*args, **kwargs) if kwargs else route(*args)
-            finally:
-                _fastpath_local.patched = False
-            if not kwargs and _fastpath_counters.to_torch != sent:
-                site = site or _site(route, args)  # made above only while some site was stored
-                if site is not None:
-                    _to_torch.add(site)
-            return out
-        return original(*args, **kwargs)
+        if not _state.on:  # another thread's patch mode installed the wrappers
+            return original(*args, **kwargs)
+        # Traced (what ``torch.compiler.is_compiling()`` says, one call fewer: see fastpath): the
+        # drop-in's registered op becomes the graph's node. Checked before the fast path's mode is
+        # read: Dynamo does not trace a context variable.
+        if _dynamo_tracing() or _compiler._is_compiling_flag:
+            return route(*args, **kwargs)
+        mode = _fastpath_mode.get()
+        if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
+            return original(*args, **kwargs)
+        site = None if kwargs or not _to_torch else _site(route, args)
+        if site is not None and site in _to_torch:
+            _fastpath_counters.to_torch += 1
+            return original(*args)
+        sent = _fastpath_counters.to_torch
+        # The drop-in's signatures are patch mode's own (they may send a workload to torch).
+        token = _fastpath_mode.set(patched_mode(mode))
+        try:
+            out = route(*args, **kwargs) if kwargs else route(*args)
+        finally:
+            _fastpath_mode.reset(token)
+        if not kwargs and _fastpath_counters.to_torch != sent:
+            site = site or _site(route, args)  # made above only while some site was stored
+            if site is not None:
+                _to_torch.add(site)
+        return out
     setattr(routed, "__alcop_route__", route)  # marks it as patch mode's
     return routed
 

@@ -128,10 +128,10 @@ def tma_descriptor(x: Any, dims: Sequence[int], block: Sequence[int]) -> Any:
     return TensorDescriptor(x, [int(x.shape[d]) for d in dims], strides, list(block))
 
 
-DESCRIPTOR_CACHE = 64
-"""Encoded tensor maps kept per descriptor of a prebound launch, keyed by the tensor's address (the
-signature fixes the rest): repeated calls on the same buffers, as the caching allocator hands them out,
-skip the encoding."""
+LAUNCH_MEMO = 64
+"""Argument tuples kept per prebound launch, keyed by the tensors' addresses (the signature fixes the
+rest): repeated calls on the same buffers, as the caching allocator hands them out, reuse the tuple
+and the TMA descriptors encoded in it."""
 
 
 def resident_programs(compiled: Any, num_warps: int, device: Any) -> int:
@@ -225,15 +225,15 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
     c_launch: Any = _compiled_launch(launcher)
     # Triton's launcher object encodes host tensor descriptors at every launch (its ``launch`` is then
     # a Python wrapper around the compiled one) and allocates the profiler's scratch per launch;
-    # otherwise the compiled C launcher is called itself, given the tensors' addresses and the
-    # descriptors' encoded arguments, cached per address (``DESCRIPTOR_CACHE``). An address (unlike a
-    # tensor) spares it a data_ptr() call and a cuPointerGetAttribute per tensor: the signature fixed
-    # the device. A kernel that still wants global scratch gets one buffer per stream, kept
-    # (``scratch_address``), where Triton's wrapper would allocate one at every launch.
+    # otherwise the compiled C launcher is called itself, given one tuple of kernel arguments per set
+    # of addresses (``LAUNCH_MEMO``): the addresses, the descriptors' encoded arguments, the bound
+    # rest. An address (unlike a tensor) spares it a data_ptr() call and a cuPointerGetAttribute per
+    # tensor: the signature fixed the device. A kernel that still wants global scratch gets one buffer
+    # per stream, kept (``scratch_address``), where Triton's wrapper would allocate one at every launch.
     direct = c_launch is not None and not launcher.profile_scratch_size
-    coop, pdl, address = launcher.launch_cooperative_grid, launcher.launch_pdl, torch.Tensor.data_ptr
+    coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
     nbytes = g0 * g1 * g2 * launcher.num_ctas * launcher.global_scratch_size if direct else 0
-    encode = _descriptor_encoder(compiled, views) if direct and descriptors else None
+    arguments = _argument_memo(compiled, views, tail)
 
     def launch(*tensors: Any) -> None:
         if current_device() != index:  # the kernel was loaded into this device's context
@@ -253,9 +253,8 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
         meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors,
                                                                    *host_descriptors(tensors), *tail)
         if direct:
-            ptrs = tuple(map(address, tensors))
             c_launch(g0, g1, g2, stream, function, coop, pdl, scratch_address(index, stream, nbytes) if nbytes else None,
-                     None, metadata, meta, enter, leave, *ptrs, *(encode(tensors, ptrs) if encode else ()), *tail)
+                     None, metadata, meta, enter, leave, *arguments(tensors))
         else:
             launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *host_descriptors(tensors),
                      *tail)
@@ -277,23 +276,26 @@ _View = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int,
 """A descriptor of a prebound launch: tensor index, dims, block, and the bound tensor's shape and strides."""
 
 
-def _descriptor_encoder(compiled: Any, views: Sequence[_View]) -> Callable[[Sequence[Any], Sequence[int]], list[Any]]:
-    """``encode(tensors, addresses)``: the compiled launcher's arguments for the launch's descriptors (the
-    encoded tensor map, then shape and strides, as Triton's own wrapper passes them), cached per address."""
+def _argument_memo(compiled: Any, views: Sequence[_View], tail: tuple[Any, ...]
+                  ) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """``arguments(tensors)``: the compiled launcher's kernel arguments for a launch on ``tensors``: their
+    addresses, each descriptor's encoded arguments (the tensor map, then shape and strides, as Triton's
+    own wrapper passes them), then ``tail``; memoised per tuple of addresses."""
+    import torch
     from triton.backends.nvidia.driver import make_tensordesc_arg
+    address = torch.Tensor.data_ptr
     metas = list(getattr(compiled.metadata, "tensordesc_meta", None) or [None] * len(views))
-    caches: list[dict[int, list[Any]]] = [{} for _ in views]
-    specs = list(zip(views, metas, caches))
+    memo: dict[tuple[int, ...], tuple[Any, ...]] = {}
 
-    def encode(tensors: Sequence[Any], ptrs: Sequence[int]) -> list[Any]:
-        out: list[Any] = []
-        for (i, dims, block, shape, stride), meta, cache in specs:
-            enc = cache.get(ptrs[i])
-            if enc is None:
-                if len(cache) >= DESCRIPTOR_CACHE:
-                    cache.clear()
-                desc = tma_descriptor(tensors[i].as_strided(shape, stride), dims, block)
-                enc = cache[ptrs[i]] = make_tensordesc_arg(desc, meta)
-            out += enc
-        return out
-    return encode
+    def arguments(tensors: Sequence[Any]) -> tuple[Any, ...]:
+        ptrs = tuple(map(address, tensors))
+        args = memo.get(ptrs)
+        if args is None:
+            if len(memo) >= LAUNCH_MEMO:
+                memo.clear()
+            encoded: list[Any] = []
+            for (i, dims, block, shape, stride), meta in zip(views, metas):
+                encoded += make_tensordesc_arg(tma_descriptor(tensors[i].as_strided(shape, stride), dims, block), meta)
+            args = memo[ptrs] = (*ptrs, *encoded, *tail)
+        return args
+    return arguments

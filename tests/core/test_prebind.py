@@ -137,7 +137,7 @@ def test_a_registered_launch_hook_gets_the_metadata(fake_cuda: None) -> None:
     assert obj.calls[0][6] == "META" and obj.calls[0][7] is knobs.runtime.launch_enter_hook
 
 
-def test_descriptors_are_encoded_once_per_address_and_follow_the_addresses(fake_cuda: None, monkeypatch: pytest.MonkeyPatch,
+def test_descriptors_are_encoded_once_per_set_of_addresses_and_follow_the_addresses(fake_cuda: None, monkeypatch: pytest.MonkeyPatch,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     from triton.backends.nvidia import driver as nv
     encoded: list[Any] = []
