@@ -39,12 +39,13 @@ HEADLINE_DIR = "headline_h100"
 # later changes measured, each its own run; shown after the headline's reports, never mixed into them.
 LATER_SUITES = ("dispatch_h100/report.json", "h200_dispatch/report.json", "conv_h100/report.json",
                 "callpath_h100/suite/report.json", "turns_h100/suite/report.json", "tma_h100/suite/report.json",
-                "tma_h100/suite_repeat/report.json", "tma_h100/h200_suite/report.json")
+                "tma_h100/suite_repeat/report.json", "tma_h100/h200_suite/report.json",
+                "fastpath_h100/suite/report.json")
 # Host-time and end-to-end runs after the headline run (patch mode changed since): each its own run.
 LATER_OVERHEAD = ("callpath_h100/overhead/overhead.json", "turns_h100/overhead/overhead.json",
-                  "tma_h100/overhead/overhead.json")
+                  "tma_h100/overhead/overhead.json", "fastpath_h100/overhead/overhead.json")
 LATER_E2E = ("patch_h100/e2e/e2e.json", "callpath_h100/e2e/e2e.json", "turns_h100/e2e/e2e.json",
-             "tma_h100/e2e/e2e.json")
+             "tma_h100/e2e/e2e.json", "fastpath_h100/e2e/e2e.json")
 HEADLINE_ABLATION, HEADLINE_MODEL = "ablation/pipeline_variants.json", "model/model_eval.json"
 
 
