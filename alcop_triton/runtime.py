@@ -233,7 +233,7 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
     direct = c_launch is not None and not launcher.profile_scratch_size
     coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
     nbytes = g0 * g1 * g2 * launcher.num_ctas * launcher.global_scratch_size if direct else 0
-    arguments = _argument_memo(compiled, views, tail)
+    arguments = _argument_memo(compiled, host_descriptors, tail)
 
     def launch(*tensors: Any) -> None:
         if current_device() != index:  # the kernel was loaded into this device's context
@@ -272,19 +272,15 @@ def _compiled_launch(launcher: Any) -> Any:
     return inner[0] if len(inner) == 1 else None
 
 
-_View = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
-"""A descriptor of a prebound launch: tensor index, dims, block, and the bound tensor's shape and strides."""
-
-
-def _argument_memo(compiled: Any, views: Sequence[_View], tail: tuple[Any, ...]
+def _argument_memo(compiled: Any, host_descriptors: Callable[[Sequence[Any]], list[Any]], tail: tuple[Any, ...]
                   ) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
     """``arguments(tensors)``: the compiled launcher's kernel arguments for a launch on ``tensors``: their
-    addresses, each descriptor's encoded arguments (the tensor map, then shape and strides, as Triton's
-    own wrapper passes them), then ``tail``; memoised per tuple of addresses."""
+    addresses, each of ``host_descriptors(tensors)`` encoded (the tensor map, then shape and strides, as
+    Triton's own wrapper passes them), then ``tail``; memoised per tuple of addresses."""
     import torch
     from triton.backends.nvidia.driver import make_tensordesc_arg
     address = torch.Tensor.data_ptr
-    metas = list(getattr(compiled.metadata, "tensordesc_meta", None) or [None] * len(views))
+    metas = getattr(compiled.metadata, "tensordesc_meta", None)
     memo: dict[tuple[int, ...], tuple[Any, ...]] = {}
 
     def arguments(tensors: Sequence[Any]) -> tuple[Any, ...]:
@@ -293,9 +289,10 @@ def _argument_memo(compiled: Any, views: Sequence[_View], tail: tuple[Any, ...]
         if args is None:
             if len(memo) >= LAUNCH_MEMO:
                 memo.clear()
+            descs = host_descriptors(tensors)
             encoded: list[Any] = []
-            for (i, dims, block, shape, stride), meta in zip(views, metas):
-                encoded += make_tensordesc_arg(tma_descriptor(tensors[i].as_strided(shape, stride), dims, block), meta)
+            for desc, meta in zip(descs, metas or [None] * len(descs)):
+                encoded += make_tensordesc_arg(desc, meta)
             args = memo[ptrs] = (*ptrs, *encoded, *tail)
         return args
     return arguments
