@@ -23,7 +23,7 @@ INTERPRETER_CONFIG = KernelConfig(block_m=32, block_n=32, block_k=32, group_m=1,
 forced: contextvars.ContextVar[KernelConfig | None] = contextvars.ContextVar("alcop_config", default=None)
 """``use_config``'s config while its block runs (the fast path steps aside then)."""
 
-_CONFIGS: dict[tuple[Workload, int], tuple[KernelConfig, bool]] = {}  # (config, slower than torch)
+_CONFIGS: dict[tuple[Workload, int], tuple[KernelConfig, bool]] = {}  # (config, torch preferred)
 generation.on_bump(_CONFIGS.clear)
 
 
@@ -63,7 +63,7 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None],
 
     On CPU (the interpreter) there is no GPU to tune for: a small fixed config. Where the records
     say torch runs this workload faster than the chosen config, the fast path hears of it
-    (``fastpath.note_slower_than_torch``): patch mode leaves such calls to torch. Not where
+    (``fastpath.note_torch_preferred``): patch mode leaves such calls to torch. Not where
     ``torch_comparable`` is False: the call's operands are not what the records timed torch on.
     """
     cfg = forced.get()
@@ -83,12 +83,12 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None],
                 raise capture_error(f"choosing a config for {w.key()} (first call of this shape)")
         from .autotune.dispatch import dispatcher
         decision = dispatcher().decide(w, gpu_spec(index))
-        known = (fit_stages(decision.config, w), decision.slower_than_torch)
+        known = (fit_stages(decision.config, w), decision.torch_preferred)
         if gen == generation.current():
             _CONFIGS[(w, index)] = known
     if known[1] and torch_comparable:
-        from .fastpath import note_slower_than_torch
-        note_slower_than_torch()
+        from .fastpath import note_torch_preferred
+        note_torch_preferred()
     return known[0]
 
 

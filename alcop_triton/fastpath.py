@@ -95,7 +95,7 @@ class _Recording:
         self.preps: list[tuple[Callable[..., tuple[Tensor, ...]], tuple[Tensor, ...], tuple[Tensor, ...]]] = []
         self.launches: list[tuple[Callable[..., None], tuple[Tensor, ...]]] = []
         self.torch_computed = False
-        self.slower_than_torch = False
+        self.torch_preferred = False
 
 
 class _Applying:
@@ -450,7 +450,7 @@ def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params
         out = eager(*tensors, *params)
     _counters.misses += 1
     entry: Entry | TorchEntry | None = _entry(rec, tensors, out)
-    if entry is not None and rec.slower_than_torch and torch_fn is not None:
+    if entry is not None and rec.torch_preferred and torch_fn is not None:
         entry = TorchEntry(torch_fn, params)
     _store(key, entry, gen)
     return out
@@ -621,11 +621,11 @@ def _picker(picks: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     return operator.itemgetter(*picks)
 
 
-def note_slower_than_torch() -> None:
+def note_torch_preferred() -> None:
     """The records say torch runs the current call's workload faster than alcop's config."""
     rec = _traced_mode().recording
     if rec is not None:
-        rec.slower_than_torch = True
+        rec.torch_preferred = True
 
 
 def note_torch_computed() -> None:

@@ -66,22 +66,30 @@ _threads_on = 0  # threads with patch mode on: the wrappers are installed while 
 _wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
 
 
-_to_torch: set[tuple[Any, ...]] = set()
-"""Call sites whose signature patch mode stored as a call to torch (its records say torch is faster),
-keyed by (route, the second argument's identity, the first one's shape and dtype): a module's weight
-and its input's shape. A repeat goes to torch's function at once, without the drop-in's front end and
-signature (which cost a host-bound model such as ResNet-50, every convolution left to cuDNN, more than
-its kernels saved). The key is weaker than the signature, which is safe only because torch computes
-any call right: a stale entry can cost speed, never a wrong result. Forgotten when records change."""
-generation.on_bump(_to_torch.clear)
+_to_torch: dict[Callable[..., Any], dict[int, tuple[torch.Size, torch.dtype]]] = {}
+"""Per route, the call sites whose signature patch mode stored as a call to torch (its records do not
+show alcop faster): the identity of the call's second argument (a module's weight) -> the first one's
+shape and dtype at the last such call. A repeat goes to torch's function at once, without the drop-in's
+front end and signature (which cost a host-bound model such as ResNet-50, most convolutions left to
+cuDNN, more than its kernels saved). The key is weaker than the signature, which is safe only because
+torch computes any call right: a stale entry can cost speed, never a wrong result. Forgotten when
+records change."""
 
 
-def _site(route: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    a = args[0] if len(args) > 1 else None
-    return (route, id(args[1]), a.shape, a.dtype) if type(a) is torch.Tensor else None
+def _forget_sites() -> None:
+    for sites in _to_torch.values():
+        sites.clear()
+
+
+generation.on_bump(_forget_sites)
 
 
 def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callable[..., Any]:
+    # Every routed call runs this, in a model's forward pass among other ops that leave the CPU's
+    # caches cold: each lookup below costs there, so the to-torch check reads one dict of this route
+    # and two tensor properties, no tuple is built and no helper called.
+    sites = _to_torch.setdefault(route, {})
+
     @functools.wraps(original)
     def routed(*args: Any, **kwargs: Any) -> Any:
         if not _state.on:  # another thread's patch mode installed the wrappers
@@ -94,10 +102,13 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
         mode = _fastpath_mode.get()
         if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
             return original(*args, **kwargs)
-        site = None if kwargs or not _to_torch else _site(route, args)
-        if site is not None and site in _to_torch:
-            _fastpath_counters.to_torch += 1
-            return original(*args)
+        if sites and not kwargs and len(args) > 1:
+            seen = sites.get(id(args[1]))
+            if seen is not None:
+                a = args[0]
+                if type(a) is torch.Tensor and seen[1] is a.dtype and seen[0] == a.shape:
+                    _fastpath_counters.to_torch += 1
+                    return original(*args)
         sent = _fastpath_counters.to_torch
         # The drop-in's signatures are patch mode's own (they may send a workload to torch).
         token = _fastpath_mode.set(patched_mode(mode))
@@ -105,10 +116,10 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
             out = route(*args, **kwargs) if kwargs else route(*args)
         finally:
             _fastpath_mode.reset(token)
-        if not kwargs and _fastpath_counters.to_torch != sent:
-            site = site or _site(route, args)  # made above only while some site was stored
-            if site is not None:
-                _to_torch.add(site)
+        if _fastpath_counters.to_torch != sent and not kwargs and len(args) > 1:
+            a = args[0]
+            if type(a) is torch.Tensor:
+                sites[id(args[1])] = (a.shape, a.dtype)
         return out
     setattr(routed, "__alcop_route__", route)  # marks it as patch mode's
     return routed

@@ -49,6 +49,14 @@ UNMEASURED_PENALTY = 1.25
 """A candidate measured on no neighbour must beat the measured ones by this factor: the model's error
 for it is unknown, while a measured config's error is read off its neighbour."""
 
+PATCH_MIN_GAIN = (0.03, 0.005)
+"""What alcop's recorded time must save against torch's, (fraction of torch's time, ms), for patch mode
+to send a workload to alcop: the larger of the two. The fraction is the timer's run-to-run spread (a
+smaller gain may not be one). The 5 µs: an alcop call costs the host more than a torch call when the
+CPU's caches are cold, as in a model's forward pass (ResNet-50 at batch 64 on an H100 host: about 13 µs
+more per convolution, ``benchmarks/results/resnet_patch_h100``), and a host-bound model pays it on every
+call; a kernel that saves less does not pay for its call there. Direct calls always run alcop."""
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -65,9 +73,12 @@ class Decision:
     torch_ms: float | None = field(default=None, compare=False)
 
     @property
-    def slower_than_torch(self) -> bool:
-        """Both times measured and torch's is the smaller (unknown: alcop is used)."""
-        return self.alcop_ms is not None and self.torch_ms is not None and self.torch_ms < self.alcop_ms
+    def torch_preferred(self) -> bool:
+        """Both times measured and alcop's config does not beat torch's by ``PATCH_MIN_GAIN`` (unknown:
+        alcop is used). Patch mode leaves such workloads to torch."""
+        if self.alcop_ms is None or self.torch_ms is None:
+            return False
+        return self.torch_ms - self.alcop_ms < max(PATCH_MIN_GAIN[0] * self.torch_ms, PATCH_MIN_GAIN[1])
 
 
 def torch_time(records: Sequence[TuningRecord], workload: Workload, gpu: Any) -> float | None:

@@ -288,7 +288,7 @@ class _FakeCuda:
 
 @pytest.mark.interpreter
 def test_a_torch_timing_in_the_table_sends_patch_mode_to_torch(bt, tmp_path, monkeypatch):
-    """build_table lines -> installed table -> torch_ms -> Decision.slower_than_torch -> patch mode calls torch.
+    """build_table lines -> installed table -> torch_ms -> Decision.torch_preferred -> patch mode calls torch.
 
     The config choice runs its CUDA branch (dispatcher, decision) for these CPU tensors; the kernel
     then runs in the interpreter with the table's config."""
@@ -310,8 +310,8 @@ def test_a_torch_timing_in_the_table_sends_patch_mode_to_torch(bt, tmp_path, mon
     real = config_choice.choose_config
     monkeypatch.setattr(config_choice, "choose_config", lambda device, workload, torch_comparable=True: real(_FakeCuda(), workload, torch_comparable))
     fastpath.invalidate()
-    assert dmod.dispatcher().decide(slow, SPEC).slower_than_torch
-    assert not dmod.dispatcher().decide(fast, SPEC).slower_than_torch
+    assert dmod.dispatcher().decide(slow, SPEC).torch_preferred
+    assert not dmod.dispatcher().decide(fast, SPEC).torch_preferred
     g = torch.Generator().manual_seed(0)
     a, b_slow, b_fast = (torch.randn(s, generator=g) for s in ((16, 32), (32, 24), (32, 40)))
     want_slow, want_fast = a.double() @ b_slow.double(), a.double() @ b_fast.double()

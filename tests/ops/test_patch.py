@@ -167,7 +167,7 @@ def test_a_patched_function_traced_by_torch_compile_becomes_alcops_op(monkeypatc
     # Under Dynamo the wrapper takes its traced branch: the drop-in's registered op becomes the node,
     # whatever eager calls at the same site decided (here: a site eager calls sent to torch).
     a, b = randn(5, 6), randn(6, 3, seed=1)
-    monkeypatch.setattr(patch, "_to_torch", {(patch.ops.matmul, id(b), a.shape, a.dtype)})
+    monkeypatch.setitem(patch._to_torch.setdefault(patch.ops.matmul, {}), id(b), (a.shape, a.dtype))
     targets: list[str] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
