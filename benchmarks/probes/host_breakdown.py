@@ -25,16 +25,18 @@ sys.path.insert(0, str(ROOT))
 REPEATS, CALLS = 7, 2000
 
 
-def per_call_us(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
-    for _ in range(200):
+def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], repeats: int = REPEATS, calls: int = CALLS,
+                warmup: int = 200) -> float:
+    """Host µs per call: the min over ``repeats`` loops of ``calls`` calls, ``sync`` between loops."""
+    for _ in range(warmup):
         fn()
     sync()
     best = float("inf")
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         t0 = time.perf_counter_ns()
-        for _ in range(CALLS):
+        for _ in range(calls):
             fn()
-        best = min(best, (time.perf_counter_ns() - t0) / CALLS / 1e3)
+        best = min(best, (time.perf_counter_ns() - t0) / calls / 1e3)
         sync()
     return best
 

@@ -33,23 +33,16 @@ from typing import Any, Callable, Iterator
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from host_breakdown import per_call_us  # noqa: E402
 
 PASSES, ROUNDS, CALLS, LOOPS = 40, 5, 200, 5
 
 
 def host_us(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
     """Min over LOOPS loops of CALLS calls of the host µs per call."""
-    for _ in range(20):
-        fn()
-    sync()
-    best = float("inf")
-    for _ in range(LOOPS):
-        t0 = time.perf_counter_ns()
-        for _ in range(CALLS):
-            fn()
-        best = min(best, (time.perf_counter_ns() - t0) / CALLS / 1e3)
-        sync()
-    return best
+    return per_call_us(fn, sync, LOOPS, CALLS, warmup=20)
 
 
 def main(out_dir: str) -> int:
