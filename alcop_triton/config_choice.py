@@ -62,7 +62,7 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None],
     """The config for a call: ``use_config``'s, else the dispatcher's for this workload on this GPU.
 
     On CPU (the interpreter) there is no GPU to tune for: a small fixed config. Where the records
-    say torch runs this workload faster than the chosen config, the fast path hears of it
+    do not show the chosen config saving enough against torch (``Decision.torch_preferred``), the fast path hears of it
     (``fastpath.note_torch_preferred``): patch mode leaves such calls to torch. Not where
     ``torch_comparable`` is False: the call's operands are not what the records timed torch on.
     """

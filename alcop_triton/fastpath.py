@@ -19,7 +19,7 @@ end's checks. A call that needs torch's dispatcher (``torch.compile`` tracing, t
 such as fake or functional tensors, an active TorchDispatchMode or functorch transform), or needs
 autograd where no ``grad`` route exists, runs ``dispatched`` instead: the registered custom op,
 whose implementation comes back here below autograd. ``use_config`` blocks bypass the cache. In
-patch mode, a signature whose workload the measurements say torch runs faster is stored as a call to
+patch mode, a signature whose workload the records leave to torch is stored as a call to
 torch (``TorchEntry``).
 
 ``launch_kernel(kernel, tensors)`` (every kernel launch of the torch layer). A compiled kernel on tensors
@@ -194,7 +194,7 @@ def _plain_run(new: Callable[..., Tensor], shape: tuple[int, ...], stride: tuple
 
 
 class TorchEntry:
-    """A stored patch-mode signature whose workload torch runs faster: the call goes to torch."""
+    """A stored patch-mode signature whose workload the records leave to torch: the call goes to torch."""
 
     __slots__ = ("torch_fn", "params", "run")
 
@@ -386,7 +386,7 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     when torch's dispatcher must see the call (module docstring), or ``grad`` where only autograd
     must (plain tensors requiring grad, no tracing, no dispatch mode or functorch transform).
     ``torch_fn(*tensors, *params)`` computes the same with torch: in patch mode, a signature whose
-    workload the records say torch runs faster is stored as a call to it."""
+    workload the records leave to torch is stored as a call to it."""
     if _dynamo_tracing():  # traced: the registered op becomes the graph's node (Dynamo does not trace _mode)
         _counters.dispatched += 1
         return (dispatched or eager)(*tensors, *params)
@@ -622,7 +622,7 @@ def _picker(picks: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
 
 
 def note_torch_preferred() -> None:
-    """The records say torch runs the current call's workload faster than alcop's config."""
+    """The records prefer torch for the current call's workload (``Decision.torch_preferred``)."""
     rec = _traced_mode().recording
     if rec is not None:
         rec.torch_preferred = True

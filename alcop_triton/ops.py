@@ -146,7 +146,7 @@ def _gemm(alcop: Any, op: str, a: Tensor, b: Tensor, bias: Tensor | None, residu
 
 def _routes(fn: Callable[..., Tensor], torch_fn: Callable[..., Tensor]) -> tuple[Callable[..., Tensor], ...]:
     """``fastpath.call``'s routes: ``fn(alcop, ...)`` bound to the eager route and to torch's dispatcher,
-    the same computation in torch (where patch mode sends workloads torch runs faster), and ``fn`` bound
+    the same computation in torch (where patch mode sends workloads the records leave to torch), and ``fn`` bound
     to the eager autograd route (``autograd.GRAD``)."""
     return (functools.partial(fn, custom_ops.EAGER), functools.partial(fn, torch.ops.alcop), torch_fn,
             functools.partial(fn, autograd.GRAD))
