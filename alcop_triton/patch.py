@@ -21,7 +21,8 @@ adds per pass) slower under patch mode than without. The price of wrappers: code
 reference to a routed function before patch mode began (``from torch import matmul``) keeps calling
 torch's. ``torch.compile`` traces through the wrappers of functions (``torch.matmul``, ``F.linear``,
 ``F.conv2d``...: they become ``torch.ops.alcop`` nodes); Tensor methods and the ``@`` operator it
-traces as torch's own ops, whatever the class attribute says.
+traces as torch's own ops, whatever the class attribute says. Entering patch mode the first time
+imports ``torch._dynamo`` (see ``_install``).
 """
 
 from __future__ import annotations
@@ -126,6 +127,11 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
 
 
 def _install() -> None:
+    # Dynamo, on import, maps torch's functions by identity to its in-graph rules. Imported while the
+    # wrappers stand in for them, it would take the wrappers for torch's functions and put them in
+    # compiled graphs as opaque calls instead of tracing through them. Imported first, once (about a
+    # second, the first time patch mode is entered), it maps torch's own.
+    import torch._dynamo  # noqa: F401
     for owner, name, route in ROUTES:
         key, original = (id(owner), name), getattr(owner, name)
         if key not in _wrappers or _wrappers[key][0] is not original:  # made anew if someone else replaced it

@@ -3,6 +3,9 @@ wrappers installed while some thread has patch mode on, torch's own functions ba
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -179,3 +182,26 @@ def test_a_patched_function_traced_by_torch_compile_becomes_alcops_op(monkeypatc
         out = fn(a, b)
     assert "alcop.mm" in targets
     assert_close(out, (a.double() @ b.double()) * 2)
+
+
+def test_torch_compile_first_used_inside_patch_mode_still_traces_the_wrappers() -> None:
+    # Dynamo maps torch's functions by identity when it is imported; imported while the wrappers are
+    # installed, it took them for torch's functions and compiled them as opaque calls. A process of its
+    # own: this one imported Dynamo long ago.
+    script = """
+import torch
+import alcop_triton as at
+targets = []
+def backend(gm, example_inputs):
+    targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+    return gm
+with at.patched():
+    import torch._dynamo
+    fn = torch.compile(lambda x, y: torch.matmul(x, y) * 2, backend=backend, fullgraph=True)
+    fn(torch.randn(5, 6), torch.randn(6, 3))
+print(targets)
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "alcop.mm" in out.stdout.splitlines()[-1]
