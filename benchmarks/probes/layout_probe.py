@@ -1,0 +1,106 @@
+"""Generated GEMM kernels against a plain Triton TMA kernel, with B stored N x K (nt) and K x N (nn).
+
+    python benchmarks/probes/layout_probe.py OUT_DIR
+
+The suite's GEMMs below cuBLAS under CUDA graphs are mid-size and all ``nt`` (B stored N x K, as
+``F.linear``'s weight). For a few of them and a few TMA tilings, this times alcop's kernel
+(``use_config``) in both layouts, ``ws_probe.mm`` (a hand-written TMA kernel with in-kernel
+descriptors, B stored K x N; same tiles, stages and warps, not persistent, no warp specialization)
+and cuBLAS in both layouts: whether the gap is the generated code, the layout, or the tiling.
+Timer: ``triton.testing.do_bench_cudagraph`` (one call on one set of inputs). Every output is checked
+against torch first. Writes ``OUT_DIR/layout_probe.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+SHAPES = ((2048, 2048, 2048), (1024, 2304, 768), (3136, 512, 2048), (12544, 256, 1024), (512, 3072, 1024))
+TILES = ((128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 4), (128, 128, 64, 4, 8))
+"""(BLOCK_M, BLOCK_N, BLOCK_K, stages, warps)."""
+
+
+def main(out_dir: str) -> int:
+    import torch
+    import triton
+    from triton.testing import do_bench_cudagraph
+    from ws_probe import mm
+
+    import alcop_triton as at
+    from alcop_triton.records import KernelConfig
+
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+
+    def timed(fn: Callable[[], Any], want: Any) -> float | str:
+        try:
+            got = fn()
+            err = ((got.float() - want).norm() / want.norm()).item()
+            if err > 1e-2:
+                return f"wrong result ({err:.2e})"
+            return 1e3 * do_bench_cudagraph(fn)
+        except Exception as exc:  # compile failure, out of resources: a result
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+
+    rows = []
+    for m, n, k in SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b_nt = torch.randn(n, k, device="cuda", dtype=torch.float16).t()
+        b_nn = b_nt.contiguous()
+        want = (a.float() @ b_nn.float())
+        row: dict[str, Any] = {"shape": [m, n, k], "torch_nt_us": timed(lambda: torch.matmul(a, b_nt), want),
+                               "torch_nn_us": timed(lambda: torch.matmul(a, b_nn), want), "tiles": []}
+        for bm, bn, bk, stages, warps in TILES:
+            cfg = KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, smem_stages=stages,
+                               async_copy="tma")
+
+            def alcop(b: Any) -> Callable[[], Any]:
+                def run() -> Any:
+                    with at.use_config(cfg):
+                        return at.matmul(a, b)
+                return run
+
+            c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+            grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+
+            def plain() -> Any:
+                mm[grid](a, b_nn, c, m, n, k, bm, bn, bk, stages, False, False, False, num_warps=warps)
+                return c
+
+            entry = {"tile": [bm, bn, bk, stages, warps], "alcop_nt_us": timed(alcop(b_nt), want),
+                     "alcop_nn_us": timed(alcop(b_nn), want), "plain_nn_us": timed(plain, want)}
+            row["tiles"].append(entry)
+            print(m, n, k, entry, flush=True)
+        rows.append(row)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "alcop": at.__version__, "date": datetime.date.today().isoformat(),
+            "timer": "triton.testing.do_bench_cudagraph, one call on one set of inputs"}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "layout_probe.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+
+    def us(v: Any) -> str:
+        return f"{v:.1f}" if isinstance(v, float) else "err"
+
+    lines = [f"# Generated kernels against a plain TMA kernel, nt and nn ({meta['device']})", "",
+             f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. µs, fp16.", "",
+             "| M x N x K | cuBLAS nt / nn | tile (M, N, K, stages, warps) | alcop nt | alcop nn | plain TMA nn |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        for t in r["tiles"]:
+            lines.append(f"| {'x'.join(map(str, r['shape']))} | {us(r['torch_nt_us'])} / {us(r['torch_nn_us'])} | "
+                         f"{t['tile']} | {us(t['alcop_nt_us'])} | {us(t['alcop_nn_us'])} | {us(t['plain_nn_us'])} |")
+    (out / "layout_probe.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1]))
