@@ -280,8 +280,6 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
         util = min(1.0, per_sub) * (1.0 if per_sub >= 2 else spec.single_issuer_util)
     tput_sm = spec.tc_flops(wl.dtype, ctx.path) * spec.compute_eff / spec.num_sms
     t_compute = flops_reg / (tput_sm * util)
-    if ctx.path == "wgmma" and c.num_warps >= 8 and wl.op in ("matmul", "bmm") and wl.layout[1:2] == "t":
-        t_compute *= spec.kmajor_b_two_warpgroups  # B K-major from two warpgroups (GPUSpec says why)
     # The MMAs of a sub-tile stream k=16 slices, fetching the next slice's operands while the
     # current one multiplies, so only the first slice's fetch is exposed latency; the rest is
     # bandwidth, charged in the shared-memory floor below.

@@ -76,11 +76,6 @@ class GPUSpec:
     latency_scale: float = 1.5          # loaded memory latency / unloaded latency
     conv_index_factor: float = 2.5      # im2col address arithmetic multiplies pointer-load issue cost
     launch_s: float = 5e-6              # launch + first-wave ramp, paid once per kernel
-    # wgmma from two warpgroups with B K-major (an "nt" GEMM: B stored N x K, as a linear's weight):
-    # Triton 3.6 on the H100 runs it 1.17-1.38x slower than the same tile with B N-major, in its
-    # generated kernels and in a hand-written one alike; one warpgroup runs both alike
-    # (benchmarks/results/layout_probe_h100). Not refitted: measured, by layout_probe.py.
-    kmajor_b_two_warpgroups: float = 1.3
     source: str = "preset"
 
     def __post_init__(self) -> None:
