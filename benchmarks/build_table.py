@@ -27,7 +27,9 @@ so is a channels-last 1x1 stride-1 convolution: as the GEMM it runs (``kernels.c
 
 Candidates per workload: the analytical model's ``--top-k`` over its shortlist (split-K included), the
 model's best config of every split factor it offers, and what dispatch picks today from the
-measured neighbours, each also with the other copy mechanism (pointer or TMA) where both apply. They are compiled first in worker processes, then each is checked against torch's
+measured neighbours; for a GEMM with B stored N x K on wgmma, each 8-warp tile also with 4 warps (Triton's
+two-warpgroup tiles run such GEMMs slowly, ``results/layout_probe_h100``); each also with the other copy
+mechanism (pointer or TMA) where both apply. They are compiled first in worker processes, then each is checked against torch's
 call in higher precision (output poisoned with NaN, normwise relative error <= 1e-2 against products in
 float64, convolutions in float32 with TF32 off) and timed with the tuner's timer (``autotune.measure.time_gpu``:
 CUDA graphs over rotating input copies, so L2 is cold; eager ``do_bench`` above ``SMALL_KERNEL_MS``).
@@ -248,9 +250,10 @@ def workload_list(sets: Iterable[str], dtypes: Iterable[str], suite_path: Path, 
 
 
 def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[KernelConfig]:
-    """The model's top-k, its best config per split factor, and dispatch's transfer pick, each also with
-    the other copy mechanism where the op and the GPU offer both: which of pointer and TMA copies wins
-    for a tile is measured, not left to the model's coarse ranking of the two. No duplicates."""
+    """The model's top-k, its best config per split factor, and dispatch's transfer pick, for an nt GEMM on
+    wgmma each 8-warp tile also with 4 warps, each also with the other copy mechanism where the op and the
+    GPU offer both: which of pointer and TMA copies wins for a tile is measured, not left to the model's
+    coarse ranking of the two. No duplicates."""
     from alcop_triton.autotune.dispatch import model_shortlist, transfer
     from alcop_triton.autotune.space import default_knobs, shape_reason
     ranked = model_shortlist(w, spec)
@@ -262,6 +265,15 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
     picked = transfer(w, known, spec)
     if picked is not None and picked[0] not in out:
         out.append(picked[0])
+    if w.op in ("matmul", "bmm") and w.layout[1:2] == "t" and getattr(spec, "mma", "") == "wgmma":
+        # B stored N x K: Triton runs two-warpgroup tiles 1.17-1.38x slower than with B stored K x N, one
+        # warpgroup alike (results/layout_probe_h100), which the model does not know: each 8-warp tile is
+        # also measured with 4 warps where its accumulator fits them (128 fp32 registers per thread).
+        for c in list(out):
+            four = c.replace(num_warps=4)
+            if c.num_warps == 8 and c.block_m * c.block_n <= 128 * 128 and four not in out \
+                    and shape_reason(w, four, spec) is None:
+                out.append(four)
     for c in list(out):
         for mech in default_knobs(w.op).async_copy:
             twin = c.replace(async_copy=mech)

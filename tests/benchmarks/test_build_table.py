@@ -196,6 +196,17 @@ def test_candidates_are_model_ranked_and_include_split_k_for_decode(bt, shape, s
     assert {c.replace(async_copy="pointer") for c in cands} == {c for c in cands if c.async_copy == "pointer"}
 
 
+@pytest.mark.parametrize("layout", ["nt", "nn"])
+def test_nt_candidates_measure_each_8_warp_tile_with_4_warps_too(bt, layout):
+    w = Workload("matmul", (2048, 2048, 2048), "float16", layout)
+    cands = bt.candidates(w, SPEC, 8, [])
+    eight = [c for c in cands if c.num_warps == 8 and c.block_m * c.block_n <= 128 * 128]
+    assert eight, "the model's shortlist has no 8-warp tile to pair"
+    paired = [c for c in eight if c.replace(num_warps=4) in cands]
+    # B stored K x N: both warp counts run alike, and the model's ranking alone decides (here it pairs none)
+    assert paired == (eight if layout == "nt" else [])
+
+
 def test_conv_candidates_come_from_the_conv_space(bt):
     w = Workload("conv2d", (1, 7, 7, 2048, 512, 1, 1, 1, 0, 1, 1), "float16", "nhwc")
     cands = bt.candidates(w, SPEC, 6, [])
