@@ -1,9 +1,9 @@
 """Backward formulas of the ``torch.ops.alcop`` custom ops, registered with ``register_autograd``.
 
 Gradients: dA = dZ @ B^T and dB = A^T @ dZ are ``alcop::mm``/``bmm``/``gemm`` calls on transposed *views*
-(strides, no copies). A convolution's input gradient is the forward convolution kernel on dZ (stride 1)
-and its weight gradient an alcop GEMM over im2col rows that torch copies out of X (no groups), else
-DSL kernels of their own (``kernels/conv_grad.py``). What torch computes in a backward: bias gradients (a sum over rows),
+(strides, no copies). A convolution's input gradient runs on the forward convolution kernel (one
+convolution of dZ per input phase), its weight gradient as an alcop GEMM over im2col rows that torch
+copies out of X (short reductions, no groups) or as a DSL kernel of its own (``kernels/conv_grad.py``). What torch computes in a backward: bias gradients (a sum over rows),
 ``beta * grad`` for a residual, and the activation's derivative (an elementwise product); with an
 activation other than relu the pre-activation is recomputed by one more alcop kernel rather than
 kept from the forward.
@@ -28,10 +28,8 @@ from .fallback import TORCH_ACTIVATIONS, vjp_fn
 if TYPE_CHECKING:
     # alcop_triton.kernels is the top-level kernels/ directory (setup.cfg package_dir; __init__.py extends
     # __path__ in a checkout), which mypy cannot follow: it checks that directory as the package `kernels`.
-    from kernels import conv as kconv
     from kernels import conv_grad as conv_grad
 else:
-    from .kernels import conv as kconv
     from .kernels import conv_grad as conv_grad
 
 
@@ -110,17 +108,13 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
                pad_left: tuple[int, ...], dilation: tuple[int, ...], groups: int, input_grad: bool = True,
                weight_grad: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """A convolution's input and weight gradients from the output gradient ``dz`` (what a backward pass
-    through ``alcop::conv`` runs; None where not asked). Each runs on the fastest kernel that can compute
-    it (``kernels/conv_grad.py``): the input gradient of a stride-1 convolution on the forward
-    convolution kernel, the weight gradient of an ungrouped one as a GEMM over im2col rows; the
-    others on the gradients' own DSL kernels."""
+    through ``alcop::conv`` runs; None where not asked), each on the fastest kernel that computes it
+    (``kernels/conv_grad.py``): the input gradient on the forward convolution kernel, the weight
+    gradient as a GEMM over im2col rows where the reduction is short and there are no groups, else on
+    its DSL kernel."""
     dx = dw = None
     if input_grad:
         dx = conv_grad.input_grad_by_conv(x, w, dz, stride, pad_left, dilation, groups)
-        if dx is None:
-            key = conv_grad.conv_input_grad_kernel(x.dim() - 2, x.dtype, stride, pad_left, dilation, groups,
-                                                   kconv.is_channels_last(x))
-            dx = torch.ops.alcop.dsl_call(key, [dz, x, w]).flatten(1, 2)
     if weight_grad:
         dw = conv_grad.weight_grad_by_gemm(x, w, dz, stride, pad_left, dilation, groups)
         if dw is None:

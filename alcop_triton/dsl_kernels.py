@@ -36,7 +36,9 @@ class DslKernel:
             does not read still bind size variables: they pass a tensor only for its shape.
         m_axes, n_axes: output axes tiled as rows / columns (default: the last two).
         out_order: the output's physical dim order, outermost first (default: row-major).
-        config: a fixed config (default: the dispatcher's, on the GEMM view as a matmul/bmm).
+        config: a fixed config (default: ``choose``'s, else the dispatcher's on the GEMM view as a matmul/bmm).
+        choose: on a GPU, the config for a call from its GEMM view (batch, M, N, K) and the GPU's SM
+            count: a kernel's own rule where the dispatcher's records (GEMMs) say nothing about it.
         reference: the same computation in torch, used when alcop cannot run the inputs.
         static: size variables compiled in as constants (``build(static=...)``: one variant per
             value, index math by constants, so Triton can prove loads contiguous).
@@ -47,6 +49,7 @@ class DslKernel:
     n_axes: tuple[str, ...] | None = None
     out_order: tuple[int, ...] | None = None
     config: KernelConfig | None = None
+    choose: Callable[[tuple[int, int, int, int], int], KernelConfig] | None = None
     reference: Callable[[Sequence[torch.Tensor]], torch.Tensor] | None = None
     static: tuple[str, ...] = ()
 
@@ -177,6 +180,17 @@ def _dsl_workload(out: te.Tensor, spec: DslKernel, env: dict[str, Any], inputs: 
     return Workload("bmm", (b, m, n, k), dtype) if b > 1 else Workload("matmul", (m, n, k), dtype)
 
 
+def _own_choice(spec: DslKernel, out: te.Tensor, env: dict[str, Any], device: torch.device) -> KernelConfig | None:
+    """``spec.choose``'s config on a GPU, unless ``use_config`` forces one (the interpreter keeps its small tiles)."""
+    if spec.choose is None or device.type != "cuda" or config_choice.forced.get() is not None:
+        return None
+    view = gemm_view(out, spec.m_axes, spec.n_axes, env)
+    if min(view) <= 0:
+        return None
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return config_choice.fit_stages(spec.choose(view, sms), Workload("matmul", view[1:], "float16"))
+
+
 def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> torch.Tensor:
     """Run the registered DSL kernel ``key`` on real tensors (the impl of ``alcop::dsl_call``)."""
     spec, inputs, out_te = dsl_te(key)
@@ -192,7 +206,8 @@ def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> 
         fallback.use_torch(op, reason)
         out.copy_(spec.reference(tensors))
         return out
-    cfg = spec.config or config_choice.choose_config(out.device, lambda: _dsl_workload(out_te, spec, env, inputs))
+    cfg = spec.config or _own_choice(spec, out_te, env, out.device) \
+        or config_choice.choose_config(out.device, lambda: _dsl_workload(out_te, spec, env, inputs))
     with DSL_LOCK:
         kern = _DSL_COMPILED.get((key, cfg))
         if kern is None:

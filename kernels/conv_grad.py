@@ -1,83 +1,38 @@
-"""Convolution gradients as DSL kernels: the input and weight gradients of ``alcop::conv``.
+"""Convolution gradients: the input and weight gradients of ``alcop::conv``.
 
-Both are registered kinds of ``alcop::dsl_call`` keys (``conv_input_grad_kernel`` /
-``conv_weight_grad_kernel`` give the key of one parameter set), with torch's gradients as the
-reference for inputs alcop cannot run.
+The input gradient runs on the forward convolution kernel, one convolution per input phase
+(``input_grad_by_conv``). The weight gradient is a DSL kernel, a registered kind of ``alcop::dsl_call``
+key (``conv_weight_grad_kernel`` gives the key of one parameter set) with torch's gradient as the
+reference for inputs alcop cannot run, or an alcop GEMM over im2col rows (``weight_grad_by_gemm``).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+import triton
 
 from alcop_triton import te
 from alcop_triton.dsl_kernels import DslKernel, kernel_key, register_resolver
 from alcop_triton.fallback import torch_conv, vjp_fn
-from alcop_triton.records import dtype_name
+from alcop_triton.records import MAX_SPLIT_K, KernelConfig, dtype_name
 
 from .conv import SPATIAL, memory_format_of
-
-@dataclass(frozen=True)
-class _ConvGradTensors:
-    """Placeholders both conv gradients read: dY, X and W in torch's logical layouts."""
-    sp: list[str]
-    S: list[te.Var]
-    KS: list[te.Var]
-    O: list[te.Var]
-    N: te.Var
-    cg: te.Expr
-    cog: te.Expr
-    dy: te.Tensor
-    x: te.Tensor
-    w: te.Tensor
-
-
-def _conv_grad_tensors(nd: int, dtype: str, groups: int) -> _ConvGradTensors:
-    sp = list(SPATIAL[nd])
-    S, KS, O = ([te.var(f"{p}{x.upper()}") for x in sp] for p in ("", "K", "O"))
-    N, C, CO = te.var("N"), te.var("C"), te.var("CO")
-    cg, cog = te.binop("//", C, groups), te.binop("//", CO, groups)
-    return _ConvGradTensors(sp, S, KS, O, N, cg, cog, te.placeholder((N, CO, *O), dtype, "dY"),
-                            te.placeholder((N, C, *S), dtype, "X"), te.placeholder((CO, cg, *KS), dtype, "Wt"))
-
-
-def conv_input_grad_te(nd: int, dtype: str, stride: tuple[int, ...], pad: tuple[int, ...],
-                       dilation: tuple[int, ...], groups: int,
-                       channels_last: bool) -> tuple[list[te.Tensor], te.Tensor]:
-    """dX[n, g, c, *i] = sum_{co, *r} dY[n, g*COg + co, (i + p - r*d) / s] * W[g*COg + co, c, *r].
-
-    Only output positions o with o*s = i + p - r*d contribute. The index of dY is written so that
-    it falls outside dY whenever s does not divide (i + p - r*d): quotient + remainder * BIG, with
-    BIG = O + K*d larger than any quotient's distance from [0, O) (floor or truncating division
-    alike); an outside index reads 0, so no branch is needed. X is passed for its shape only
-    (before W, whose shape C // groups refers to it: CompiledKernel binds sizes in argument order).
-    """
-    t = _conv_grad_tensors(nd, dtype, groups)
-    sp, S, KS, O, N, cg, cog, dy, x, w = t.sp, t.S, t.KS, t.O, t.N, t.cg, t.cog, t.dy, t.x, t.w
-    rco = te.reduce_axis(cog, "rco")
-    rs = [te.reduce_axis(KS[i], f"r{s}") for i, s in enumerate(sp)]
-    raxes = rs + [rco] if channels_last else [rco] + rs  # the unit-stride channel innermost when NHWC
-
-    def body(n: te.Expr, g: te.Expr, c: te.Expr, *i: te.Expr) -> te.Expr:
-        oi: list[te.Expr] = []
-        for d in range(nd):
-            t = i[d] + pad[d] - rs[d] * dilation[d]
-            oi.append(t if stride[d] == 1 else t // stride[d] + (t % stride[d]) * (O[d] + KS[d] * dilation[d]))
-        return te.sum(dy[(n, g * cog + rco, *oi)] * w[(g * cog + rco, c, *rs)], axis=raxes)
-
-    out = te.compute((N, te.Const(groups), cg, *S), body, "dX", axis_names=["n", "g", "c"] + [f"i{s}" for s in sp])
-    return [dy, x, w], out
-
 
 def conv_weight_grad_te(nd: int, dtype: str, stride: tuple[int, ...], pad: tuple[int, ...],
                         dilation: tuple[int, ...], groups: int) -> tuple[list[te.Tensor], te.Tensor]:
     """dW[g, co, c, *r] = sum_{n, *o} dY[n, g*COg + co, *o] * X[n, g*Cg + c, o*s - p + r*d] (W for its shape)."""
-    t = _conv_grad_tensors(nd, dtype, groups)
-    sp, KS, O, N, cg, cog, dy, x, w = t.sp, t.KS, t.O, t.N, t.cg, t.cog, t.dy, t.x, t.w
+    sp = SPATIAL[nd]
+    S, KS, O = ([te.var(f"{p}{x.upper()}") for x in sp] for p in ("", "K", "O"))
+    N, C, CO = te.var("N"), te.var("C"), te.var("CO")
+    cg, cog = te.binop("//", C, groups), te.binop("//", CO, groups)
+    dy = te.placeholder((N, CO, *O), dtype, "dY")
+    x = te.placeholder((N, C, *S), dtype, "X")
+    w = te.placeholder((CO, cg, *KS), dtype, "Wt")
     rn = te.reduce_axis(N, "rn")
     ro = [te.reduce_axis(O[i], f"ro{s}") for i, s in enumerate(sp)]
 
@@ -89,9 +44,9 @@ def conv_weight_grad_te(nd: int, dtype: str, stride: tuple[int, ...], pad: tuple
     return [dy, x, w], out
 
 
-def _conv_grads_torch(which: int, nd: int, stride: tuple[int, ...], pad: tuple[int, ...],
-                      dilation: tuple[int, ...], groups: int, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Torch's input (which=0) or weight (which=1) gradient, for inputs alcop cannot run."""
+def _weight_grad_torch(nd: int, stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...],
+                       groups: int, tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Torch's weight gradient, for inputs alcop cannot run."""
     dy, x, w = tensors
     # pad_right only shapes dY; recover it from dY's extent so the forward reproduces dY's shape.
     pad_right = [(dy.shape[2 + i] - 1) * stride[i] + dilation[i] * (w.shape[2 + i] - 1) + 1 - x.shape[2 + i] - pad[i]
@@ -99,13 +54,8 @@ def _conv_grads_torch(which: int, nd: int, stride: tuple[int, ...], pad: tuple[i
     crop = [max(0, -p) for p in pad_right]
     xs = x[(slice(None), slice(None)) + tuple(slice(0, x.shape[2 + i] - crop[i]) for i in range(nd))]
     pr = [max(0, p) for p in pad_right]
-    fn = lambda xx, ww: torch_conv(xx, ww, None, stride, pad, pr, dilation, groups, None)  # noqa: E731
-    dx, dw = vjp_fn(fn, xs, w)(dy)
-    if which == 1:
-        return dw.unflatten(0, (groups, w.shape[0] // groups))
-    full = torch.zeros_like(x)
-    full[(slice(None), slice(None)) + tuple(slice(0, x.shape[2 + i] - crop[i]) for i in range(nd))] = dx
-    return full.unflatten(1, (groups, x.shape[1] // groups))
+    fn = lambda ww: torch_conv(xs, ww, None, stride, pad, pr, dilation, groups, None)  # noqa: E731
+    return vjp_fn(fn, w)(dy)[0].unflatten(0, (groups, w.shape[0] // groups))
 
 
 def _conv_grad_spec(key: str, p: dict[str, Any]) -> DslKernel:
@@ -113,30 +63,35 @@ def _conv_grad_spec(key: str, p: dict[str, Any]) -> DslKernel:
     s, pad, d = tuple(p["stride"]), tuple(p["pad"]), tuple(p["dilation"])
     # Channels and window as constants, as kernels/conv.py does for the forward.
     static = ("C", "CO") + tuple(f"K{x.upper()}" for x in SPATIAL[nd])
-    if p["grad"] == "input":
-        cl = p["channels_last"]
-        return DslKernel(
-            key, functools.partial(conv_input_grad_te, nd, dt, s, pad, d, groups, cl),
-            m_axes=("n",) + tuple(f"i{x}" for x in SPATIAL[nd]), n_axes=("c",),
-            out_order=(0, *range(3, 3 + nd), 1, 2) if cl and nd > 1 else None,
-            reference=functools.partial(_conv_grads_torch, 0, nd, s, pad, d, groups), static=static)
+    if p["grad"] != "weight":
+        raise RuntimeError(f"alcop::conv_grad: no kernel for gradient {p['grad']!r} (key {key!r}); the input "
+                           "gradient runs on the forward convolution kernel (input_grad_by_conv)")
     return DslKernel(
-        key, functools.partial(conv_weight_grad_te, nd, dt, s, pad, d, groups),
+        key, functools.partial(conv_weight_grad_te, nd, dt, s, pad, d, groups), choose=weight_grad_config,
         # Columns (kh, kw, c), the channel innermost: with channels a multiple of BLOCK_N each column
         # tile is one window tap (scalar kh, kw), and X's channels-last rows load as vectors.
         m_axes=("co",), n_axes=tuple(f"k{x}" for x in SPATIAL[nd]) + ("c",),
-        reference=functools.partial(_conv_grads_torch, 1, nd, s, pad, d, groups), static=static)
+        reference=functools.partial(_weight_grad_torch, nd, s, pad, d, groups), static=static)
 
 
 register_resolver("alcop::conv_grad", _conv_grad_spec)
 
 
-def conv_input_grad_kernel(nd: int, dtype: torch.dtype, stride: Sequence[int], pad: Sequence[int],
-                           dilation: Sequence[int], groups: int, channels_last: bool) -> str:
-    """The ``alcop::dsl_call`` key of the conv input-gradient kernel for these parameters."""
-    return kernel_key("alcop::conv_grad", dict(grad="input", nd=nd, dtype=dtype_name(dtype), stride=list(stride),
-                                               pad=list(pad), dilation=list(dilation), groups=groups,
-                                               channels_last=channels_last))
+def weight_grad_config(view: tuple[int, int, int, int], sms: int) -> KernelConfig:
+    """The weight-gradient kernel's config for its GEMM view (groups, CO/g, C/g * K, N * O): few output
+    tiles over a long reduction, so split-K until about four programs per SM (at most MAX_SPLIT_K, at
+    least 8 chunks of 64 per program); 128-wide tiles and 8 warps from 512 output channels, 64 and 4
+    below. On six suite layers (``benchmarks/probes/conv_bwd.py``, H100) this rule's choice was the
+    fastest of twelve configs or within 6% of it."""
+    b, m, n, k = view
+    wide = m >= 512
+    bm, bn = (min(128 if wide else 64, max(16, triton.next_power_of_2(x))) for x in (m, n))
+    tiles = b * -(-m // bm) * -(-n // bn)
+    split = 1
+    while split < MAX_SPLIT_K and tiles * split < 4 * sms and -(-k // 64) >= 16 * split:
+        split *= 2
+    return KernelConfig(block_m=bm, block_n=bn, block_k=64, group_m=8, num_warps=8 if wide else 4, smem_stages=4,
+                        split_k=split)
 
 
 def conv_weight_grad_kernel(nd: int, dtype: torch.dtype, stride: Sequence[int], pad: Sequence[int],
@@ -152,6 +107,12 @@ IM2COL_BYTES = 1 << 30
 """Largest im2col buffer ``weight_grad_by_gemm`` makes at once; a larger one is made and multiplied in
 batch chunks (their products summed in float32, in chunk order: deterministic)."""
 
+IM2COL_MAX_ROWS = 8192
+"""Longest reduction (N * output positions) that ``weight_grad_by_gemm`` takes: beyond it the im2col
+copy costs more than the GEMM saves over the DSL kernel, which reads X in place (H100, batch 64,
+``benchmarks/probes/conv_bwd.py``: the GEMM route won at 3,136 rows, 93.8 against 139 µs, and lost
+at 12,544 to 200,704 rows by 1.1-3x; at 3.2M rows the copy alone is 3.7 GB)."""
+
 
 def _pad_right(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
                dilation: Sequence[int]) -> list[int]:
@@ -162,35 +123,73 @@ def _pad_right(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Seque
             for i in range(nd)]
 
 
+def _phase_taps(phase: int, stride: int, pad: int, dilation: int, ksize: int) -> tuple[slice, int, int, int]:
+    """Along one dim, the window taps r that reach input positions i = stride * q + phase: those with
+    (phase + pad - r * dilation) divisible by stride, every (stride / g)-th tap from the first (g =
+    gcd(stride, dilation)). Returns their slice of the window, their count J, the offset t of the
+    first tap's output row (o = q + t - j * dilation / g for the j-th) and that dilation d / g."""
+    g = math.gcd(stride, dilation)
+    first = next((r for r in range(min(ksize, stride // g)) if (phase + pad - r * dilation) % stride == 0), None)
+    if first is None:
+        return slice(0, 0), 0, 0, dilation // g
+    taps = range(first, ksize, stride // g)
+    return slice(first, None, stride // g), len(taps), (phase + pad - first * dilation) // stride, dilation // g
+
+
 def input_grad_by_conv(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
-                       pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
-    """dX as the forward convolution kernel computes it, or None where it cannot: a stride-1 convolution's
-    input gradient is dY convolved with W flipped in space and with input and output channels swapped
-    (per group), padded by ``dilation * (K - 1)`` minus the forward's padding on each side. Needs stride
-    1 and no padding wider than the dilated window (else the DSL kernel of ``conv_input_grad_te``)."""
+                       pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor:
+    """dX on the forward convolution kernel (``alcop::conv``), one convolution per input phase.
+
+    The input positions i = s * q + phi of one phase phi (per dim) receive from the taps r with
+    s | (phi + p - r * d), every (s / g)-th tap (g = gcd(s, d)), at dY rows q + t - j * d / g: a
+    stride-1 convolution of dY with those taps flipped in space and with input and output channels
+    swapped (per group), dilation d / g. A stride-1 convolution has one phase, whose result is dX;
+    stride s has s^nd phases, each written into its strided slice of dX (the same multiply-adds as
+    the forward, where one convolution over zero-interleaved dY would do s^nd times as many).
+    Padding that would be negative (dY rows a phase never reads) is a slice of dY instead (a view)."""
     nd = x.dim() - 2
-    ks = w.shape[2:]
-    right = _pad_right(x, w, dy, stride, pad, dilation)
-    left_t = [dilation[i] * (ks[i] - 1) - pad[i] for i in range(nd)]
-    right_t = [dilation[i] * (ks[i] - 1) - right[i] for i in range(nd)]
-    if any(s != 1 for s in stride) or min(left_t + right_t) < 0:
-        return None
     co = w.shape[0]
-    # (CO, C/g, *K) -> (C, CO/g, *K), flipped in space; one copy of the (small) weight, in x's layout.
-    wt = w.unflatten(0, (groups, co // groups)).transpose(1, 2).flatten(0, 1).flip(list(range(2, 2 + nd)))
-    wt = wt.contiguous(memory_format=memory_format_of(x))
-    return torch.ops.alcop.conv(dy, wt, None, [1] * nd, left_t, right_t, list(dilation), groups, None)
+    # (CO, C/g, *K) -> (C, CO/g, *K): channels swapped per group; taps picked and flipped per phase below.
+    wt = w.unflatten(0, (groups, co // groups)).transpose(1, 2).flatten(0, 1)
+    fmt = memory_format_of(x)
+    parts: list[tuple[tuple[int, ...], torch.Tensor]] = []
+    phases = list(itertools.product(*(range(s) for s in stride)))
+    for phase in phases:
+        dims = [_phase_taps(phase[i], stride[i], pad[i], dilation[i], w.shape[2 + i]) for i in range(nd)]
+        src, left, right = dy, [], []
+        for i, (_, taps, t, dd) in enumerate(dims):
+            count = -(-(x.shape[2 + i] - phase[i]) // stride[i])   # input positions of this phase
+            lo = (taps - 1) * dd - t
+            hi = count - src.shape[2 + i] - lo + (taps - 1) * dd
+            start, stop = max(0, -lo), src.shape[2 + i] - max(0, -hi)
+            if taps == 0 or count <= 0 or stop <= start:
+                break   # no tap reaches these positions, or none of dY: their gradient is 0
+            src = src.narrow(2 + i, start, stop - start)
+            left.append(max(0, lo))
+            right.append(max(0, hi))
+        else:
+            sub = wt[(slice(None), slice(None)) + tuple(sl for sl, _, _, _ in dims)].flip(list(range(2, 2 + nd)))
+            sub = sub.contiguous(memory_format=fmt)
+            parts.append((phase, torch.ops.alcop.conv(src, sub, None, [1] * nd, left, right,
+                                                      [d[3] for d in dims], groups, None)))
+    if len(phases) == 1 and parts:
+        return parts[0][1]
+    # every position is written when every phase had a convolution; zeros where one had none
+    dx = (torch.empty_like if len(parts) == len(phases) else torch.zeros_like)(x, memory_format=fmt)
+    for phase, part in parts:
+        dx[(slice(None), slice(None)) + tuple(slice(phase[i], None, stride[i]) for i in range(nd))] = part
+    return dx
 
 
 def weight_grad_by_gemm(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
                         pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
-    """dW = dY^T @ im2col(X) as one alcop GEMM (its long reduction is what split-K is for), or None for
-    grouped convolutions (then the DSL kernel of ``conv_weight_grad_te``). im2col(X) is a copy of X's
+    """dW = dY^T @ im2col(X) as one alcop GEMM, or None for grouped convolutions and reductions longer
+    than ``IM2COL_MAX_ROWS`` (then the DSL kernel of ``conv_weight_grad_te``). im2col(X) is a copy of X's
     windows, (N * O, K * C) rows in channels-last order, made by torch from a strided view of X padded
     once; dY in channels-last order is (N * O, CO). The result is (CO, C, *K), channels-last strided."""
-    if groups != 1:
-        return None
     nd, n, c, co = x.dim() - 2, x.shape[0], x.shape[1], w.shape[0]
+    if groups != 1 or n * math.prod(dy.shape[2:]) > IM2COL_MAX_ROWS:
+        return None
     ks, os_ = list(w.shape[2:]), list(dy.shape[2:])
     right = [max(0, r) for r in _pad_right(x, w, dy, stride, pad, dilation)]
     # channels last, padded: (N, *S', C); rows no output reads stay (the strided view skips them)

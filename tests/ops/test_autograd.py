@@ -1,7 +1,7 @@
 """Backward of the drop-ins: gradients from generated kernels against torch's, in float64.
 
-dA = dC @ B^T and dB = A^T @ dC run as alcop GEMMs on transposed views; conv input and weight
-gradients run as their own DSL kernels. Torch computes only bias sums, residual scaling and the
+dA = dC @ B^T and dB = A^T @ dC run as alcop GEMMs on transposed views; a conv's input gradient runs
+on the forward conv kernel, its weight gradient as a GEMM over im2col rows or a DSL kernel. Torch computes only bias sums, residual scaling and the
 activation's derivative.
 """
 
@@ -101,6 +101,9 @@ CONV_GRADS = [
     (2, 1, 4, 6, 9, 3, 2, 0, 1, 1, "contiguous", "silu"),     # trailing input rows unused by the output
     (1, 2, 3, 5, 11, 4, 2, 1, 1, 1, "contiguous", None),
     (3, 1, 2, 4, 5, 2, 2, 0, 1, 2, "channels_last", "tanh"),
+    (2, 2, 4, 6, 7, 1, 2, 0, 1, 1, "channels_last", None),     # 1x1 stride 2: phases no tap reaches
+    (1, 1, 2, 3, 13, 3, 4, 3, 2, 1, "contiguous", None),       # stride 4 > window, dilation 2
+    (2, 1, 2, 4, 15, 5, 2, 1, 3, 1, "channels_last", None),    # gcd(stride, dilation) = 1: taps 2 apart
 ]
 
 
@@ -113,23 +116,36 @@ def test_conv_backward(nd: int, n: int, c: int, co: int, s: int, k: int, stride:
     kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
     x = with_layout(randn(n, c, *[s] * nd, seed=20), layout)
     w, b = randn(co, c // groups, *[k] * nd, seed=21), randn(co, seed=22)
-    # dX on the forward conv kernel at stride 1, dW as a GEMM without groups; the DSL kernels otherwise
-    expect = ("alcop.conv",) + (("alcop.mm",) if groups == 1 else ()) \
-        + (("alcop.dsl_call",) if stride != 1 or groups != 1 else ())
+    # dX on the forward conv kernel (a convolution per input phase), dW as a GEMM without groups, else
+    # the weight gradient's DSL kernel
+    expect = ("alcop.conv",) + (("alcop.mm",) if groups == 1 else ("alcop.dsl_call",))
     check_backward(lambda x, w, b: ours(x, w, b, activation=activation, **kw),
                    lambda x, w, b: act(theirs(x, w, b, **kw)), [x, w, b], record_ops, expect)
 
 
-def test_conv_gradients_in_im2col_chunks_and_through_the_dsl_kernels(monkeypatch: pytest.MonkeyPatch,
-                                                                     record_ops: type) -> None:
+def test_conv_gradients_in_im2col_chunks_and_with_padding_wider_than_the_window(monkeypatch: pytest.MonkeyPatch,
+                                                                              record_ops: type) -> None:
     from alcop_triton.kernels import conv_grad
     # im2col rows of one image at a time (the chunk products summed in float32), and padding wider than the
-    # window (no stride-1 conv form of dX: the DSL kernel), channels last
+    # window (dY rows that dX's convolution would pad negatively: sliced off), channels last
     monkeypatch.setattr(conv_grad, "IM2COL_BYTES", 1)
     x = with_layout(randn(3, 4, 6, 6, seed=30), "channels_last")
     w = randn(5, 4, 3, 3, seed=31)
     check_backward(lambda x, w: ops.conv2d(x, w, padding=3), lambda x, w: F.conv2d(x, w, padding=3), [x, w],
-                   record_ops, ("alcop.conv", "alcop.mm", "alcop.dsl_call"))
+                   record_ops, ("alcop.conv", "alcop.mm"))
+
+
+def test_conv_weight_gradient_over_a_long_reduction_reads_x_in_place(monkeypatch: pytest.MonkeyPatch,
+                                                                   record_ops: type) -> None:
+    from alcop_triton.kernels import conv_grad
+    # past IM2COL_MAX_ROWS the weight gradient is the DSL kernel (no im2col copy), groups or not
+    monkeypatch.setattr(conv_grad, "IM2COL_MAX_ROWS", 10)
+    x = with_layout(randn(2, 4, 6, 6, seed=32), "channels_last")
+    w = randn(5, 4, 3, 3, seed=33)
+    with record_ops() as rec:
+        _grads(lambda x, w: ops.conv2d(x, w, padding=1), [x, w])
+    assert "alcop.dsl_call" in rec.ops and "alcop.mm" not in rec.ops, sorted(set(rec.ops))
+    check_backward(lambda x, w: ops.conv2d(x, w, padding=1), lambda x, w: F.conv2d(x, w, padding=1), [x, w])
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -151,18 +167,23 @@ def test_double_backward_of_mm() -> None:
     assert_close(gb, gb64)
 
 
-def test_double_backward_of_conv_through_alcop_ops_or_a_clear_error() -> None:
-    # stride 1, no groups: both gradients are alcop conv/GEMM calls, differentiable themselves
+@pytest.mark.parametrize("stride", [1, 2])
+def test_double_backward_of_conv_through_alcop_ops(stride: int) -> None:
+    # no groups: both gradients are alcop conv/GEMM calls (stride 2: one per input phase, written into
+    # slices of dX), differentiable themselves
     x, w = randn(1, 2, 5, 5).requires_grad_(), randn(2, 2, 3, 3, seed=1).requires_grad_()
-    (gx,) = torch.autograd.grad(ops.conv2d(x, w, padding=1).square().sum(), x, create_graph=True)
+    (gx,) = torch.autograd.grad(ops.conv2d(x, w, padding=1, stride=stride).square().sum(), x, create_graph=True)
     (gw,) = torch.autograd.grad(gx.sum(), w)
     x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    (gx64,) = torch.autograd.grad(F.conv2d(x64, w64, padding=1).square().sum(), x64, create_graph=True)
+    (gx64,) = torch.autograd.grad(F.conv2d(x64, w64, padding=1, stride=stride).square().sum(), x64, create_graph=True)
     assert_close(gx, gx64)
     assert_close(gw, torch.autograd.grad(gx64.sum(), w64)[0])
-    # stride 2: the input gradient is a DSL kernel, which has no derivative of its own
-    y = ops.conv2d(x, w, padding=1, stride=2)
-    (gx,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)  # first order still works
-    assert_close(gx, torch.autograd.grad(F.conv2d(x.double(), w.double(), padding=1, stride=2).square().sum(), x)[0])
+
+
+def test_double_backward_of_a_grouped_conv_is_a_clear_error() -> None:
+    # groups: the weight gradient is a DSL kernel, which has no derivative of its own
+    x, w = randn(1, 4, 5, 5).requires_grad_(), randn(4, 2, 3, 3, seed=1).requires_grad_()
+    (gw,) = torch.autograd.grad(ops.conv2d(x, w, padding=1, groups=2).square().sum(), w, create_graph=True)
+    assert_close(gw, torch.autograd.grad(F.conv2d(x.double(), w.double(), padding=1, groups=2).square().sum(), w)[0])
     with pytest.raises(NotImplementedError, match="double backward"):
-        gx.sum().backward()
+        gw.sum().backward()

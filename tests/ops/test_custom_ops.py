@@ -41,9 +41,6 @@ OPCHECK_CASES = {
                                     _rg(4, 4, 3, 3, seed=1), None, [1, 1], [1, 1], [1, 1], [1, 1], 1, "relu")),
     "conv1d": (torch.ops.alcop.conv.default,
                lambda: (_rg(2, 3, 9), _rg(4, 3, 3, seed=1), None, [2], [1], [1], [1], 1, None)),
-    "dsl_call_conv_input_grad": (torch.ops.alcop.dsl_call.default, lambda: (
-        conv_grad.conv_input_grad_kernel(2, torch.float32, (2, 2), (1, 1), (1, 1), 1, False),
-        [randn(2, 4, 3, 3), randn(2, 3, 6, 6, seed=1), randn(4, 3, 3, 3, seed=2)])),
     "dsl_call_conv_weight_grad": (torch.ops.alcop.dsl_call.default, lambda: (
         conv_grad.conv_weight_grad_kernel(2, torch.float32, (1, 1), (1, 1), (1, 1), 2),
         [randn(2, 4, 6, 6), randn(2, 4, 6, 6, seed=1), randn(4, 2, 3, 3, seed=2)])),
@@ -87,6 +84,37 @@ def test_weight_grad_kernel_with_one_window_tap_per_column_tile(stride: int) -> 
         got = torch.ops.alcop.dsl_call(key, [dy, x, w]).flatten(0, 1)
     (want,) = torch.autograd.grad(y, w64, dy.double())
     assert_close(got, want)
+
+
+@pytest.mark.parametrize("view,sms,want", [
+    ((1, 64, 576, 200704), 132, (64, 64, 4, 16)),    # 9 tiles over 3,136 chunks: the largest split
+    ((1, 256, 2304, 12544), 132, (64, 64, 4, 4)),    # 144 tiles: split until about 4 programs per SM
+    ((1, 512, 4608, 50176), 132, (128, 128, 8, 4)),  # 512 channels: wide tiles, 8 warps
+    ((1, 512, 4608, 50176), 16, (128, 128, 8, 1)),   # a small GPU is full without a split
+    ((1, 64, 576, 960), 132, (64, 64, 4, 1)),        # 15 chunks: halves would be under 8 each
+    ((32, 1, 9, 100352), 132, (16, 16, 4, 16)),      # depthwise: one-channel GEMMs, tiles of the least width
+])
+def test_weight_grad_config_splits_few_tiles_over_long_reductions(view: tuple[int, int, int, int], sms: int,
+                                                                  want: tuple[int, int, int, int]) -> None:
+    cfg = conv_grad.weight_grad_config(view, sms)
+    assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == want
+    chunks = -(-view[3] // cfg.block_k)
+    assert chunks // cfg.split_k >= 8
+
+
+def test_dsl_kernel_rule_applies_on_a_gpu_unless_a_config_is_forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from alcop_triton import dsl_kernels
+    key = conv_grad.conv_weight_grad_kernel(2, torch.float16, (1, 1), (1, 1), (1, 1), 1)
+    spec, inputs, out = dsl_kernels.dsl_te(key)
+    env = {"N": 64, "C": 64, "CO": 64, "H": 56, "W": 56, "OH": 56, "OW": 56, "KH": 3, "KW": 3}
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: SimpleNamespace(multi_processor_count=132))
+    got = dsl_kernels._own_choice(spec, out, env, torch.device("cuda", 0))
+    assert got == conv_grad.weight_grad_config((1, 64, 576, 64 * 56 * 56), 132)
+    assert dsl_kernels._own_choice(spec, out, env, torch.device("cpu")) is None   # the interpreter's tiles
+    with at.use_config(at.KernelConfig()):
+        assert dsl_kernels._own_choice(spec, out, env, torch.device("cuda", 0)) is None
 
 
 class SmallNet(nn.Module):

@@ -1,0 +1,133 @@
+"""Where a conv2d backward's time goes: input and weight gradients apart, alcop's paths against cuDNN's.
+
+    python benchmarks/probes/conv_bwd.py OUT_DIR [--quick]
+
+For a few of the suite's layers (channels-last fp16, batch 64) this times cuDNN's input gradient and
+weight gradient separately (``aten.convolution_backward`` with one output mask each), alcop's as its
+backward runs them (``autograd.conv_grads``: input gradient on the forward kernel for stride 1, else
+the DSL kernel; weight gradient as a GEMM over im2col rows), the im2col copy alone, and the weight
+gradient's implicit DSL kernel (``conv_weight_grad_te``: no im2col copy) at a few tiles and split-K
+factors. Timer: ``triton.testing.do_bench_cudagraph`` (one call, one set of inputs); every result is
+checked against cuDNN's first. Writes ``OUT_DIR/conv_bwd.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+LAYERS = ((64, 56, 56, 64, 64, 1), (64, 28, 28, 128, 128, 2), (64, 14, 14, 256, 256, 1), (64, 224, 224, 64, 64, 1),
+          (64, 28, 28, 512, 512, 1), (64, 7, 7, 512, 512, 1))
+"""(N, H, W, C, CO, stride) of 3x3, pad-1 layers from the suite."""
+
+WGRAD_TILES = ((64, 64, 64, 4, 4, 1), (64, 64, 64, 4, 4, 4), (64, 64, 64, 4, 4, 16), (128, 64, 64, 4, 4, 8),
+               (128, 128, 64, 4, 8, 4), (128, 128, 64, 4, 8, 16), (64, 128, 64, 4, 4, 8), (64, 128, 64, 4, 4, 16),
+               (64, 256, 64, 3, 8, 8), (64, 256, 64, 3, 8, 16), (128, 256, 64, 3, 8, 4), (64, 128, 64, 4, 4, 4))
+"""(BLOCK_M, BLOCK_N, BLOCK_K, stages, warps, split_k) of the weight gradient's DSL kernel."""
+
+
+def main(out_dir: str, quick: bool = False) -> int:
+    import torch
+    import triton
+    from triton.testing import do_bench_cudagraph
+
+    import alcop_triton as at
+    from alcop_triton.autograd import conv_grads
+    from alcop_triton.build import build
+    from alcop_triton.fastpath import launch_kernel
+    from alcop_triton.kernels.conv_grad import conv_weight_grad_kernel, conv_weight_grad_te
+    from alcop_triton.records import KernelConfig
+    from alcop_triton.schedule import Schedule
+
+    def timed(fn: Callable[[], Any], want: Any | None) -> float | str:
+        try:
+            got = fn()
+            if want is not None:
+                err = ((got.float() - want).norm() / want.norm()).item()
+                if err > 1e-2:
+                    return f"wrong result ({err:.2e})"
+            return 1e3 * do_bench_cudagraph(fn)
+        except Exception as exc:  # compile failure, out of resources: a result
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+
+    rows = []
+    for nb, h, w, c, co, s in LAYERS[:2] if quick else LAYERS:
+        x = torch.randn(nb, c, h, w, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+        wt = (torch.randn(co, c, 3, 3, device="cuda", dtype=torch.float16) / math.sqrt(9 * c)).to(
+            memory_format=torch.channels_last)
+        oh, ow = (h - 1) // s + 1, (w - 1) // s + 1
+        dy = (torch.randn(nb, co, oh, ow, device="cuda", dtype=torch.float16) / math.sqrt(nb * oh * ow)).to(
+            memory_format=torch.channels_last)
+        st, pd = (s, s), (1, 1)
+
+        def cudnn(mask: list[bool]) -> Callable[[], Any]:
+            def run() -> Any:
+                dx, dw, _ = torch.ops.aten.convolution_backward(dy, x, wt, None, list(st), list(pd), [1, 1], False,
+                                                               [0, 0], 1, mask + [False])
+                return dx if mask[0] else dw
+            return run
+
+        want_dx, want_dw = cudnn([True, False])().float(), cudnn([False, True])().float()
+        row: dict[str, Any] = {
+            "layer": [nb, h, w, c, co, s],
+            "cudnn_dx_us": timed(cudnn([True, False]), want_dx),
+            "cudnn_dw_us": timed(cudnn([False, True]), want_dw),
+            "alcop_dx_us": timed(lambda: conv_grads(x, wt, dy, st, pd, (1, 1), 1, True, False)[0], want_dx),
+            "alcop_dw_us": timed(lambda: conv_grads(x, wt, dy, st, pd, (1, 1), 1, False, True)[1], want_dw),
+            "dsl_dw_dispatched_us": timed(lambda: torch.ops.alcop.dsl_call(
+                conv_weight_grad_kernel(2, x.dtype, st, pd, (1, 1), 1), [dy, x, wt])[0], want_dw),
+            "forward_cudnn_us": timed(lambda: torch.nn.functional.conv2d(x, wt, stride=s, padding=1), None),
+            "forward_alcop_us": timed(lambda: at.conv2d(x, wt, stride=s, padding=1), None),
+            "wgrad_dsl": []}
+        inputs, out_te = conv_weight_grad_te(2, "float16", st, pd, (1, 1), 1)
+        for bm, bn, bk, stages, warps, split in WGRAD_TILES:
+            cfg = KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, smem_stages=stages,
+                               split_k=split)
+            out = torch.empty(1, co, c, 3, 3, device="cuda", dtype=torch.float16)
+            sched = Schedule.from_config(out_te, cfg, m_axes=("co",), n_axes=("kh", "kw", "c"))
+            kern = build(sched, inputs + [out_te], static=("C", "CO", "KH", "KW"))
+
+            def dsl(kern: Any = kern, out: Any = out) -> Any:
+                launch_kernel(kern, [dy, x, wt, out])
+                return out[0]
+
+            row["wgrad_dsl"].append({"config": str(cfg), "us": timed(dsl, want_dw)})
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "alcop": at.__version__, "date": datetime.date.today().isoformat(),
+            "timer": "triton.testing.do_bench_cudagraph, one call on one set of inputs"}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "conv_bwd.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+
+    def us(v: Any) -> str:
+        return f"{v:.1f}" if isinstance(v, float) else "err"
+
+    lines = [f"# Conv2d backward by parts ({meta['device']})", "",
+             f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. µs, fp16, "
+             "channels-last, 3x3, pad 1.", "",
+             "| layer (N, H, W, C, CO, stride) | fwd cuDNN / alcop | dX cuDNN / alcop | dW cuDNN / alcop (im2col GEMM) | "
+             "dW DSL dispatched | dW DSL best (config) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        best = min((d for d in r["wgrad_dsl"] if isinstance(d["us"], float)), key=lambda d: d["us"], default=None)
+        lines.append(f"| {r['layer']} | {us(r['forward_cudnn_us'])} / {us(r['forward_alcop_us'])} | "
+                     f"{us(r['cudnn_dx_us'])} / {us(r['alcop_dx_us'])} | {us(r['cudnn_dw_us'])} / {us(r['alcop_dw_us'])} | "
+                     f"{us(r['dsl_dw_dispatched_us'])} | "
+                     f"{us(best['us']) if best else 'err'} ({best['config'] if best else '-'}) |")
+    lines += ["", "Weight gradient's DSL kernel, every config (µs):", ""]
+    for r in rows:
+        lines.append(f"- {r['layer']}: " + ", ".join(f"{d['config']} {us(d['us'])}" for d in r["wgrad_dsl"]))
+    (out / "conv_bwd.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1], "--quick" in sys.argv[2:]))

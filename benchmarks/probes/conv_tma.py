@@ -1,0 +1,211 @@
+"""Stride-1 3x3 convolutions by TMA copies: two hand-written forms against alcop's conv kernel and cuDNN.
+
+    python benchmarks/probes/conv_tma.py OUT_DIR [--quick]
+
+alcop's conv kernel gathers each im2col tile with pointer loads (cp.async, one mask per row and tap);
+the suite's large stride-1 3x3 layers run at 0.63-0.76x cuDNN under CUDA graphs. Two ways to copy
+the same tiles by TMA, for a channels-last input and a 'same' convolution (output extent = input's):
+
+* **shift**: X viewed as the (N*H*W, C) matrix. For window tap (rh, rw) the input row of output row
+  m is m + (rh - P) * W + (rw - P), one shift for the whole tile: a 2-D box at a shifted row. Rows
+  whose tap falls outside the image (across a row's or an image's edge) are zeroed in registers.
+* **box**: X as the 4-D (N, H, W, C) tensor and the output tile as a BH x BW rectangle of one
+  image: for a tap the A tile is the box at (n, oh0 + rh - P, ow0 + rw - P, c0); TMA fills the
+  parts outside the tensor (padding) with zeros, so no mask at all. Tiles past W or H are waste.
+
+The weight is (CO, KH*KW*C) row-major for channels-last storage (``nt``: its tile transposed for the
+dot) or copied once to (KH*KW*C, CO) (``nn``). Descriptors are built on the host.
+Timer: ``triton.testing.do_bench_cudagraph`` (one call, one set of inputs). Outputs checked against
+cuDNN first. Writes ``OUT_DIR/conv_tma.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+LAYERS = ((64, 224, 224, 64, 64), (64, 112, 112, 128, 128), (64, 56, 56, 64, 64), (64, 56, 56, 256, 256),
+          (64, 28, 28, 512, 512), (64, 14, 14, 512, 512), (64, 7, 7, 512, 512))
+"""(N, H, W, C, CO) of 3x3, stride-1, pad-1 layers from the suite."""
+
+TILES = ((128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (128, 128, 64, 4, 4), (64, 128, 64, 4, 4))
+"""(BLOCK_M, BLOCK_N, BLOCK_K, stages, warps); BLOCK_N is capped at CO."""
+
+
+def kernels() -> dict[str, Any]:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def conv_shift(x_desc, w_desc, y_desc, N, H, W, CO, C: tl.constexpr, KW: tl.constexpr, TAPS: tl.constexpr,
+                   P: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, S: tl.constexpr,
+                   NN: tl.constexpr):
+        rows = N * H * W
+        npm = tl.cdiv(rows, BM)
+        npn = tl.cdiv(CO, BN)
+        t = tl.program_id(0)
+        first = (t // (8 * npn)) * 8
+        gsz = tl.minimum(npm - first, 8)
+        pm = first + (t % (8 * npn)) % gsz
+        pn = (t % (8 * npn)) // gsz
+        offs = pm * BM + tl.arange(0, BM)
+        ow = offs % W
+        oh = (offs // W) % H
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        CH: tl.constexpr = C // BK
+        for k in tl.range(0, TAPS * CH, num_stages=S):
+            tap = k // CH
+            c0 = (k - tap * CH) * BK
+            rh = tap // KW
+            rw = tap - rh * KW
+            a = x_desc.load([pm * BM + (rh - P) * W + (rw - P), c0])
+            ih = oh + (rh - P)
+            iw = ow + (rw - P)
+            ok = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            a = tl.where(ok[:, None], a, 0.0)
+            if NN:
+                b = w_desc.load([tap * C + c0, pn * BN])
+                acc = tl.dot(a, b, acc)
+            else:
+                b = w_desc.load([pn * BN, tap * C + c0])
+                acc = tl.dot(a, b.T, acc)
+        y_desc.store([pm * BM, pn * BN], acc.to(tl.float16))
+
+    @triton.jit
+    def conv_box(x_desc, w_desc, y_desc, N, H, W, CO, C: tl.constexpr, KW: tl.constexpr, TAPS: tl.constexpr,
+                 P: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 S: tl.constexpr, NN: tl.constexpr):
+        th = tl.cdiv(H, BH)
+        tw = tl.cdiv(W, BW)
+        npm = N * th * tw
+        npn = tl.cdiv(CO, BN)
+        t = tl.program_id(0)
+        first = (t // (8 * npn)) * 8
+        gsz = tl.minimum(npm - first, 8)
+        pm = first + (t % (8 * npn)) % gsz
+        pn = (t % (8 * npn)) // gsz
+        n = pm // (th * tw)
+        r = pm - n * (th * tw)
+        oh0 = (r // tw) * BH
+        ow0 = (r - (r // tw) * tw) * BW
+        acc = tl.zeros((BH * BW, BN), dtype=tl.float32)
+        CH: tl.constexpr = C // BK
+        for k in tl.range(0, TAPS * CH, num_stages=S):
+            tap = k // CH
+            c0 = (k - tap * CH) * BK
+            rh = tap // KW
+            rw = tap - rh * KW
+            a = x_desc.load([n, oh0 + rh - P, ow0 + rw - P, c0]).reshape(BH * BW, BK)
+            if NN:
+                b = w_desc.load([tap * C + c0, pn * BN])
+                acc = tl.dot(a, b, acc)
+            else:
+                b = w_desc.load([pn * BN, tap * C + c0])
+                acc = tl.dot(a, b.T, acc)
+        y_desc.store([n, oh0, ow0, pn * BN], acc.to(tl.float16).reshape(1, BH, BW, BN))
+
+    return {"shift": conv_shift, "box": conv_box}
+
+
+def main(out_dir: str, quick: bool = False) -> int:
+    import torch
+    import triton
+    from triton.testing import do_bench_cudagraph
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    import alcop_triton as at
+
+    ks = kernels()
+
+    def timed(fn: Callable[[], Any], want: Any) -> float | str:
+        try:
+            got = fn()
+            err = ((got.float() - want).norm() / want.norm()).item()
+            if err > 1e-2:
+                return f"wrong result ({err:.2e})"
+            return 1e3 * do_bench_cudagraph(fn)
+        except Exception as exc:  # compile failure, out of resources: a result
+            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+
+    rows = []
+    for nb, h, w, c, co in LAYERS[:2] if quick else LAYERS:
+        x = torch.randn(nb, c, h, w, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+        wt = (torch.randn(co, c, 3, 3, device="cuda", dtype=torch.float16) / math.sqrt(9 * c)).to(
+            memory_format=torch.channels_last)
+        want = torch.nn.functional.conv2d(x, wt, padding=1).float()
+        x2 = x.permute(0, 2, 3, 1).reshape(nb * h * w, c)
+        x4 = x.permute(0, 2, 3, 1)
+        w_nt = wt.permute(0, 2, 3, 1).reshape(co, 9 * c)
+        w_nn = w_nt.t().contiguous()
+        y = torch.empty(nb, co, h, w, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+        y2, y4 = y.permute(0, 2, 3, 1).reshape(nb * h * w, co), y.permute(0, 2, 3, 1)
+        row: dict[str, Any] = {"layer": [nb, h, w, c, co],
+                               "cudnn_us": timed(lambda: torch.nn.functional.conv2d(x, wt, padding=1), want),
+                               "alcop_us": timed(lambda: at.conv2d(x, wt, padding=1), want), "tiles": []}
+        for bm, bn, bk, stages, warps in TILES:
+            bn = min(bn, co)
+            grid_m = triton.cdiv(nb * h * w, bm)
+            entry: dict[str, Any] = {"tile": [bm, bn, bk, stages, warps]}
+            for nn in (False, True):
+                wd = (TensorDescriptor.from_tensor(w_nn, [bk, bn]) if nn else TensorDescriptor.from_tensor(w_nt, [bn, bk]))
+                xd = TensorDescriptor.from_tensor(x2, [bm, bk])
+                yd = TensorDescriptor.from_tensor(y2, [bm, bn])
+
+                def shift(xd: Any = xd, wd: Any = wd, yd: Any = yd, nn: bool = nn) -> Any:
+                    ks["shift"][(grid_m * triton.cdiv(co, bn),)](xd, wd, yd, nb, h, w, co, c, 3, 9, 1, bm, bn, bk,
+                                                                 stages, nn, num_warps=warps)
+                    return y
+
+                entry[f"shift_{'nn' if nn else 'nt'}_us"] = timed(shift, want)
+                for bw in (8, 16):
+                    bh = bm // bw
+                    xd4 = TensorDescriptor.from_tensor(x4, [1, bh, bw, bk])
+                    yd4 = TensorDescriptor.from_tensor(y4, [1, bh, bw, bn])
+                    grid = (nb * triton.cdiv(h, bh) * triton.cdiv(w, bw) * triton.cdiv(co, bn),)
+
+                    def box(xd4: Any = xd4, wd: Any = wd, yd4: Any = yd4, nn: bool = nn, bh: int = bh,
+                            bw: int = bw, grid: tuple[int] = grid) -> Any:
+                        ks["box"][grid](xd4, wd, yd4, nb, h, w, co, c, 3, 9, 1, bh, bw, bn, bk, stages, nn,
+                                        num_warps=warps)
+                        return y
+
+                    entry[f"box{bh}x{bw}_{'nn' if nn else 'nt'}_us"] = timed(box, want)
+            row["tiles"].append(entry)
+            print(row["layer"], row["cudnn_us"], row["alcop_us"], entry, flush=True)
+        rows.append(row)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "alcop": at.__version__, "date": datetime.date.today().isoformat(),
+            "timer": "triton.testing.do_bench_cudagraph, one call on one set of inputs"}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "conv_tma.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+
+    def us(v: Any) -> str:
+        return f"{v:.1f}" if isinstance(v, float) else "err"
+
+    lines = [f"# Stride-1 3x3 convolutions by TMA copies ({meta['device']})", "",
+             f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. µs, fp16, "
+             "channels-last, batch 64, pad 1.", "",
+             "| layer (N, H, W, C, CO) | cuDNN | alcop | tile (M, N, K, stages, warps) | form | µs | cuDNN / form |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for t in r["tiles"]:
+            for form, v in t.items():
+                if form == "tile":
+                    continue
+                ratio = f"{r['cudnn_us'] / v:.3f}x" if isinstance(v, float) and isinstance(r["cudnn_us"], float) else "-"
+                lines.append(f"| {r['layer']} | {us(r['cudnn_us'])} | {us(r['alcop_us'])} | {t['tile']} | "
+                             f"{form.removesuffix('_us')} | {us(v)} | {ratio} |")
+    (out / "conv_tma.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1], "--quick" in sys.argv[2:]))
