@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 from . import __version__, codegen, config, te
 from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipeline
 from .errors import ScheduleError
-from .loop_ir import Descriptor, Store, find
+from .loop_ir import Descriptor, Store, TileIndices, find
 from .lower import lower
 from .records import KernelConfig, dtype_name
 from .rewrite import apply_pipeline
@@ -36,6 +36,8 @@ class Variant:
     num_stages: int
     sizes: tuple[tuple[str, Any], ...]
     descriptors: tuple[Descriptor, ...]
+    constexprs: dict[str, int]               # the kernel's, with any the rewrite passes added (BOX_H, BOX_W)
+    m_box: tuple[tuple[str, str], ...] = ()  # (M axis, box extent) when the M tile is a box (TileIndices.box)
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,10 @@ class CompiledKernel:
         for n in plan.notes:
             if config.debug_level() >= 1:
                 log.warning("alcop %s: %s", k.name, n)
-        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes, k.descriptors)
+        ti = next((n for n, _ in find(k.body, lambda x: isinstance(x, TileIndices) and x.dim == "m")), None)
+        box = tuple(zip(k.axes["m"], ti.box)) if isinstance(ti, TileIndices) and ti.box else ()
+        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes, k.descriptors,
+                    dict(k.constexprs), box)
         self._variants[(key, device_type)] = v
         return v
 
@@ -262,6 +267,10 @@ class CompiledKernel:
                    _multiple_of(scalars, 16 // min(x.element_size() for x in all_x)))
         v = self._variant(key, dev.type)
         self.last = v
+        c = v.constexprs
+        if v.m_box:  # the M tile is a box of output positions: count boxes, not runs of BLOCK_M rows
+            tiles = math.prod(-(-int(te.evaluate(self._extent(a), env)) // (1 if b == "1" else c[b]))
+                              for a, b in v.m_box) * -(-tot["n"] // c["BLOCK_N"])
         names = [t.name for t in all_t]
         descs = tuple((names.index(d.tensor), d.dims, tuple(1 if b == "1" else c[b] for b in d.block))
                       for d in v.descriptors)

@@ -14,8 +14,8 @@ from typing import Callable, Iterator
 
 from . import te
 from .errors import CodegenError, ScheduleError, UnsupportedError
-from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, KSplit, Node,
-                      ProgramIds, Rotate, SplitReduce, Store, TileCount, TileIndices)
+from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, KSplit, Node, find,
+                      ProgramIds, Rotate, SplitReduce, Store, TileCount, TileIndices, run_extent)
 
 TL_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64",
             "int32": "tl.int32", "int64": "tl.int64", "bool": "tl.int1"}
@@ -77,6 +77,9 @@ class Ctx:
         # Axis and mask names (a reduction's with its tile suffix) that are scalars per chunk or per
         # program, not vectors: see _in_one_run.
         self.chunk_scalars: set[str] = set()
+        # Tile starts of axes that a TMA window copy offsets by axis (a box's M axes, a run's innermost
+        # reduction axis): axis -> the scalar holding it.
+        self.axis_starts: dict[str, str] = {}
 
     # -- expressions ---------------------------------------------------------------------------
     def index(self, e: te.Expr, tile: tuple[str, str], ksfx: str) -> str:
@@ -262,9 +265,21 @@ def emit(n: Node, c: Ctx) -> None:
     fn(n, c)
 
 
+def _m_box(k: Kernel) -> tuple[tuple[str, str, str], ...]:
+    """(axis, extent parameter, box extent) per M axis when the M tile is a box of them, else ()."""
+    ti = next((n for n, _ in find(k.body, lambda x: isinstance(x, TileIndices) and x.dim == "m")), None)
+    assert ti is None or isinstance(ti, TileIndices)
+    return tuple((a, e, b) for (a, e), b in zip(ti.axes, ti.box)) if ti is not None and ti.box else ()
+
+
 def _tile_counts(c: Ctx) -> None:
     t = c.k.totals
-    c.w.line(f"num_pid_m = tl.cdiv({t['m']}, BLOCK_M)")
+    box = _m_box(c.k)
+    if box:
+        counts = [f"tl.cdiv({e}, {b})" if b != "1" else e for _, e, b in box]
+        c.w.line(f"num_pid_m = {' * '.join(counts)}  # boxes of output positions")
+    else:
+        c.w.line(f"num_pid_m = tl.cdiv({t['m']}, BLOCK_M)")
     c.w.line(f"num_pid_n = tl.cdiv({t['n']}, BLOCK_N)")
     c.w.line("num_pid_in_group = GROUP_M * num_pid_n")
 
@@ -331,6 +346,9 @@ def _batch(n: BatchIndices, c: Ctx) -> None:
 def _tile(n: TileIndices, c: Ctx) -> None:
     blk = "BLOCK_M" if n.dim == "m" else "BLOCK_N"
     c.w.line(f"# output {'rows' if n.dim == 'm' else 'columns'}: {', '.join(a for a, _ in n.axes) or '(none)'}")
+    if n.box:
+        _box_tile(n, c)
+        return
     inner = _run_extent(c.k, n.axes, blk)
     if inner is not None:  # e.g. a conv weight gradient's (kh, kw, c) columns
         _in_one_run(c, "tile", f"pid_{n.dim} * {blk}", f"tile_start_{n.dim}", f"tile_tap_{n.dim}", f"mask_{n.dim}",
@@ -340,6 +358,33 @@ def _tile(n: TileIndices, c: Ctx) -> None:
     c.w.line(f"mask_{n.dim} = offs_{n.dim} < {n.total}")
     if n.axes:
         _decompose(c, f"offs_{n.dim}", n.axes)
+
+
+def _box_tile(n: TileIndices, c: Ctx) -> None:
+    """The M tile as a box (``TileIndices.box``): pid_m counts boxes, innermost axis fastest; an axis of
+    extent-1 boxes is a scalar per program, the box's two inner axes vectors over its BLOCK_M rows
+    (row-major in the box, as its TMA copies lay them out)."""
+    c.w.line("# rewrite (SelectAsyncCopy): the tile is a " + " x ".join(b for b in n.box) + " box of "
+             + ", ".join(a for a, _ in n.axes) + ", so each of its A tiles is one TMA copy of a window of the input")
+    inner = ""
+    vectors = [a for (a, _), b in zip(n.axes, n.box) if b != "1"]
+    for i, ((a, ext), b) in enumerate(reversed(list(zip(n.axes, n.box)))):
+        count = f"tl.cdiv({ext}, {b})" if b != "1" else ext
+        base = f"(pid_m // ({inner}))" if inner else "pid_m"
+        t = f"{base} % {count}" if i < len(n.axes) - 1 else base
+        if b == "1":
+            c.w.line(f"{a} = {t}")
+            c.chunk_scalars.add(a)
+        else:
+            c.w.line(f"tile_{a}_start = ({t}) * {b}")
+            c.axis_starts[a] = f"tile_{a}_start"
+        inner = f"{inner} * {count}" if inner else count
+    rows = "tl.arange(0, BLOCK_M)"
+    for a in vectors:
+        pos = rows if len(vectors) == 1 else (f"{rows} // BOX_W" if a == vectors[0] else f"{rows} % BOX_W")
+        c.w.line(f"{a} = tile_{a}_start + {pos}")
+    ext = dict(n.axes)
+    c.w.line("mask_m = " + " & ".join(f"({a} < {ext[a]})" for a in vectors))
 
 
 @emitter(InitAcc)
@@ -361,18 +406,7 @@ def _kstart(at: KRef, c: Ctx) -> str:
 
 
 def _run_extent(k: Kernel, axes: tuple[tuple[str, str], ...], width: str) -> int | None:
-    """The innermost of fused ``axes``' extent when every ``width``-wide block of them lies inside one
-    run of it.
-
-    That holds when the extent is a compile-time multiple of the block width (a conv's channels when
-    they are a multiple of BLOCK_K): then each block has one value of every outer axis (the conv
-    window's rh, rw), which stay scalars, and the block is wholly inside or outside the fused extent.
-    """
-    inner = axes[-1][1] if axes else ""
-    w = k.constexprs.get(width)
-    if len(axes) < 2 or not inner.isdigit() or not w or int(inner) % w:
-        return None
-    return int(inner)
+    return run_extent(tuple(e for _, e in axes), k.constexprs.get(width))
 
 
 def _in_one_run(c: Ctx, what: str, start: str, start_name: str, tap: str, mask: str, axes: tuple[tuple[str, str], ...],
@@ -384,12 +418,16 @@ def _in_one_run(c: Ctx, what: str, start: str, start_name: str, tap: str, mask: 
     c.w.line(f"{start_name} = {start}")
     c.w.line(f"{mask} = {start_name} < {total}")
     c.w.line(f"{tap} = {start_name} // {inner}")
+    run = axes[-1][0]
     if inner > c.k.constexprs[width]:
         # NOTE: not start % inner: Triton's alignment analysis gives a scalar remainder no divisibility,
         # and the loads would lose their 16-byte vectors; a difference keeps the start's.
-        c.w.line(f"{axes[-1][0]}{sfx} = ({start_name} - {tap} * {inner}) + tl.arange(0, {width})")
+        c.w.line(f"{start_name}_{run} = {start_name} - {tap} * {inner}")
+        c.w.line(f"{run}{sfx} = {start_name}_{run} + tl.arange(0, {width})")
+        c.axis_starts[run] = f"{start_name}_{run}"
     else:
-        c.w.line(f"{axes[-1][0]}{sfx} = tl.arange(0, {width})")
+        c.w.line(f"{run}{sfx} = tl.arange(0, {width})")
+        c.axis_starts[run] = "0"
     _decompose(c, tap, axes[:-1], sfx)
     c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]} | {mask}
 
@@ -408,13 +446,18 @@ def _kidx(n: KIndices, c: Ctx) -> None:
                 k.totals["k"], sfx)
 
 
-def _desc_copy(c: Ctx, role: str, start: dict[str, str], tile: tuple[str, str], value: str = "") -> str:
+_BLOCK_KIND = {"BLOCK_M": "m", "BOX_H": "m", "BOX_W": "m", "BLOCK_N": "n", "BLOCK_K": "k", "SUB_K": "k"}
+
+
+def _desc_copy(c: Ctx, role: str, start: dict[str, str], tile: tuple[str, str], value: str = "", sfx: str = "") -> str:
     """A TMA copy through the launcher-built descriptor ``<role>_desc`` (``Descriptor``): a load of the
     2-D tile in ``tile``'s dim order, or (``value`` given) the statement storing that tile.
 
-    The descriptor lists batch dims first (one entry per copy, so the copy's block carries leading
-    1s the tile drops or gains) and the unit-stride dim last, so a tile whose unit-stride dim comes
-    first (a transposed operand) is transposed in registers.
+    The descriptor lists dims of one entry first (batch dims, a conv's window taps: the copy's block
+    carries 1s the tile drops or gains) and the unit-stride dim last, so a tile whose unit-stride dim
+    comes first (a transposed operand) is transposed in registers. A dim's coordinate is its index
+    with each tile axis at the tile's start (``start``: by tile dim, or by axis for a box's axes and
+    a run's innermost reduction axis); a box of M axes (BOX_H x BOX_W) is reshaped into the tile's rows.
     """
     d = c.k.descriptor(role)
     assert d is not None, role
@@ -422,20 +465,24 @@ def _desc_copy(c: Ctx, role: str, start: dict[str, str], tile: tuple[str, str], 
         op = c.k.out.op
         assert isinstance(op, te.ComputeOp)
         idx: list[te.Expr] = list(op.axes)
-        kinds = [c.kind[a.name] for a in op.axes]
     else:
-        o = c.k.operand(role)
-        idx, kinds = list(o.load.indices), list(o.dims)
-    coords = [c.index(idx[i], ("m", "n"), "") if b == "1" else start[kinds[i]] for i, b in zip(d.dims, d.block)]
-    order = tuple(kinds[i] for i in d.dims[d.batch_dims:])
+        idx = list(c.k.operand(role).load.indices)
+    axes = {a.name: a for e in idx for a in te.walk(e) if isinstance(a, te.IterVar) and a.name in c.kind}
+    at = {ax: te.Var(start.get(name, start.get(c.kind[name], name))) for name, ax in axes.items()
+          if name not in c.chunk_scalars and name + sfx not in c.chunk_scalars}
+    coords = [c.index(idx[i] if b == "1" else te.substitute(idx[i], at), ("m", "n"), sfx)
+              for i, b in zip(d.dims, d.block)]
+    kinds = [_BLOCK_KIND[b] for b in d.block if b != "1"]
+    order = tuple(x for j, x in enumerate(kinds) if j == 0 or kinds[j - 1] != x)
     if value:
         v = value if order == tile else f"tl.trans({value})"
-        if d.batch_dims:
+        if d.reshaped:
             v = f"{v}.reshape({', '.join(d.block)})"
         return f"{d.param}.store([{', '.join(coords)}], {v})"
     load = f"{d.param}.load([{', '.join(coords)}])"
-    if d.batch_dims:
-        load = f"{load}.reshape({', '.join(d.block[d.batch_dims:])})"
+    if d.reshaped:
+        shape = {"m": "BLOCK_M", "n": "BLOCK_N", "k": next(b for b in d.block if _BLOCK_KIND.get(b) == "k")}
+        load = f"{load}.reshape({', '.join(shape[x] for x in order)})"
     return load if order == tile else f"tl.trans({load})"
 
 
@@ -453,8 +500,8 @@ def _copy(n: Copy, c: Ctx) -> None:
     if n.mechanism == "tma":
         c.w.line(f"# {n.buffer} -> {n.target}: {size} tile of {o.tensor.name} into {where}{note}; by TMA through "
                  f"{n.role}_desc, which the launcher builds")
-        start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "k": _kstart(n.at, c)}
-        c.w.line(f"{n.target} = {_desc_copy(c, n.role, start, tile)}")
+        start = {"m": "pid_m * BLOCK_M", "n": "pid_n * BLOCK_N", "k": _kstart(n.at, c)} | c.axis_starts
+        c.w.line(f"{n.target} = {_desc_copy(c, n.role, start, tile, sfx=n.suffix)}")
         return
     c.w.line(f"# {n.buffer} -> {n.target}: {size} tile of {o.tensor.name} into {where}{note}")
     ptr, mask = c.address(o.load, tile, n.suffix)

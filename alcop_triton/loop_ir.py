@@ -73,10 +73,17 @@ class TileCount(Node):
 
 @dataclass(frozen=True)
 class TileIndices(Node):
-    """offs_<dim> for a tile dim and the output axes fused into it (decomposed by div/mod)."""
+    """offs_<dim> for a tile dim and the output axes fused into it (decomposed by div/mod).
+
+    ``box``: per axis, the tile's extent along it when the tile is a box of the axes rather than a
+    run of the fused index: "1" (one entry, a scalar per program) or a constexpr's name
+    (``BOX_H``/``BOX_W``, or ``BLOCK_M`` for one axis), their product the tile's rows. A
+    convolution's A tiles are then TMA boxes of its input (``SelectAsyncCopy``).
+    """
     dim: str                                  # 'm' or 'n'
     axes: tuple[tuple[str, str], ...]         # (axis name, extent parameter), outermost first
     total: str                                # extent of the fused dim
+    box: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -195,9 +202,24 @@ class Descriptor:
         return f"{self.role}_desc"
 
     @property
-    def batch_dims(self) -> int:
-        """Leading dims copied one entry at a time (the copy's tile is then reshaped to 2-D)."""
-        return sum(1 for b in self.block if b == "1")
+    def reshaped(self) -> bool:
+        """Whether the copy's block is not the 2-D tile itself: dims copied one entry at a time (batch
+        dims, a conv's window taps) or a tile dim spread over several (a box of output positions)."""
+        return len(self.block) != 2
+
+
+def run_extent(extents: tuple[str, ...], width: int | None) -> int | None:
+    """The innermost of fused axes' extent (``extents``, outermost first, as parameter names or
+    literals) when every ``width``-wide block of them lies inside one run of it.
+
+    That holds when the extent is a compile-time multiple of the block width (a conv's channels when
+    they are a multiple of BLOCK_K): then each block has one value of every outer axis (the conv
+    window's rh, rw), which stay scalars, and the block is wholly inside or outside the fused extent.
+    """
+    inner = extents[-1] if extents else ""
+    if len(extents) < 2 or not inner.isdigit() or not width or int(inner) % width:
+        return None
+    return int(inner)
 
 
 @dataclass(frozen=True)

@@ -255,7 +255,7 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
     GPU offer both: which of pointer and TMA copies wins for a tile is measured, not left to the model's
     coarse ranking of the two. No duplicates."""
     from alcop_triton.autotune.dispatch import model_shortlist, transfer
-    from alcop_triton.autotune.space import default_knobs, shape_reason
+    from alcop_triton.autotune.space import Knobs, shape_reason
     ranked = model_shortlist(w, spec)
     out = list(ranked[:top_k])
     for split in sorted({c.split_k for c in ranked}):
@@ -275,7 +275,7 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
                     and shape_reason(w, four, spec) is None:
                 out.append(four)
     for c in list(out):
-        for mech in default_knobs(w.op).async_copy:
+        for mech in Knobs().async_copy:
             twin = c.replace(async_copy=mech)
             if twin not in out and shape_reason(w, twin, spec) is None:
                 out.append(twin)

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..loop_ir import Copy, For, Kernel, Operand, find
+from ..loop_ir import Copy, For, Kernel, Operand, find, run_extent
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,20 @@ _ELEM = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "i
 
 
 def tma_feasible(k: Kernel, o: Operand) -> tuple[bool, str]:
-    """Whether a 2-D tensor descriptor can copy this operand's tiles (TMA's layout rules)."""
+    """Whether a tensor descriptor can copy this operand's tiles (TMA's layout rules): a plain 2-D
+    tile (plus batch dims), or a window of the tensor (``window_blocks``)."""
+    ok, why = plain_tile(k, o)
+    if ok:
+        return ok, why
+    blocks, why_not = window_blocks(k, o)
+    if blocks is None:
+        return False, f"{why}; nor is it a window of {o.tensor.name}: {why_not}"
+    return True, ("tensor descriptor over a window of the input (TMA on sm90, zero-filled outside it: the "
+                  "padding; pointer copies elsewhere): each copy a box of output positions")
+
+
+def plain_tile(k: Kernel, o: Operand) -> tuple[bool, str]:
+    """Whether the operand's tiles are a plain 2-D tile of its tensor (plus batch dims), and why (not)."""
     from .. import te
     want = ("m", "k") if o.role == "a" else ("k", "n")
     dims = [i for i, d in enumerate(o.dims) if d != "b"]
@@ -111,6 +124,84 @@ def tma_feasible(k: Kernel, o: Operand) -> tuple[bool, str]:
     # The descriptor lists the unit-stride dim last (TMA's rule); a transposed operand is loaded in
     # storage order and transposed in registers.
     return True, "tensor descriptor (TMA on sm90; pointer copies elsewhere)"
+
+
+def box_blocks(m_axes: tuple[str, ...]) -> tuple[str, ...]:
+    """The M tile as a box of its axes: the innermost two ``BOX_H`` x ``BOX_W`` (``BOX_W`` = 8, so a
+    56-wide row is 7 boxes and a 7-wide one wastes one column in eight), the outer ones one entry
+    each; one axis after an outer one (a 1-D conv's n, ow) takes all ``BLOCK_M``."""
+    if len(m_axes) == 2:
+        return ("1", "BLOCK_M")
+    return ("1",) * (len(m_axes) - 2) + ("BOX_H", "BOX_W")
+
+
+BOX_W = 8
+"""Output columns of a box tile (``box_blocks``); BOX_H = BLOCK_M // BOX_W rows."""
+
+
+def window_blocks(k: Kernel, o: Operand) -> tuple[tuple[str, ...] | None, str]:
+    """Per dim of operand ``o``'s tensor, the extent one TMA copy of its tile takes along it, or None
+    and why not. A dim is indexed by one vector axis of the tile (an M or N axis, or the innermost
+    reduction axis) plus an offset of scalars, taking that axis' block, or by scalars alone, taking
+    one entry ("1"). Scalars are batch axes, reduction axes outer to a chunk that lies inside one run
+    of the innermost (``loop_ir.run_extent``: a conv's window tap) and M axes outer to a box. So a
+    convolution's input, read at (n, o * 1 + r - p, c), is a box at (n, o0 + r - p, c0) whose parts
+    outside the tensor TMA fills with zeros (the padding), and its weight a (co, c) box at tap r.
+    Needs stride 1 along each output axis, the channels innermost and static (``build(static=...)``)."""
+    from .. import te
+    tile = "m" if o.role == "a" else "n"
+    taxes, kaxes = k.axes[tile], k.axes["k"]
+    if k.constexprs.get("REG_SPLIT", 1) > 1 or find(k.body, lambda x: isinstance(x, Copy) and x.scope == "register"):
+        return None, "register sub-tiles are copied with pointers"
+    if find(k.body, lambda x: isinstance(x, For) and x.role == "tiles"):
+        return None, "a persistent kernel's tiles are runs of the fused M index, not boxes"
+    if len(taxes) > 1 and tile == "n":
+        return None, f"N fuses axes {taxes}; boxes are built over M"
+    run = run_extent(tuple(k.axis_size[a] for a in kaxes), k.constexprs.get("BLOCK_K"))
+    if len(kaxes) > 1 and run is None:
+        return None, (f"K fuses axes {kaxes} whose chunks do not lie inside one run of {kaxes[-1]!r} (its extent must be "
+                      "a compile-time multiple of BLOCK_K)")
+    box = dict(zip(taxes, box_blocks(taxes) if len(taxes) > 1 else ("BLOCK_M" if tile == "m" else "BLOCK_N",)))
+    vector = {a: b for a, b in box.items() if b != "1"} | {kaxes[-1]: "BLOCK_K"}
+    scalar = {a for a, b in box.items() if b == "1"} | set(kaxes[:-1]) | set(k.axes["b"])
+    blocks: list[str] = []
+    seen: set[str] = set()
+    for d, idx in enumerate(o.load.indices):
+        used = te.free_vars(idx) & (set(vector) | scalar | set(k.axes["m"]) | set(k.axes["n"]))
+        if used - set(vector) - scalar:
+            return None, f"dim {d} is indexed by {idx!r}, which uses axes {sorted(used - set(vector) - scalar)} of the other tile dim"
+        vec = sorted(used & set(vector))
+        if len(vec) > 1:
+            return None, f"dim {d} is indexed by {idx!r}, which mixes tile axes {vec}"
+        if not vec:
+            blocks.append("1")
+            continue
+        ax = vec[0]
+        if ax in seen or not _unit_step(idx, ax):
+            return None, f"dim {d} is indexed by {idx!r}: a box needs {ax!r} once, with step 1 (a stride-1 window)"
+        if ax == kaxes[-1] and len(kaxes) == 1 and next(a for a in te.walk(idx) if isinstance(a, te.IterVar)
+                                                          and a.name == ax).extent != o.tensor.shape[d]:
+            return None, f"the reduction covers part of dim {d}; TMA would read past it instead of zero-filling"
+        seen.add(ax)
+        blocks.append(vector[ax])
+    if seen != set(vector):
+        return None, f"axes {sorted(set(vector) - seen)} index no dim of {o.tensor.name}"
+    if o.contiguous is None or blocks[o.contiguous] == "1":
+        return None, f"{o.tensor.name}'s unit-stride dim is not a tile dim (TMA needs the last dim contiguous)"
+    return tuple(blocks), ""
+
+
+def _unit_step(idx: Any, ax: str) -> bool:
+    """Whether ``idx`` is ``ax + offset``: one step of ``ax`` moves the index by one (integer affine
+    indices, checked at two points with every other variable fixed)."""
+    from .. import te
+    names = te.free_vars(idx)
+    base = {n: 3 for n in names}
+    try:
+        at = [int(te.evaluate(idx, base | {ax: v})) for v in (1, 2, 7)]
+    except ZeroDivisionError:  # a size the index divides by is 0 at the probe point: not affine in ax
+        return False
+    return at[1] - at[0] == 1 and at[2] - at[1] == 5
 
 
 def find_pipeline_candidates(k: Kernel) -> tuple[Candidate, ...]:

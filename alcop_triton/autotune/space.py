@@ -96,18 +96,16 @@ reduction of one or two chunks."""
 
 
 def dispatch_knobs(op: str, small: bool = False) -> Knobs:
-    """``DISPATCH_KNOBS`` (or ``SMALL_PROBLEM_KNOBS``) restricted to what ``op`` can run (no TMA for
-    convolutions)."""
-    knobs, allowed = (SMALL_PROBLEM_KNOBS if small else DISPATCH_KNOBS), default_knobs(op).async_copy
-    return dataclasses.replace(knobs, async_copy=tuple(a for a in knobs.async_copy if a in allowed))
+    """``DISPATCH_KNOBS`` (or ``SMALL_PROBLEM_KNOBS``) restricted to what ``op`` can run. Convolutions
+    keep pointer copies: the model knows nothing of a TMA window's box (its waste where a row is not
+    a multiple of 8 wide), so TMA convolutions come from measurements (the table, tuning) only."""
+    knobs = SMALL_PROBLEM_KNOBS if small else DISPATCH_KNOBS
+    return dataclasses.replace(knobs, async_copy=("pointer",)) if op in CONV_OPS else knobs
 
 
-def default_knobs(op: str) -> Knobs:
-    """Knobs per op. Convolutions run as implicit GEMM with the same tile knobs; their im2col
-    gathers cannot use TMA descriptors, so only pointer loads are offered."""
-    if op in ("conv1d", "conv2d", "conv3d"):
-        return Knobs(async_copy=("pointer",))
-    return Knobs()
+CONV_OPS = ("conv1d", "conv2d", "conv3d")
+"""Convolutions run as implicit GEMM with the GEMMs' knobs; TMA copies windows of a stride-1,
+channels-last input (``analysis.window_blocks``; ``shape_reason`` prunes the other layers' TMA configs)."""
 
 
 def variant_ok(config: KernelConfig | Candidate, variant: str) -> bool:
@@ -181,6 +179,11 @@ def shape_reason(workload: Workload, c: KernelConfig | Candidate, spec: Any | No
         return "more warps than the tile can feed"
     if c.async_copy == "tma" and spec is not None and _cc_tuple(spec.cc) < (9, 0):
         return "tma needs sm90"
+    if c.async_copy == "tma" and workload.op in CONV_OPS:
+        p = workload.conv_params()
+        if p["stride"] != 1 or workload.layout != "nhwc" or (p["ci"] // p["groups"]) % c.block_k:
+            # else the plan copies with pointers: the same kernel as the pointer config, measured twice
+            return "TMA convolution windows need stride 1, channels last and channels a multiple of BLOCK_K"
     return None
 
 
@@ -240,7 +243,7 @@ class ConfigSpace:
     @classmethod
     def build(cls, workload: Workload, spec: Any, *, knobs: Knobs | None = None, variant: str = "full",
               prune: bool = True, top_k: int | float | None = None) -> "ConfigSpace":
-        """Enumerate ``knobs`` (default: ``default_knobs(op)``) and prune (see the module docstring).
+        """Enumerate ``knobs`` (default: ``Knobs()``) and prune (see the module docstring).
 
         Args:
             workload: the op instance.
@@ -251,7 +254,7 @@ class ConfigSpace:
         """
         if variant not in VARIANTS:
             raise ScheduleError(f"variant {variant!r} is unknown; expected one of {VARIANTS}")
-        knobs = knobs or default_knobs(workload.op)
+        knobs = knobs or Knobs()
         pruned: Counter[str] = Counter()
         candidates: list[KernelConfig] = []
         bad = _invalid_values(knobs)

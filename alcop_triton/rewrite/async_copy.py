@@ -5,32 +5,58 @@ from __future__ import annotations
 import dataclasses
 
 from .. import te
+from ..analysis.pipelinable import BOX_W, plain_tile, window_blocks
 from ..analysis.plan import PipelinePlan
-from ..loop_ir import Copy, Descriptor, Kernel, Node, Operand, Transformer, find
+from ..loop_ir import Copy, Descriptor, Kernel, Node, Operand, TileIndices, Transformer, find
 
 
 class SelectAsyncCopy(Transformer):
     """Mark the copies of TMA operands and declare their descriptors, which the launcher builds; with
-    TMA operands the epilogue stores by TMA too where the output is a plain tile."""
+    TMA operands the epilogue stores by TMA too where the output is a plain tile. An A operand that
+    is a window of its tensor (a convolution's input) makes the M tile a box of output positions,
+    which the tile indices follow."""
 
     def __init__(self, plan: PipelinePlan) -> None:
         self.plan = plan
+        self.box: tuple[str, ...] = ()
 
     def visit_Copy(self, node: Copy) -> Node:
         mech = self.plan.mechanism(node.role)
         return node if node.mechanism == mech else dataclasses.replace(node, mechanism=mech)
 
+    def visit_TileIndices(self, node: TileIndices) -> Node:
+        return dataclasses.replace(node, box=self.box) if node.dim == "m" and self.box else node
+
     def __call__(self, k: Kernel) -> Kernel:
         descs = tuple(_operand_descriptor(k, k.operand(role)) for role, m in self.plan.async_copy if m == "tma")
+        a = next((d for d in descs if d.role == "a"), None)
+        m_blocks = {k.operand("a").load.indices[i]: b for i, b in zip(a.dims, a.block)} if a and a.reshaped else {}
+        if len(k.axes["m"]) > 1 and any(b in ("BOX_H", "BOX_W", "BLOCK_M") for b in m_blocks.values()):
+            self.box = tuple(_box_of(k, m_blocks, ax) for ax in k.axes["m"])
+        consts = {"BOX_W": BOX_W, "BOX_H": k.constexprs["BLOCK_M"] // BOX_W} if "BOX_W" in self.box else {}
         out = _store_descriptor(k) if descs else None
-        return k.replace(body=self.visit_body(k.body), descriptors=descs + ((out,) if out else ()))
+        return k.replace(body=self.visit_body(k.body), descriptors=descs + ((out,) if out else ()),
+                         constexprs=k.constexprs | consts)
+
+
+def _box_of(k: Kernel, blocks: dict[te.Expr, str], axis: str) -> str:
+    """The box's extent along M axis ``axis``: the block of the descriptor dim it indexes."""
+    return next((b for idx, b in blocks.items() if b != "1" and axis in te.free_vars(idx)), "1")
 
 
 def _operand_descriptor(k: Kernel, o: Operand) -> Descriptor:
-    """A chunk split into register sub-tiles is copied one sub-tile (SUB_K) at a time."""
+    """A chunk split into register sub-tiles is copied one sub-tile (SUB_K) at a time. An operand that
+    is no plain 2-D tile is a window of its tensor (``window_blocks``): dims of one entry first, then
+    the tile's dims in storage order, the unit-stride one last."""
     split = k.constexprs["REG_SPLIT"] > 1 or bool(find(k.body, lambda x: isinstance(x, Copy) and x.role == o.role
                                                         and x.scope == "register"))
-    return _descriptor(o.role, o.tensor.name, list(o.dims), o.contiguous, "SUB_K" if split else "BLOCK_K")
+    if plain_tile(k, o)[0]:
+        return _descriptor(o.role, o.tensor.name, list(o.dims), o.contiguous, "SUB_K" if split else "BLOCK_K")
+    blocks, why = window_blocks(k, o)
+    assert blocks is not None and o.contiguous is not None, why  # the plan chose TMA only where feasible
+    dims = ([d for d, b in enumerate(blocks) if b == "1"]
+            + [d for d, b in enumerate(blocks) if b != "1" and d != o.contiguous] + [o.contiguous])
+    return Descriptor(o.role, o.tensor.name, tuple(dims), tuple(blocks[d] for d in dims))
 
 
 def _store_descriptor(k: Kernel) -> Descriptor | None:

@@ -1,6 +1,6 @@
 """Stride-1 3x3 convolutions by TMA copies: two hand-written forms against alcop's conv kernel and cuDNN.
 
-    python benchmarks/probes/conv_tma.py OUT_DIR [--quick]
+    python benchmarks/probes/conv_tma.py OUT_DIR [--quick] [--generated-only]
 
 alcop's conv kernel gathers each im2col tile with pointer loads (cp.async, one mask per row and tap);
 the suite's large stride-1 3x3 layers run at 0.63-0.76x cuDNN under CUDA graphs. Two ways to copy
@@ -14,7 +14,9 @@ the same tiles by TMA, for a channels-last input and a 'same' convolution (outpu
   parts outside the tensor (padding) with zeros, so no mask at all. Tiles past W or H are waste.
 
 The weight is (CO, KH*KW*C) row-major for channels-last storage (``nt``: its tile transposed for the
-dot) or copied once to (KH*KW*C, CO) (``nn``). Descriptors are built on the host.
+dot) or copied once to (KH*KW*C, CO) (``nn``). Descriptors are built on the host. Beside them, alcop's
+generated kernel with the same tile by pointers and by TMA (``async_copy="tma"``: the box form,
+``analysis.window_blocks``); ``--generated-only`` times only those.
 Timer: ``triton.testing.do_bench_cudagraph`` (one call, one set of inputs). Outputs checked against
 cuDNN first. Writes ``OUT_DIR/conv_tma.{json,md}``.
 """
@@ -35,7 +37,8 @@ LAYERS = ((64, 224, 224, 64, 64), (64, 112, 112, 128, 128), (64, 56, 56, 64, 64)
           (64, 28, 28, 512, 512), (64, 14, 14, 512, 512), (64, 7, 7, 512, 512))
 """(N, H, W, C, CO) of 3x3, stride-1, pad-1 layers from the suite."""
 
-TILES = ((128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (128, 128, 64, 4, 4), (64, 128, 64, 4, 4))
+TILES = ((128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (128, 128, 64, 4, 4), (64, 128, 64, 4, 4), (128, 128, 64, 3, 8),
+         (128, 64, 64, 4, 4))
 """(BLOCK_M, BLOCK_N, BLOCK_K, stages, warps); BLOCK_N is capped at CO."""
 
 
@@ -114,7 +117,7 @@ def kernels() -> dict[str, Any]:
     return {"shift": conv_shift, "box": conv_box}
 
 
-def main(out_dir: str, quick: bool = False) -> int:
+def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int:
     import torch
     import triton
     from triton.testing import do_bench_cudagraph
@@ -153,7 +156,16 @@ def main(out_dir: str, quick: bool = False) -> int:
             bn = min(bn, co)
             grid_m = triton.cdiv(nb * h * w, bm)
             entry: dict[str, Any] = {"tile": [bm, bn, bk, stages, warps]}
-            for nn in (False, True):
+            for mech in ("pointer", "tma"):
+                cfg = at.KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps,
+                                      smem_stages=stages, async_copy=mech)
+
+                def generated(cfg: at.KernelConfig = cfg) -> Any:
+                    with at.use_config(cfg):
+                        return at.conv2d(x, wt, padding=1)
+
+                entry[f"alcop_{mech}_us"] = timed(generated, want)
+            for nn in () if generated_only else (False, True):
                 wd = (TensorDescriptor.from_tensor(w_nn, [bk, bn]) if nn else TensorDescriptor.from_tensor(w_nt, [bn, bk]))
                 xd = TensorDescriptor.from_tensor(x2, [bm, bk])
                 yd = TensorDescriptor.from_tensor(y2, [bm, bn])
@@ -208,4 +220,4 @@ def main(out_dir: str, quick: bool = False) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1], "--quick" in sys.argv[2:]))
+    raise SystemExit(main(sys.argv[1], "--quick" in sys.argv[2:], "--generated-only" in sys.argv[2:]))

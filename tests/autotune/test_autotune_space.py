@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from alcop_triton.autotune import dispatch
 from alcop_triton.autotune.space import VARIANTS, ConfigSpace, Knobs, shape_reason, variant_ok
 from alcop_triton.errors import ScheduleError, TuningError
 from alcop_triton.model import analytical
@@ -99,10 +100,18 @@ def test_from_configs_and_empty():
         ConfigSpace.from_configs(W, [])
 
 
-def test_conv_space_uses_pointer_loads():
+def test_conv_space_offers_tma_windows_only_where_the_plan_can_copy_them():
+    # stride 1, channels last, channels a multiple of BLOCK_K: TMA copies windows of the input
     conv = Workload("conv2d", (8, 56, 56, 64, 64, 3, 3, 1, 1), "float16", "nhwc")
-    space = ConfigSpace.build(conv, SPEC, knobs=None, top_k=20)
-    assert len(space) == 20 and {c.async_copy for c in space} == {"pointer"}
+    space = ConfigSpace.build(conv, SPEC, knobs=None)
+    assert {c.async_copy for c in space} == {"pointer", "tma"}
+    assert all(c.block_k <= 64 for c in space if c.async_copy == "tma")
+    # stride 2 or NCHW: the plan would copy with pointers anyway, so no TMA twin is measured
+    for w in (Workload("conv2d", (8, 56, 56, 64, 64, 3, 3, 2, 1), "float16", "nhwc"),
+              Workload("conv2d", (8, 56, 56, 64, 64, 3, 3, 1, 1), "float16", "nchw")):
+        assert {c.async_copy for c in ConfigSpace.build(w, SPEC, knobs=None)} == {"pointer"}
+    # the model's own shortlist keeps pointer copies: it knows nothing of a box's waste
+    assert {c.async_copy for c in dispatch.model_shortlist(conv, SPEC)} == {"pointer"}
 
 
 # ----------------------------------------------------------------------------- persistent configs

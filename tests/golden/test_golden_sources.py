@@ -38,11 +38,11 @@ def _matmul(dtype: str, cfg: KernelConfig, batched: bool = False) -> str:
     return at.build(Schedule.from_config(out, cfg), inputs + [out]).source  # default variant: no call needed
 
 
-def _conv_nhwc_bias_relu(channels: int, block_k: int) -> str:
+def _conv_nhwc_bias_relu(channels: int, block_k: int, async_copy: str = "pointer") -> str:
     # The library's conv kernel (channels and window compiled in); its channels_last variant exists once
     # it has seen channels_last input and weights (as after model.to(memory_format=channels_last)).
     p = kc.ConvParams(2, (1, 1), (1, 1), (1, 1), (1, 1), 1, True, True, "relu")
-    k = kc.compiled("float16", p, KernelConfig(64, 64, block_k, group_m=8, smem_stages=2))
+    k = kc.compiled("float16", p, KernelConfig(64, 64, block_k, group_m=8, smem_stages=2, async_copy=async_copy))
     g = torch.Generator().manual_seed(0)
     cl = torch.channels_last
     x = torch.randn(1, channels, 3, 3, generator=g).half().to(memory_format=cl)
@@ -65,11 +65,13 @@ CASES: dict[str, Callable[[], str]] = {
     "conv2d_nhwc_bias_relu_f16": lambda: _conv_nhwc_bias_relu(8, 32),
     # 32 channels in chunks of 16: each chunk is one window tap, whose rh, rw are scalars per chunk
     "conv2d_nhwc_channel_chunks_f16": lambda: _conv_nhwc_bias_relu(32, 16),
+    # the same by TMA: the M tile a box of output positions, each A tile a window of X (zero-filled padding)
+    "conv2d_nhwc_window_tma_f16": lambda: _conv_nhwc_bias_relu(32, 16, "tma"),
 }
 
 
 # the conv case calls its kernel on CPU tensors (to specialise it for channels_last)
-NEEDS_CALL = {"conv2d_nhwc_bias_relu_f16", "conv2d_nhwc_channel_chunks_f16"}
+NEEDS_CALL = {"conv2d_nhwc_bias_relu_f16", "conv2d_nhwc_channel_chunks_f16", "conv2d_nhwc_window_tma_f16"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.interpreter) if n in NEEDS_CALL else n

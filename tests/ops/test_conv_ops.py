@@ -159,3 +159,55 @@ def conv_case(draw: st.DrawFn) -> dict:
 @given(conv_case())
 def test_conv_fuzzed(c: dict) -> None:
     _run(c["nd"], c["x"], c["w"], c["b"], c["dtype"], **c["kw"])
+
+
+# (nd, N, C, CO, spatial (H, W or D, H, W), kernel, padding, dilation, groups, bias+relu)
+TMA_WINDOWS = [
+    (2, 2, 16, 16, (9, 11), 3, 1, 1, 1, False),   # odd sizes: boxes cross the right and bottom edges
+    (2, 1, 32, 24, (7, 13), 3, 2, 2, 1, True),    # dilated window, padding 2, bias + relu epilogue
+    (2, 2, 32, 32, (6, 5), 3, 1, 1, 2, False),    # groups: a group's channels are one run of the box
+    (2, 1, 16, 16, (5, 6), 4, "same", 1, 1, False),  # even window: asymmetric 'same' padding
+    (3, 1, 16, 16, (3, 5, 6), 3, 1, 1, 1, False),
+]
+
+
+@pytest.mark.parametrize("nd,n,c,co,spatial,k,padding,dilation,groups,epilogue", TMA_WINDOWS)
+def test_tma_window_convs_match_torch(nd: int, n: int, c: int, co: int, spatial: tuple[int, ...], k: int,
+                                      padding: object, dilation: int, groups: int, epilogue: bool) -> None:
+    import alcop_triton as at
+    from alcop_triton.kernels import conv as kc
+    # TMA boxes of the input (the M tile a box of output positions, the padding TMA's zero fill), read in
+    # channel chunks of 16; the interpreter runs the descriptor copies, negative coordinates included
+    cfg = at.KernelConfig(block_m=16, block_n=16, block_k=16, group_m=1, smem_stages=2, async_copy="tma")
+    x = with_layout(randn(n, c, *spatial, seed=40), "channels_last")
+    w = with_layout(randn(co, c // groups, *[k] * nd, seed=41), "channels_last")
+    b = randn(co, seed=42) if epilogue else None
+    with at.use_config(cfg):
+        _run(nd, x, w, b, torch.float32, "relu" if epilogue else None, padding=padding, dilation=dilation,
+             groups=groups)
+    p = kc.ConvParams(nd, (1,) * nd, *_pads(nd, k, padding, dilation), (dilation,) * nd, groups, True,
+                      epilogue, "relu" if epilogue else None)
+    src = kc.compiled("float32", p, cfg).source
+    assert "a_desc.load" in src and "b_desc.load" in src and "box of n," in src
+
+
+def _pads(nd: int, k: int, padding: object, dilation: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(pad_left, pad_right) as the drop-ins resolve ``padding``."""
+    if padding == "same":
+        total = dilation * (k - 1)
+        return (total // 2,) * nd, (total - total // 2,) * nd
+    assert isinstance(padding, int)
+    return (padding,) * nd, (padding,) * nd
+
+
+def test_tma_on_a_strided_conv_copies_with_pointers_and_says_why() -> None:
+    import alcop_triton as at
+    from alcop_triton.kernels import conv as kc
+    cfg = at.KernelConfig(block_m=16, block_n=16, block_k=16, group_m=1, smem_stages=2, async_copy="tma")
+    x = with_layout(randn(1, 16, 9, 9, seed=43), "channels_last")
+    w = with_layout(randn(16, 16, 3, 3, seed=44), "channels_last")
+    with at.use_config(cfg):
+        _run(2, x, w, None, torch.float32, stride=2, padding=1)
+    p = kc.ConvParams(2, (2, 2), (1, 1), (1, 1), (1, 1), 1, True)
+    text = kc.compiled("float32", p, cfg).explain()
+    assert "a box needs 'oh' once, with step 1 (a stride-1 window)" in text
