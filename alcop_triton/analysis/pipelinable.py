@@ -140,28 +140,31 @@ BOX_W = 8
 
 
 def window_blocks(k: Kernel, o: Operand) -> tuple[tuple[str, ...] | None, str]:
-    """Per dim of operand ``o``'s tensor, the extent one TMA copy of its tile takes along it, or None
-    and why not. A dim is indexed by one vector axis of the tile (an M or N axis, or the innermost
-    reduction axis) plus an offset of scalars, taking that axis' block, or by scalars alone, taking
-    one entry ("1"). Scalars are batch axes, reduction axes outer to a chunk that lies inside one run
-    of the innermost (``loop_ir.run_extent``: a conv's window tap) and M axes outer to a box. So a
+    """Per dim of A operand ``o``'s tensor, the extent one TMA copy of its tile takes along it, or None
+    and why not. A dim is indexed by one vector axis of the tile (an M axis or the innermost reduction
+    axis) plus an offset of scalars, taking that axis' block, or by scalars alone, taking one entry
+    ("1"). Scalars are batch axes, reduction axes outer to a chunk that lies inside one run of the
+    innermost (``loop_ir.run_extent``: a conv's window tap) and M axes outer to a box. So a
     convolution's input, read at (n, o * 1 + r - p, c), is a box at (n, o0 + r - p, c0) whose parts
-    outside the tensor TMA fills with zeros (the padding), and its weight a (co, c) box at tap r.
-    Needs stride 1 along each output axis, the channels innermost and static (``build(static=...)``)."""
+    outside the tensor TMA fills with zeros (the padding). Needs stride 1 along each output axis, the
+    channels innermost and static (``build(static=...)``)."""
     from .. import te
-    tile = "m" if o.role == "a" else "n"
+    if o.role != "a":
+        # A weight tile at a window tap is a (co, c) box of a 4-D tensor, reshaped and transposed for the
+        # dot: on the H100 (Triton 3.6) such kernels came out wrong (normwise error 1e-3 to 2e-2, against
+        # 2e-5 with the same A boxes and B by pointers; benchmarks/probes/conv_weight_tma.py).
+        return None, "only A tiles (a convolution's input) are copied as windows; B tiles by pointers"
+    tile = "m"
     taxes, kaxes = k.axes[tile], k.axes["k"]
     if k.constexprs.get("REG_SPLIT", 1) > 1 or find(k.body, lambda x: isinstance(x, Copy) and x.scope == "register"):
         return None, "register sub-tiles are copied with pointers"
     if find(k.body, lambda x: isinstance(x, For) and x.role == "tiles"):
         return None, "a persistent kernel's tiles are runs of the fused M index, not boxes"
-    if len(taxes) > 1 and tile == "n":
-        return None, f"N fuses axes {taxes}; boxes are built over M"
     run = run_extent(tuple(k.axis_size[a] for a in kaxes), k.constexprs.get("BLOCK_K"))
     if len(kaxes) > 1 and run is None:
         return None, (f"K fuses axes {kaxes} whose chunks do not lie inside one run of {kaxes[-1]!r} (its extent must be "
                       "a compile-time multiple of BLOCK_K)")
-    box = dict(zip(taxes, box_blocks(taxes) if len(taxes) > 1 else ("BLOCK_M" if tile == "m" else "BLOCK_N",)))
+    box = dict(zip(taxes, box_blocks(taxes) if len(taxes) > 1 else ("BLOCK_M",)))
     vector = {a: b for a, b in box.items() if b != "1"} | {kaxes[-1]: "BLOCK_K"}
     scalar = {a for a, b in box.items() if b == "1"} | set(kaxes[:-1]) | set(k.axes["b"])
     blocks: list[str] = []
