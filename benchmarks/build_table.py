@@ -302,8 +302,12 @@ def done_keys(path: Path) -> set[str]:
     return keys
 
 
-def pending(plan: list[tuple[Workload, Workload]], done: set[str]) -> list[tuple[Workload, Workload]]:
-    """Workloads not complete in the output file (complete: torch timed on both shapes, written last)."""
+def pending(plan: list[tuple[Workload, Workload]], done: set[str],
+            new_candidates: bool = False) -> list[tuple[Workload, Workload]]:
+    """Workloads not complete in the output file (complete: torch timed on both shapes, written last);
+    with ``new_candidates`` every workload, for the candidates the file lacks (after the space grew)."""
+    if new_candidates:
+        return list(plan)
     return [(called, w) for called, w in plan if _pair_key(called, None) not in done or _pair_key(w, None) not in done]
 
 
@@ -590,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="start no chunk or workload that would end past this, judged by the slowest so far")
     ap.add_argument("--chunk", type=int, default=16, help="workloads compiled together before timing")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--new-candidates", action="store_true",
+                    help="also workloads the file completes: measure their candidates it lacks (nothing twice)")
     ap.add_argument("--install", action="store_true",
                     help="no measuring: merge OUT_DIR/default_*.jsonl into the shipped tables (--data-dir)")
     ap.add_argument("--data-dir", default=str(ROOT / "alcop_triton" / "data"))
@@ -623,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[table] {len(skipped)} workloads left out as held out: {', '.join(w.key() for w in skipped)}")
     done = done_keys(path)
     known = default_tables() + (read_jsonl(path) if path.exists() else [])
-    todo = pending(plan, done)
+    todo = pending(plan, done, a.new_candidates)
     print(f"[table] {len(plan)} workloads, {len(todo)} left; writing {path}", flush=True)
     with path.open("a") as f:
         def write(rec: dict[str, Any]) -> None:

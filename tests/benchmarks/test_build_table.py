@@ -237,6 +237,7 @@ def test_records_are_table_lines_and_runs_resume(bt, tmp_path):
     conv = Workload("conv2d", (64, 56, 56, 64, 64, 1, 1, 1, 0, 1, 1), "float16", "nhwc")
     plan = [(called, w), (w, w), (conv, conv)]
     assert bt.pending(plan, done) == [(called, w), (conv, conv)]  # torch on the user's shape is still missing
+    assert bt.pending(plan, done, new_candidates=True) == plan  # complete ones too: for candidates the file lacks
     with pytest.warns(RecordSkipped, match="line 4"):  # the cut line
         recs = read_jsonl(path)
     assert [r.torch_ms for r in recs] == [0.06, 0.06]  # the torch line is the records' torch_ms
