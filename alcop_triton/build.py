@@ -36,7 +36,6 @@ class Variant:
     num_stages: int
     sizes: tuple[tuple[str, Any], ...]
     descriptors: tuple[Descriptor, ...]
-    constexprs: dict[str, int]               # the kernel's, with any the rewrite passes added (BOX_H, BOX_W)
     m_box: tuple[tuple[str, str], ...] = ()  # (M axis, box extent) when the M tile is a box (TileIndices.box)
 
 
@@ -151,8 +150,7 @@ class CompiledKernel:
                 log.warning("alcop %s: %s", k.name, n)
         ti = next((n for n, _ in find(k.body, lambda x: isinstance(x, TileIndices) and x.dim == "m")), None)
         box = tuple(zip(k.axes["m"], ti.box)) if isinstance(ti, TileIndices) and ti.box else ()
-        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes, k.descriptors,
-                    dict(k.constexprs), box)
+        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes, k.descriptors, box)
         self._variants[(key, device_type)] = v
         return v
 
@@ -267,7 +265,6 @@ class CompiledKernel:
                    _multiple_of(scalars, 16 // min(x.element_size() for x in all_x)))
         v = self._variant(key, dev.type)
         self.last = v
-        c = v.constexprs
         if v.m_box:  # the M tile is a box of output positions: count boxes, not runs of BLOCK_M rows
             tiles = math.prod(-(-int(te.evaluate(self._extent(a), env)) // (1 if b == "1" else c[b]))
                               for a, b in v.m_box) * -(-tot["n"] // c["BLOCK_N"])

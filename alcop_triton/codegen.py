@@ -362,8 +362,7 @@ def _tile(n: TileIndices, c: Ctx) -> None:
 
 def _box_tile(n: TileIndices, c: Ctx) -> None:
     """The M tile as a box (``TileIndices.box``): pid_m counts boxes, innermost axis fastest; an axis of
-    extent-1 boxes is a scalar per program, the box's two inner axes vectors over its BLOCK_M rows
-    (row-major in the box, as its TMA copies lay them out)."""
+    one entry per box is a scalar per program, the innermost a vector over the box's BLOCK_M rows."""
     c.w.line("# rewrite (SelectAsyncCopy): the tile is a " + " x ".join(b for b in n.box) + " box of "
              + ", ".join(a for a, _ in n.axes) + ", so each of its A tiles is one TMA copy of a window of the input")
     inner = ""
@@ -379,10 +378,8 @@ def _box_tile(n: TileIndices, c: Ctx) -> None:
             c.w.line(f"tile_{a}_start = ({t}) * {b}")
             c.axis_starts[a] = f"tile_{a}_start"
         inner = f"{inner} * {count}" if inner else count
-    rows = "tl.arange(0, BLOCK_M)"
     for a in vectors:
-        pos = rows if len(vectors) == 1 else (f"{rows} // BOX_W" if a == vectors[0] else f"{rows} % BOX_W")
-        c.w.line(f"{a} = tile_{a}_start + {pos}")
+        c.w.line(f"{a} = tile_{a}_start + tl.arange(0, BLOCK_M)")
     ext = dict(n.axes)
     c.w.line("mask_m = " + " & ".join(f"({a} < {ext[a]})" for a in vectors))
 
@@ -446,7 +443,7 @@ def _kidx(n: KIndices, c: Ctx) -> None:
                 k.totals["k"], sfx)
 
 
-_BLOCK_KIND = {"BLOCK_M": "m", "BOX_H": "m", "BOX_W": "m", "BLOCK_N": "n", "BLOCK_K": "k", "SUB_K": "k"}
+_BLOCK_KIND = {"BLOCK_M": "m", "BLOCK_N": "n", "BLOCK_K": "k", "SUB_K": "k"}
 
 
 def _desc_copy(c: Ctx, role: str, start: dict[str, str], tile: tuple[str, str], value: str = "", sfx: str = "") -> str:
@@ -457,7 +454,7 @@ def _desc_copy(c: Ctx, role: str, start: dict[str, str], tile: tuple[str, str], 
     carries 1s the tile drops or gains) and the unit-stride dim last, so a tile whose unit-stride dim
     comes first (a transposed operand) is transposed in registers. A dim's coordinate is its index
     with each tile axis at the tile's start (``start``: by tile dim, or by axis for a box's axes and
-    a run's innermost reduction axis); a box of M axes (BOX_H x BOX_W) is reshaped into the tile's rows.
+    a run's innermost reduction axis).
     """
     d = c.k.descriptor(role)
     assert d is not None, role

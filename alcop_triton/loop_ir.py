@@ -76,9 +76,9 @@ class TileIndices(Node):
     """offs_<dim> for a tile dim and the output axes fused into it (decomposed by div/mod).
 
     ``box``: per axis, the tile's extent along it when the tile is a box of the axes rather than a
-    run of the fused index: "1" (one entry, a scalar per program) or a constexpr's name
-    (``BOX_H``/``BOX_W``, or ``BLOCK_M`` for one axis), their product the tile's rows. A
-    convolution's A tiles are then TMA boxes of its input (``SelectAsyncCopy``).
+    run of the fused index: "1" (one entry, a scalar per program) or ``BLOCK_M`` (the innermost axis:
+    a run of one output row). A convolution's A tiles are then TMA boxes of its input
+    (``SelectAsyncCopy``, ``analysis.box_blocks``).
     """
     dim: str                                  # 'm' or 'n'
     axes: tuple[tuple[str, str], ...]         # (axis name, extent parameter), outermost first

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import te
-from ..analysis.pipelinable import BOX_W, plain_tile, window_blocks
+from ..analysis.pipelinable import plain_tile, window_blocks
 from ..analysis.plan import PipelinePlan
 from ..loop_ir import Copy, Descriptor, Kernel, Node, Operand, TileIndices, Transformer, find
 
@@ -31,12 +31,10 @@ class SelectAsyncCopy(Transformer):
         descs = tuple(_operand_descriptor(k, k.operand(role)) for role, m in self.plan.async_copy if m == "tma")
         a = next((d for d in descs if d.role == "a"), None)
         m_blocks = {k.operand("a").load.indices[i]: b for i, b in zip(a.dims, a.block)} if a and a.reshaped else {}
-        if len(k.axes["m"]) > 1 and any(b in ("BOX_H", "BOX_W", "BLOCK_M") for b in m_blocks.values()):
+        if len(k.axes["m"]) > 1 and "BLOCK_M" in m_blocks.values():
             self.box = tuple(_box_of(k, m_blocks, ax) for ax in k.axes["m"])
-        consts = {"BOX_W": BOX_W, "BOX_H": k.constexprs["BLOCK_M"] // BOX_W} if "BOX_W" in self.box else {}
         out = _store_descriptor(k) if descs else None
-        return k.replace(body=self.visit_body(k.body), descriptors=descs + ((out,) if out else ()),
-                         constexprs=k.constexprs | consts)
+        return k.replace(body=self.visit_body(k.body), descriptors=descs + ((out,) if out else ()))
 
 
 def _box_of(k: Kernel, blocks: dict[te.Expr, str], axis: str) -> str:

@@ -210,4 +210,4 @@ def test_tma_on_a_strided_conv_copies_with_pointers_and_says_why() -> None:
         _run(2, x, w, None, torch.float32, stride=2, padding=1)
     p = kc.ConvParams(2, (2, 2), (1, 1), (1, 1), (1, 1), 1, True)
     text = kc.compiled("float32", p, cfg).explain()
-    assert "a box needs 'oh' once, with step 1 (a stride-1 window)" in text
+    assert "a box needs 'ow' once, with step 1 (a stride-1 window)" in text
