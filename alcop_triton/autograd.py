@@ -54,7 +54,7 @@ def _mm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
 
 def _mm_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     a, b = ctx.saved_tensors
-    op = torch.ops.alcop.mm if a.dim() == 2 else torch.ops.alcop.bmm
+    op = CACHED.mm if a.dim() == 2 else CACHED.bmm
     da = op(grad, b.mT) if ctx.needs_input_grad[0] else None  # dA = dC @ B^T: B^T is a strided view
     db = op(a.mT, grad) if ctx.needs_input_grad[1] else None  # dB = A^T @ dC
     return da, db
@@ -70,9 +70,9 @@ def _gemm_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     a, b, bias, out = ctx.saved_tensors
     need = ctx.needs_input_grad
     dz = activation_grad(ctx.activation, grad, out,
-                         lambda: torch.ops.alcop.gemm(a, b, bias, None, None, ctx.alpha, 1.0))
-    da = torch.ops.alcop.gemm(dz, b.mT, None, None, None, ctx.alpha, 1.0) if need[0] else None
-    db = torch.ops.alcop.gemm(a.mT, dz, None, None, None, ctx.alpha, 1.0) if need[1] else None
+                         lambda: CACHED.gemm(a, b, bias, None, None, ctx.alpha, 1.0))
+    da = CACHED.gemm(dz, b.mT, None, None, None, ctx.alpha, 1.0) if need[0] else None
+    db = CACHED.gemm(a.mT, dz, None, None, None, ctx.alpha, 1.0) if need[1] else None
     dbias = dz.sum(dim=tuple(range(dz.dim() - 1))) if need[2] else None
     dres = (grad * ctx.beta if ctx.beta != 1.0 else grad) if ctx.has_residual and need[3] else None
     return da, db, dbias, dres, None, None, None
@@ -87,11 +87,11 @@ def _linear_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
 def _linear_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, w, bias, out = ctx.saved_tensors
     need = ctx.needs_input_grad
-    dz = activation_grad(ctx.activation, grad, out, lambda: torch.ops.alcop.linear(x, w, bias, None, None))
+    dz = activation_grad(ctx.activation, grad, out, lambda: CACHED.linear(x, w, bias, None, None))
     rows = math.prod(x.shape[:-1])
     dz2 = dz.reshape(rows, w.shape[0])
-    dx = torch.ops.alcop.mm(dz2, w).view(x.shape) if need[0] else None
-    dw = torch.ops.alcop.mm(dz2.t(), x.reshape(rows, w.shape[1])) if need[1] else None
+    dx = CACHED.mm(dz2, w).view(x.shape) if need[0] else None
+    dw = CACHED.mm(dz2.t(), x.reshape(rows, w.shape[1])) if need[1] else None
     dbias = dz2.sum(0) if need[2] else None
     dres = grad if ctx.has_residual and need[3] else None
     return dx, dw, dbias, dres, None
@@ -114,12 +114,12 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
     its DSL kernel."""
     dx = dw = None
     if input_grad:
-        dx = conv_grad.input_grad_by_conv(x, w, dz, stride, pad_left, dilation, groups)
+        dx = conv_grad.input_grad_by_conv(CACHED, x, w, dz, stride, pad_left, dilation, groups)
     if weight_grad:
-        dw = conv_grad.weight_grad_by_gemm(x, w, dz, stride, pad_left, dilation, groups)
+        dw = conv_grad.weight_grad_by_gemm(CACHED, x, w, dz, stride, pad_left, dilation, groups)
         if dw is None:
             key = conv_grad.conv_weight_grad_kernel(x.dim() - 2, x.dtype, stride, pad_left, dilation, groups)
-            dw = torch.ops.alcop.dsl_call(key, [dz, x, w]).flatten(0, 1)
+            dw = CACHED.dsl_call(key, [dz, x, w]).flatten(0, 1)
     return dx, dw
 
 
@@ -127,7 +127,7 @@ def _conv_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, w, bias, out = ctx.saved_tensors
     stride, pad_left, pad_right, dilation, groups = ctx.params
     need = ctx.needs_input_grad
-    dz = activation_grad(ctx.activation, grad, out, lambda: torch.ops.alcop.conv(
+    dz = activation_grad(ctx.activation, grad, out, lambda: CACHED.conv(
         x, w, bias, stride, pad_left, pad_right, dilation, groups, None))
     dx, dw = conv_grads(x, w, dz, stride, pad_left, dilation, groups, need[0], need[1])
     dbias = dz.sum(dim=[0] + list(range(2, dz.dim()))) if need[2] else None
@@ -165,3 +165,29 @@ GRAD = types.SimpleNamespace(
     dsl_call=torch.ops.alcop.dsl_call)
 """``torch.ops.alcop``'s names for eager calls with autograd: the same implementations and formulas,
 without torch.library's per-call autograd wrapper (``fastpath.call``'s ``grad`` route)."""
+
+
+def _cached(name: str, n_tensors: int) -> Callable[..., torch.Tensor]:
+    """``torch.ops.alcop.<name>`` as the backward formulas call it: through the signature cache
+    (``fastpath.call``), so a repeated backward's kernels allocate and launch without torch's
+    dispatcher (a stride-2 convolution's backward makes about ten such calls), the registered op where
+    the dispatcher must see the call (tracing, dispatch modes), ``GRAD``'s route where a double
+    backward records the graph. The first ``n_tensors`` arguments are tensors, the rest parameters."""
+    eager, registered = getattr(custom_ops.EAGER, name), getattr(torch.ops.alcop, name)
+
+    def call(*args: Any) -> torch.Tensor:
+        params = tuple(tuple(p) if isinstance(p, list) else p for p in args[n_tensors:])
+        return fast.call(("backward", name), args[:n_tensors], params, eager, registered, None, getattr(GRAD, name))
+    return call
+
+
+def _cached_dsl_call(kernel: str, inputs: list[torch.Tensor]) -> torch.Tensor:
+    """``alcop::dsl_call`` as the backward formulas call it (see ``_cached``); its own op has no autograd route."""
+    registered = lambda *ts: torch.ops.alcop.dsl_call(kernel, list(ts))  # noqa: E731
+    return fast.call(("alcop::dsl_call", kernel), tuple(inputs), (), lambda *ts: custom_ops.EAGER.dsl_call(kernel, ts),
+                     registered, None, registered)
+
+
+CACHED = types.SimpleNamespace(mm=_cached("mm", 2), bmm=_cached("bmm", 2), gemm=_cached("gemm", 4),
+                               linear=_cached("linear", 4), conv=_cached("conv", 3), dsl_call=_cached_dsl_call)
+"""The ops the backward formulas call, through the signature cache (``_cached``)."""

@@ -380,8 +380,8 @@ def _box_tile(n: TileIndices, c: Ctx) -> None:
         inner = f"{inner} * {count}" if inner else count
     for a in vectors:
         c.w.line(f"{a} = tile_{a}_start + tl.arange(0, BLOCK_M)")
-    ext = dict(n.axes)
-    c.w.line("mask_m = " + " & ".join(f"({a} < {ext[a]})" for a in vectors))
+    extent = dict(n.axes)
+    c.w.line("mask_m = " + " & ".join(f"({a} < {extent[a]})" for a in vectors))
 
 
 @emitter(InitAcc)
@@ -465,8 +465,8 @@ def _desc_copy(c: Ctx, role: str, start: dict[str, str], tile: tuple[str, str], 
     else:
         idx = list(c.k.operand(role).load.indices)
     axes = {a.name: a for e in idx for a in te.walk(e) if isinstance(a, te.IterVar) and a.name in c.kind}
-    at = {ax: te.Var(start.get(name, start.get(c.kind[name], name))) for name, ax in axes.items()
-          if name not in c.chunk_scalars and name + sfx not in c.chunk_scalars}
+    at: dict[te.Expr, te.Expr] = {ax: te.Var(start.get(name, start.get(c.kind[name], name))) for name, ax in axes.items()
+                                  if name not in c.chunk_scalars and name + sfx not in c.chunk_scalars}
     coords = [c.index(idx[i] if b == "1" else te.substitute(idx[i], at), ("m", "n"), sfx)
               for i, b in zip(d.dims, d.block)]
     kinds = [_BLOCK_KIND[b] for b in d.block if b != "1"]

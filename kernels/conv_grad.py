@@ -136,9 +136,10 @@ def _phase_taps(phase: int, stride: int, pad: int, dilation: int, ksize: int) ->
     return slice(first, None, stride // g), len(taps), (phase + pad - first * dilation) // stride, dilation // g
 
 
-def input_grad_by_conv(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+def input_grad_by_conv(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
                        pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor:
-    """dX on the forward convolution kernel (``alcop::conv``), one convolution per input phase.
+    """dX on the forward convolution kernel (``alcop.conv``, an op namespace such as ``torch.ops.alcop``),
+    one convolution per input phase.
 
     The input positions i = s * q + phi of one phase phi (per dim) receive from the taps r with
     s | (phi + p - r * d), every (s / g)-th tap (g = gcd(s, d)), at dY rows q + t - j * d / g: a
@@ -170,7 +171,7 @@ def input_grad_by_conv(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, strid
         else:
             sub = wt[(slice(None), slice(None)) + tuple(sl for sl, _, _, _ in dims)].flip(list(range(2, 2 + nd)))
             sub = sub.contiguous(memory_format=fmt)
-            parts.append((phase, torch.ops.alcop.conv(src, sub, None, [1] * nd, left, right,
+            parts.append((phase, alcop.conv(src, sub, None, [1] * nd, left, right,
                                                       [d[3] for d in dims], groups, None)))
     if len(phases) == 1 and parts:
         return parts[0][1]
@@ -181,9 +182,9 @@ def input_grad_by_conv(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, strid
     return dx
 
 
-def weight_grad_by_gemm(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+def weight_grad_by_gemm(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
                         pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
-    """dW = dY^T @ im2col(X) as one alcop GEMM, or None for grouped convolutions and reductions longer
+    """dW = dY^T @ im2col(X) as one alcop GEMM (``alcop.mm``), or None for grouped convolutions and reductions longer
     than ``IM2COL_MAX_ROWS`` (then the DSL kernel of ``conv_weight_grad_te``). im2col(X) is a copy of X's
     windows, (N * O, K * C) rows in channels-last order, made by torch from a strided view of X padded
     once; dY in channels-last order is (N * O, CO). The result is (CO, C, *K), channels-last strided."""
@@ -206,7 +207,7 @@ def weight_grad_by_gemm(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
         rows = min(chunk, n - start)
         cols = xp.as_strided((rows, *window), strides, xp.storage_offset() + start * sp[0])
         cols = cols.reshape(-1, math.prod(ks) * c)
-        part = torch.ops.alcop.mm(dym[start:start + rows].reshape(-1, co).t(), cols)   # (CO, K * C)
+        part = alcop.mm(dym[start:start + rows].reshape(-1, co).t(), cols)   # (CO, K * C)
         if rows == n:
             acc = part
         else:

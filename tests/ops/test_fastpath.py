@@ -426,3 +426,25 @@ def test_patch_mode_leaves_workloads_torch_runs_faster_to_torch(torch_measured_f
     at.matmul(a, b)
     at.matmul(a, b)  # a direct call asks for alcop: it runs alcop, from its own signature
     assert fastpath.stats().to_torch == 1 and counts() == (2, 2)
+
+
+def test_a_repeated_backward_launches_its_gradient_kernels_from_the_cache(no_slow_path: Callable[[], None]) -> None:
+    # a stride-2 convolution's backward: four phase convolutions for dX, the weight gradient's GEMM, the
+    # forward's own call; the second step runs every alcop call from a stored entry
+    def step(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = randn(1, 4, 6, 6, seed=seed).to(memory_format=torch.channels_last).requires_grad_()
+        w = randn(5, 4, 3, 3, seed=seed + 1).requires_grad_()
+        gx, gw = torch.autograd.grad(at.conv2d(x, w, stride=2, padding=1).square().sum(), (x, w))
+        x64, w64 = f64(x.detach(), w.detach())
+        want = torch.autograd.grad(F.conv2d(x64.requires_grad_(), w64.requires_grad_(), stride=2, padding=1)
+                                   .square().sum(), (x64, w64))
+        assert_close(gx, want[0])
+        assert_close(gw, want[1])
+        return gx, gw
+
+    step(10)
+    hits, misses = counts()
+    assert misses >= 6 and fastpath.stats().dispatched == 0
+    no_slow_path()
+    step(20)
+    assert counts() == (hits + misses, misses) and fastpath.stats().dispatched == 0
