@@ -123,17 +123,25 @@ def _pad_right(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Seque
             for i in range(nd)]
 
 
-def _phase_taps(phase: int, stride: int, pad: int, dilation: int, ksize: int) -> tuple[slice, int, int, int]:
+def _phase_taps(phase: int, stride: int, pad: int, dilation: int, ksize: int) -> tuple[int, int, int, int, int]:
     """Along one dim, the window taps r that reach input positions i = stride * q + phase: those with
     (phase + pad - r * dilation) divisible by stride, every (stride / g)-th tap from the first (g =
-    gcd(stride, dilation)). Returns their slice of the window, their count J, the offset t of the
+    gcd(stride, dilation)). Returns the first, the step, their count J (0: none), the offset t of the
     first tap's output row (o = q + t - j * dilation / g for the j-th) and that dilation d / g."""
     g = math.gcd(stride, dilation)
-    first = next((r for r in range(min(ksize, stride // g)) if (phase + pad - r * dilation) % stride == 0), None)
+    step = stride // g
+    first = next((r for r in range(min(ksize, step)) if (phase + pad - r * dilation) % stride == 0), None)
     if first is None:
-        return slice(0, 0), 0, 0, dilation // g
-    taps = range(first, ksize, stride // g)
-    return slice(first, None, stride // g), len(taps), (phase + pad - first * dilation) // stride, dilation // g
+        return 0, step, 0, 0, dilation // g
+    return first, step, len(range(first, ksize, step)), (phase + pad - first * dilation) // stride, dilation // g
+
+
+def _every(t: torch.Tensor, starts: Sequence[int], steps: Sequence[int], sizes: Sequence[int]) -> torch.Tensor:
+    """The view of ``t``'s spatial dims (2, 3, ...) from ``starts`` by ``steps``, ``sizes`` long (as_strided:
+    a fraction of indexing's host cost, which the backward pays per phase)."""
+    st = t.stride()
+    offset = t.storage_offset() + sum(a * st[2 + i] for i, a in enumerate(starts))
+    return t.as_strided((*t.shape[:2], *sizes), (*st[:2], *(st[2 + i] * k for i, k in enumerate(steps))), offset)
 
 
 def input_grad_by_conv(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
@@ -150,15 +158,17 @@ def input_grad_by_conv(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.T
     Padding that would be negative (dY rows a phase never reads) is a slice of dY instead (a view)."""
     nd = x.dim() - 2
     co = w.shape[0]
-    # (CO, C/g, *K) -> (C, CO/g, *K): channels swapped per group; taps picked and flipped per phase below.
-    wt = w.unflatten(0, (groups, co // groups)).transpose(1, 2).flatten(0, 1)
+    ks = w.shape[2:]
+    # (CO, C/g, *K) -> (C, CO/g, *K): channels swapped per group, flipped in space; each phase's taps are
+    # a strided view of it (reversed: the flipped window's taps ascend from K - 1 - last).
+    wf = w.unflatten(0, (groups, co // groups)).transpose(1, 2).flatten(0, 1).flip(list(range(2, 2 + nd)))
     fmt = memory_format_of(x)
     parts: list[tuple[tuple[int, ...], torch.Tensor]] = []
     phases = list(itertools.product(*(range(s) for s in stride)))
     for phase in phases:
-        dims = [_phase_taps(phase[i], stride[i], pad[i], dilation[i], w.shape[2 + i]) for i in range(nd)]
+        dims = [_phase_taps(phase[i], stride[i], pad[i], dilation[i], ks[i]) for i in range(nd)]
         src, left, right = dy, [], []
-        for i, (_, taps, t, dd) in enumerate(dims):
+        for i, (_, _, taps, t, dd) in enumerate(dims):
             count = -(-(x.shape[2 + i] - phase[i]) // stride[i])   # input positions of this phase
             lo = (taps - 1) * dd - t
             hi = count - src.shape[2 + i] - lo + (taps - 1) * dd
@@ -169,16 +179,15 @@ def input_grad_by_conv(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.T
             left.append(max(0, lo))
             right.append(max(0, hi))
         else:
-            sub = wt[(slice(None), slice(None)) + tuple(sl for sl, _, _, _ in dims)].flip(list(range(2, 2 + nd)))
-            sub = sub.contiguous(memory_format=fmt)
-            parts.append((phase, alcop.conv(src, sub, None, [1] * nd, left, right,
-                                                      [d[3] for d in dims], groups, None)))
+            sub = _every(wf, [ks[i] - 1 - (f + (j - 1) * k) for i, (f, k, j, _, _) in enumerate(dims)],
+                         [d[1] for d in dims], [d[2] for d in dims]).contiguous(memory_format=fmt)
+            parts.append((phase, alcop.conv(src, sub, None, [1] * nd, left, right, [d[4] for d in dims], groups, None)))
     if len(phases) == 1 and parts:
         return parts[0][1]
     # every position is written when every phase had a convolution; zeros where one had none
     dx = (torch.empty_like if len(parts) == len(phases) else torch.zeros_like)(x, memory_format=fmt)
     for phase, part in parts:
-        dx[(slice(None), slice(None)) + tuple(slice(phase[i], None, stride[i]) for i in range(nd))] = part
+        _every(dx, phase, stride, part.shape[2:]).copy_(part)
     return dx
 
 
