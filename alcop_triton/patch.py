@@ -10,7 +10,8 @@
 Routed: ``torch.matmul``/``Tensor.matmul``/``@``, ``torch.mm``/``Tensor.mm``, ``torch.bmm``/``Tensor.bmm``,
 ``torch.addmm``/``Tensor.addmm``, ``torch.baddbmm``/``Tensor.baddbmm``, ``F.linear`` and
 ``F.conv1d``/``conv2d``/``conv3d`` (also spelled ``torch.conv1d``...; so ``nn.Linear`` and ``nn.ConvNd``
-too; a ConvNd with a non-zeros ``padding_mode`` pads with torch and convolves through alcop).
+too; a ConvNd with a non-zeros ``padding_mode`` pads with torch and convolves through alcop). A
+convolution whose backward will run stays torch's (``GRAD_TO_TORCH``).
 
 How: while patch mode is on in some thread, those attributes of ``torch``, ``torch.nn.functional`` and
 ``torch.Tensor`` are thin wrappers; in a thread with patch mode on they call the drop-in, in every
@@ -53,6 +54,13 @@ ROUTES: tuple[tuple[Any, str, Callable[..., Any]], ...] = (
 )
 """(owner, attribute, drop-in): what patch mode replaces while it is on."""
 
+GRAD_TO_TORCH: frozenset[Callable[..., Any]] = frozenset({ops.conv1d, ops.conv2d, ops.conv3d})
+"""Drop-ins whose calls patch mode leaves to torch when autograd will run their backward (grad mode on and
+a tensor argument requiring grad): alcop's convolution gradients measured slower than cuDNN's on every
+conv2d layer of the ALCOP suite, 0.18-0.77x eagerly and 0.27-0.77x under CUDA graphs, which no forward
+saving makes up for (``benchmarks/results/conv_tma_h100/suite_bwd_views``). The drop-ins themselves,
+called directly, still differentiate through alcop's kernels."""
+
 
 class _State(threading.local):
     enabled = False  # enable() is in effect in this thread
@@ -90,6 +98,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
     # caches cold: each lookup below costs there, so the to-torch check reads one dict of this route
     # and two tensor properties, no tuple is built and no helper called.
     sites = _to_torch.setdefault(route, {})
+    grad_to_torch = route in GRAD_TO_TORCH
 
     @functools.wraps(original)
     def routed(*args: Any, **kwargs: Any) -> Any:
@@ -102,6 +111,9 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
             return route(*args, **kwargs)
         mode = _fastpath_mode.get()
         if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
+            return original(*args, **kwargs)
+        if grad_to_torch and torch.is_grad_enabled() and any(
+                type(a) in (torch.Tensor, torch.nn.Parameter) and a.requires_grad for a in (*args[:3], *kwargs.values())):
             return original(*args, **kwargs)
         if sites and not kwargs and len(args) > 1:
             seen = sites.get(id(args[1]))

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from typing import Callable
 
 import pytest
 import torch
@@ -41,15 +42,37 @@ def _calls_under_patch(fn: object) -> list[str]:
     ("torch.baddbmm", lambda: torch.baddbmm(randn(2, 3, 2), randn(2, 3, 4), randn(2, 4, 2)), "alcop.gemm"),
     ("F.linear", lambda: F.linear(randn(3, 4), randn(2, 4), randn(2)), "alcop.linear"),
     ("nn.Linear", lambda: nn.Linear(4, 2)(randn(5, 4)), "alcop.linear"),
-    ("nn.Conv1d", lambda: nn.Conv1d(2, 3, 3)(randn(1, 2, 7)), "alcop.conv"),
-    ("nn.Conv2d reflect", lambda: nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect")(randn(1, 2, 5, 5)),
-     "alcop.conv"),
-    ("nn.Conv3d", lambda: nn.Conv3d(2, 2, 2)(randn(1, 2, 3, 3, 3)), "alcop.conv"),
+    # convolutions in inference (no_grad): with a backward to run they stay torch's (GRAD_TO_TORCH)
+    ("nn.Conv1d", lambda: _no_grad(lambda: nn.Conv1d(2, 3, 3)(randn(1, 2, 7))), "alcop.conv"),
+    ("nn.Conv2d reflect", lambda: _no_grad(lambda: nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect")(
+        randn(1, 2, 5, 5))), "alcop.conv"),
+    ("nn.Conv3d", lambda: _no_grad(lambda: nn.Conv3d(2, 2, 2)(randn(1, 2, 3, 3, 3))), "alcop.conv"),
 ])
 def test_routes(name: str, call: object, op: str) -> None:
     ops_seen = _calls_under_patch(call)
     assert op in ops_seen, ops_seen
     assert not {"aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.convolution"} & set(ops_seen)
+
+
+def _no_grad(fn: Callable[[], torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        return fn()
+
+
+def test_a_convolution_whose_backward_will_run_stays_torchs() -> None:
+    conv, fc = nn.Conv2d(2, 3, 3, padding=1), nn.Linear(3 * 5 * 5, 4)
+    x = randn(2, 2, 5, 5, seed=3)
+    seen = _calls_under_patch(lambda: fc(conv(x).flatten(1)).sum().backward())
+    # the convolution (a Parameter weight) and its backward are cuDNN's; the linear layer is alcop's
+    assert "aten.convolution" in seen and "alcop.conv" not in seen and "alcop.linear" in seen, seen
+    grads = [p.grad.clone() for p in (*conv.parameters(), *fc.parameters())]
+    for p in (*conv.parameters(), *fc.parameters()):
+        p.grad = None
+    fc(conv(x).flatten(1)).sum().backward()
+    for g, p in zip(grads, (*conv.parameters(), *fc.parameters())):
+        assert_close(g, p.grad.double())
+    with torch.no_grad():  # no backward to run: alcop's
+        assert "alcop.conv" in _calls_under_patch(lambda: conv(x))
 
 
 def test_results_match_eager_and_torch_is_untouched() -> None:
