@@ -13,7 +13,6 @@ checked against cuDNN's first. Writes ``OUT_DIR/conv_bwd.{json,md}``.
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import sys
@@ -22,6 +21,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 LAYERS = ((64, 56, 56, 64, 64, 1), (64, 28, 28, 128, 128, 2), (64, 14, 14, 256, 256, 1), (64, 224, 224, 64, 64, 1),
           (64, 28, 28, 512, 512, 1), (64, 7, 7, 512, 512, 1))
@@ -34,9 +34,8 @@ WGRAD_TILES = ((64, 64, 64, 4, 4, 1), (64, 64, 64, 4, 4, 4), (64, 64, 64, 4, 4, 
 
 
 def main(out_dir: str, quick: bool = False) -> int:
+    from probe_io import checked_time, run_meta, write
     import torch
-    import triton
-    from triton.testing import do_bench_cudagraph
 
     import alcop_triton as at
     from alcop_triton.autograd import conv_grads
@@ -45,17 +44,6 @@ def main(out_dir: str, quick: bool = False) -> int:
     from alcop_triton.kernels.conv_grad import conv_weight_grad_kernel, conv_weight_grad_te
     from alcop_triton.records import KernelConfig
     from alcop_triton.schedule import Schedule
-
-    def timed(fn: Callable[[], Any], want: Any | None) -> float | str:
-        try:
-            got = fn()
-            if want is not None:
-                err = ((got.float() - want).norm() / want.norm()).item()
-                if err > 1e-2:
-                    return f"wrong result ({err:.2e})"
-            return 1e3 * do_bench_cudagraph(fn)
-        except Exception as exc:  # compile failure, out of resources: a result
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
 
     rows = []
     for nb, h, w, c, co, s in LAYERS[:2] if quick else LAYERS:
@@ -77,14 +65,14 @@ def main(out_dir: str, quick: bool = False) -> int:
         want_dx, want_dw = cudnn([True, False])().float(), cudnn([False, True])().float()
         row: dict[str, Any] = {
             "layer": [nb, h, w, c, co, s],
-            "cudnn_dx_us": timed(cudnn([True, False]), want_dx),
-            "cudnn_dw_us": timed(cudnn([False, True]), want_dw),
-            "alcop_dx_us": timed(lambda: conv_grads(x, wt, dy, st, pd, (1, 1), 1, True, False)[0], want_dx),
-            "alcop_dw_us": timed(lambda: conv_grads(x, wt, dy, st, pd, (1, 1), 1, False, True)[1], want_dw),
-            "dsl_dw_dispatched_us": timed(lambda: torch.ops.alcop.dsl_call(
+            "cudnn_dx_us": checked_time(cudnn([True, False]), want_dx),
+            "cudnn_dw_us": checked_time(cudnn([False, True]), want_dw),
+            "alcop_dx_us": checked_time(lambda: conv_grads(x, wt, dy, st, pd, (1, 1), 1, True, False)[0], want_dx),
+            "alcop_dw_us": checked_time(lambda: conv_grads(x, wt, dy, st, pd, (1, 1), 1, False, True)[1], want_dw),
+            "dsl_dw_dispatched_us": checked_time(lambda: torch.ops.alcop.dsl_call(
                 conv_weight_grad_kernel(2, x.dtype, st, pd, (1, 1), 1), [dy, x, wt])[0], want_dw),
-            "forward_cudnn_us": timed(lambda: torch.nn.functional.conv2d(x, wt, stride=s, padding=1), None),
-            "forward_alcop_us": timed(lambda: at.conv2d(x, wt, stride=s, padding=1), None),
+            "forward_cudnn_us": checked_time(lambda: torch.nn.functional.conv2d(x, wt, stride=s, padding=1), None),
+            "forward_alcop_us": checked_time(lambda: at.conv2d(x, wt, stride=s, padding=1), None),
             "wgrad_dsl": []}
         inputs, out_te = conv_weight_grad_te(2, "float16", st, pd, (1, 1), 1)
         for bm, bn, bk, stages, warps, split in WGRAD_TILES:
@@ -98,15 +86,10 @@ def main(out_dir: str, quick: bool = False) -> int:
                 launch_kernel(kern, [dy, x, wt, out])
                 return out[0]
 
-            row["wgrad_dsl"].append({"config": str(cfg), "us": timed(dsl, want_dw)})
+            row["wgrad_dsl"].append({"config": str(cfg), "us": checked_time(dsl, want_dw)})
         rows.append(row)
         print(json.dumps(row), flush=True)
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "alcop": at.__version__, "date": datetime.date.today().isoformat(),
-            "timer": "triton.testing.do_bench_cudagraph, one call on one set of inputs"}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "conv_bwd.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    meta = run_meta()
 
     def us(v: Any) -> str:
         return f"{v:.1f}" if isinstance(v, float) else "err"
@@ -125,7 +108,7 @@ def main(out_dir: str, quick: bool = False) -> int:
     lines += ["", "Weight gradient's DSL kernel, every config (µs):", ""]
     for r in rows:
         lines.append(f"- {r['layer']}: " + ", ".join(f"{d['config']} {us(d['us'])}" for d in r["wgrad_dsl"]))
-    (out / "conv_bwd.md").write_text("\n".join(lines) + "\n")
+    write(out_dir, "conv_bwd", meta, rows, lines)
     return 0
 
 

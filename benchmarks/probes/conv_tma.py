@@ -4,7 +4,8 @@
 
 alcop's conv kernel gathers each im2col tile with pointer loads (cp.async, one mask per row and tap);
 the suite's large stride-1 3x3 layers run at 0.63-0.76x cuDNN under CUDA graphs. Two ways to copy
-the same tiles by TMA, for a channels-last input and a 'same' convolution (output extent = input's):
+the same tiles by TMA (``conv_box.py``'s kernels), for a channels-last input and a 'same' convolution
+(output extent = input's):
 
 * **shift**: X viewed as the (N*H*W, C) matrix. For window tap (rh, rw) the input row of output row
   m is m + (rh - P) * W + (rw - P), one shift for the whole tile: a 2-D box at a shifted row. Rows
@@ -23,15 +24,14 @@ cuDNN first. Writes ``OUT_DIR/conv_tma.{json,md}``.
 
 from __future__ import annotations
 
-import datetime
-import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 LAYERS = ((64, 224, 224, 64, 64), (64, 112, 112, 128, 128), (64, 56, 56, 64, 64), (64, 56, 56, 256, 256),
           (64, 28, 28, 512, 512), (64, 14, 14, 512, 512), (64, 7, 7, 512, 512))
@@ -42,100 +42,17 @@ TILES = ((128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (128, 128, 64, 4, 4), (64, 
 """(BLOCK_M, BLOCK_N, BLOCK_K, stages, warps); BLOCK_N is capped at CO."""
 
 
-def kernels() -> dict[str, Any]:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def conv_shift(x_desc, w_desc, y_desc, N, H, W, CO, C: tl.constexpr, KW: tl.constexpr, TAPS: tl.constexpr,
-                   P: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, S: tl.constexpr,
-                   NN: tl.constexpr):
-        rows = N * H * W
-        npm = tl.cdiv(rows, BM)
-        npn = tl.cdiv(CO, BN)
-        t = tl.program_id(0)
-        first = (t // (8 * npn)) * 8
-        gsz = tl.minimum(npm - first, 8)
-        pm = first + (t % (8 * npn)) % gsz
-        pn = (t % (8 * npn)) // gsz
-        offs = pm * BM + tl.arange(0, BM)
-        ow = offs % W
-        oh = (offs // W) % H
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
-        CH: tl.constexpr = C // BK
-        for k in tl.range(0, TAPS * CH, num_stages=S):
-            tap = k // CH
-            c0 = (k - tap * CH) * BK
-            rh = tap // KW
-            rw = tap - rh * KW
-            a = x_desc.load([pm * BM + (rh - P) * W + (rw - P), c0])
-            ih = oh + (rh - P)
-            iw = ow + (rw - P)
-            ok = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-            a = tl.where(ok[:, None], a, 0.0)
-            if NN:
-                b = w_desc.load([tap * C + c0, pn * BN])
-                acc = tl.dot(a, b, acc)
-            else:
-                b = w_desc.load([pn * BN, tap * C + c0])
-                acc = tl.dot(a, b.T, acc)
-        y_desc.store([pm * BM, pn * BN], acc.to(tl.float16))
-
-    @triton.jit
-    def conv_box(x_desc, w_desc, y_desc, N, H, W, CO, C: tl.constexpr, KW: tl.constexpr, TAPS: tl.constexpr,
-                 P: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                 S: tl.constexpr, NN: tl.constexpr):
-        th = tl.cdiv(H, BH)
-        tw = tl.cdiv(W, BW)
-        npm = N * th * tw
-        npn = tl.cdiv(CO, BN)
-        t = tl.program_id(0)
-        first = (t // (8 * npn)) * 8
-        gsz = tl.minimum(npm - first, 8)
-        pm = first + (t % (8 * npn)) % gsz
-        pn = (t % (8 * npn)) // gsz
-        n = pm // (th * tw)
-        r = pm - n * (th * tw)
-        oh0 = (r // tw) * BH
-        ow0 = (r - (r // tw) * tw) * BW
-        acc = tl.zeros((BH * BW, BN), dtype=tl.float32)
-        CH: tl.constexpr = C // BK
-        for k in tl.range(0, TAPS * CH, num_stages=S):
-            tap = k // CH
-            c0 = (k - tap * CH) * BK
-            rh = tap // KW
-            rw = tap - rh * KW
-            a = x_desc.load([n, oh0 + rh - P, ow0 + rw - P, c0]).reshape(BH * BW, BK)
-            if NN:
-                b = w_desc.load([tap * C + c0, pn * BN])
-                acc = tl.dot(a, b, acc)
-            else:
-                b = w_desc.load([pn * BN, tap * C + c0])
-                acc = tl.dot(a, b.T, acc)
-        y_desc.store([n, oh0, ow0, pn * BN], acc.to(tl.float16).reshape(1, BH, BW, BN))
-
-    return {"shift": conv_shift, "box": conv_box}
-
-
 def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int:
+    from probe_io import checked_time, run_meta, write
     import torch
     import triton
-    from triton.testing import do_bench_cudagraph
     from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from conv_box import kernels
 
     import alcop_triton as at
 
     ks = kernels()
-
-    def timed(fn: Callable[[], Any], want: Any) -> float | str:
-        try:
-            got = fn()
-            err = ((got.float() - want).norm() / want.norm()).item()
-            if err > 1e-2:
-                return f"wrong result ({err:.2e})"
-            return 1e3 * do_bench_cudagraph(fn)
-        except Exception as exc:  # compile failure, out of resources: a result
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
 
     rows = []
     for nb, h, w, c, co in LAYERS[:2] if quick else LAYERS:
@@ -150,8 +67,8 @@ def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int
         y = torch.empty(nb, co, h, w, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
         y2, y4 = y.permute(0, 2, 3, 1).reshape(nb * h * w, co), y.permute(0, 2, 3, 1)
         row: dict[str, Any] = {"layer": [nb, h, w, c, co],
-                               "cudnn_us": timed(lambda: torch.nn.functional.conv2d(x, wt, padding=1), want),
-                               "alcop_us": timed(lambda: at.conv2d(x, wt, padding=1), want), "tiles": []}
+                               "cudnn_us": checked_time(lambda: torch.nn.functional.conv2d(x, wt, padding=1), want),
+                               "alcop_us": checked_time(lambda: at.conv2d(x, wt, padding=1), want), "tiles": []}
         for bm, bn, bk, stages, warps in TILES:
             bn = min(bn, co)
             grid_m = triton.cdiv(nb * h * w, bm)
@@ -164,7 +81,7 @@ def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int
                     with at.use_config(cfg):
                         return at.conv2d(x, wt, padding=1)
 
-                entry[f"alcop_{mech}_us"] = timed(generated, want)
+                entry[f"alcop_{mech}_us"] = checked_time(generated, want)
                 # five runs bitwise equal: a pipelined copy that races shows here before it shows in the error
                 runs = [generated().clone() for _ in range(5)]
                 entry[f"alcop_{mech}_runs_differ"] = any(not torch.equal(r, runs[0]) for r in runs[1:])
@@ -175,10 +92,10 @@ def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int
 
                 def shift(xd: Any = xd, wd: Any = wd, yd: Any = yd, nn: bool = nn) -> Any:
                     ks["shift"][(grid_m * triton.cdiv(co, bn),)](xd, wd, yd, nb, h, w, co, c, 3, 9, 1, bm, bn, bk,
-                                                                 stages, nn, num_warps=warps)
+                                                                 stages, 3 if nn else 0, num_warps=warps)
                     return y
 
-                entry[f"shift_{'nn' if nn else 'nt'}_us"] = timed(shift, want)
+                entry[f"shift_{'nn' if nn else 'nt'}_us"] = checked_time(shift, want)
                 for bw in (8, 16):
                     bh = bm // bw
                     xd4 = TensorDescriptor.from_tensor(x4, [1, bh, bw, bk])
@@ -187,20 +104,15 @@ def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int
 
                     def box(xd4: Any = xd4, wd: Any = wd, yd4: Any = yd4, nn: bool = nn, bh: int = bh,
                             bw: int = bw, grid: tuple[int] = grid) -> Any:
-                        ks["box"][grid](xd4, wd, yd4, nb, h, w, co, c, 3, 9, 1, bh, bw, bn, bk, stages, nn,
-                                        num_warps=warps)
+                        ks["box"][grid](xd4, wd, yd4, nb, h, w, h, w, co, c, 3, 9, 1, bh, bw, bn, bk, stages, 0,
+                                        3 if nn else 0, False, num_warps=warps)
                         return y
 
-                    entry[f"box{bh}x{bw}_{'nn' if nn else 'nt'}_us"] = timed(box, want)
+                    entry[f"box{bh}x{bw}_{'nn' if nn else 'nt'}_us"] = checked_time(box, want)
             row["tiles"].append(entry)
             print(row["layer"], row["cudnn_us"], row["alcop_us"], entry, flush=True)
         rows.append(row)
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "alcop": at.__version__, "date": datetime.date.today().isoformat(),
-            "timer": "triton.testing.do_bench_cudagraph, one call on one set of inputs"}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "conv_tma.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    meta = run_meta()
 
     def us(v: Any) -> str:
         return f"{v:.1f}" if isinstance(v, float) else "err"
@@ -218,7 +130,7 @@ def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int
                 ratio = f"{r['cudnn_us'] / v:.3f}x" if isinstance(v, float) and isinstance(r["cudnn_us"], float) else "-"
                 lines.append(f"| {r['layer']} | {us(r['cudnn_us'])} | {us(r['alcop_us'])} | {t['tile']} | "
                              f"{form.removesuffix('_us')} | {us(v)} | {ratio} |")
-    (out / "conv_tma.md").write_text("\n".join(lines) + "\n")
+    write(out_dir, "conv_tma", meta, rows, lines)
     return 0
 
 

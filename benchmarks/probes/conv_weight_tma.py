@@ -3,7 +3,7 @@
     python benchmarks/probes/conv_weight_tma.py OUT_DIR
 
 A hand-written stride-1 3x3 conv (64 x 112 x 112, 128 -> 128 channels, fp16, channels-last) whose A
-tile is a TMA box of the input (``conv_tma.py``'s box form, 128-row boxes 16 x 8 and 8 x 16), with
+tile is a TMA box of the input (``conv_box.py``'s box, 128-row boxes 16 x 8 and 8 x 16), with
 the weight tile copied by TMA three ways: from the (CO, KH*KW*C) matrix (form 0, 2-D), from the
 (KH, KW, CO, C) tensor with a (1, 1, BN, BK) block reshaped to (BN, BK) (form 1: what a descriptor
 over the weight's own dims gives), and from (KH*KW, CO, C) with a (1, BN, BK) block (form 2); each
@@ -14,8 +14,6 @@ with the weight channels-last and NCHW. Normwise error against cuDNN's output
 
 from __future__ import annotations
 
-import datetime
-import json
 import math
 import sys
 from pathlib import Path
@@ -23,57 +21,21 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
-
-def kernel() -> Any:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def box_b(x_desc, w_desc, y_desc, N, H, W, CO, C: tl.constexpr, KW: tl.constexpr, TAPS: tl.constexpr, P: tl.constexpr,
-              BH: tl.constexpr, BW: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, S: tl.constexpr, FORM: tl.constexpr):
-        th = tl.cdiv(H, BH)
-        tw = tl.cdiv(W, BW)
-        npm = N * th * tw
-        npn = tl.cdiv(CO, BN)
-        t = tl.program_id(0)
-        first = (t // (8 * npn)) * 8
-        gsz = tl.minimum(npm - first, 8)
-        pm = first + (t % (8 * npn)) % gsz
-        pn = (t % (8 * npn)) // gsz
-        n = pm // (th * tw)
-        r = pm - n * (th * tw)
-        oh0 = (r // tw) * BH
-        ow0 = (r - (r // tw) * tw) * BW
-        acc = tl.zeros((BH * BW, BN), dtype=tl.float32)
-        CH: tl.constexpr = C // BK
-        for k in tl.range(0, TAPS * CH, num_stages=S):
-            tap = k // CH
-            c0 = (k - tap * CH) * BK
-            rh = tap // KW
-            rw = tap - rh * KW
-            a = x_desc.load([n, oh0 + rh - P, ow0 + rw - P, c0]).reshape(BH * BW, BK)
-            if FORM == 0:   # 2-D weight (CO, TAPS*C)
-                b = w_desc.load([pn * BN, tap * C + c0])
-            elif FORM == 1:  # 4-D weight (KH, KW, CO, C) block (1, 1, BN, BK)
-                b = w_desc.load([rh, rw, pn * BN, c0]).reshape(BN, BK)
-            else:            # 3-D weight (TAPS, CO, C) block (1, BN, BK)
-                b = w_desc.load([tap, pn * BN, c0]).reshape(BN, BK)
-            acc = tl.dot(a, tl.trans(b), acc)
-        y_desc.store([n, oh0, ow0, pn * BN], acc.to(tl.float16).reshape(1, BH, BW, BN))
-
-    return box_b
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main(out_dir: str) -> int:
+    from probe_io import run_meta, write
     import torch
     import triton
     from triton.testing import do_bench_cudagraph
     from triton.tools.tensor_descriptor import TensorDescriptor
 
+    from conv_box import kernels
+
     import alcop_triton as at
 
-    box_b = kernel()
+    box = kernels()["box"]
     nb, h, w, c, co = 64, 112, 112, 128, 128
     x = torch.randn(nb, c, h, w, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
     wt = (torch.randn(co, c, 3, 3, device="cuda", dtype=torch.float16) / math.sqrt(9 * c)).to(
@@ -101,7 +63,8 @@ def main(out_dir: str) -> int:
 
                 def run(xd: Any = xd, wd: Any = wd, yd: Any = yd, bh: int = bh, bw: int = bw, grid: Any = grid,
                         form: int = form, warps: int = warps) -> None:
-                    box_b[grid](xd, wd, yd, nb, h, w, co, c, 3, 9, 1, bh, bw, bn, bk, 3, form, num_warps=warps)
+                    box[grid](xd, wd, yd, nb, h, w, h, w, co, c, 3, 9, 1, bh, bw, bn, bk, 3, 0, form, False,
+                              num_warps=warps)
 
                 y.fill_(float("nan"))
                 run()
@@ -116,18 +79,13 @@ def main(out_dir: str) -> int:
                     return at.conv2d(x, wl, padding=1)
             rows.append({"kernel": f"alcop generated, {name}", "warps": warps, "error": err(gen()),
                          "us": 1e3 * do_bench_cudagraph(gen)})
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "alcop": at.__version__, "date": datetime.date.today().isoformat(),
-            "timer": "triton.testing.do_bench_cudagraph, one call on one set of inputs"}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "conv_weight_tma.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    meta = run_meta()
     lines = [f"# Conv weight tiles by TMA ({meta['device']})", "",
              f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. 64 x 112 x 112, "
              "128 -> 128 channels, 3x3, fp16, tile 128 x 128 x 64, 3 stages.", "",
              "| kernel | warps | normwise error | µs |", "|---|---|---|---|"]
     lines += [f"| {r['kernel']} | {r['warps']} | {r['error']:.1e} | {r['us']:.1f} |" for r in rows]
-    (out / "conv_weight_tma.md").write_text("\n".join(lines) + "\n")
+    write(out_dir, "conv_weight_tma", meta, rows, lines)
     print("\n".join(lines))
     return 0
 

@@ -58,7 +58,7 @@ def _plain_nt() -> Any:
 def main(out_dir: str) -> int:
     import torch
     import triton
-    from triton.testing import do_bench_cudagraph
+    from probe_io import checked_time
     from ws_probe import mm
 
     import alcop_triton as at
@@ -67,24 +67,14 @@ def main(out_dir: str) -> int:
     mm_nt = _plain_nt()
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
-    def timed(fn: Callable[[], Any], want: Any) -> float | str:
-        try:
-            got = fn()
-            err = ((got.float() - want).norm() / want.norm()).item()
-            if err > 1e-2:
-                return f"wrong result ({err:.2e})"
-            return 1e3 * do_bench_cudagraph(fn)
-        except Exception as exc:  # compile failure, out of resources: a result
-            return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
-
     rows = []
     for m, n, k in SHAPES:
         a = torch.randn(m, k, device="cuda", dtype=torch.float16)
         b_nt = torch.randn(n, k, device="cuda", dtype=torch.float16).t()
         b_nn = b_nt.contiguous()
         want = (a.float() @ b_nn.float())
-        row: dict[str, Any] = {"shape": [m, n, k], "torch_nt_us": timed(lambda: torch.matmul(a, b_nt), want),
-                               "torch_nn_us": timed(lambda: torch.matmul(a, b_nn), want), "tiles": []}
+        row: dict[str, Any] = {"shape": [m, n, k], "torch_nt_us": checked_time(lambda: torch.matmul(a, b_nt), want),
+                               "torch_nn_us": checked_time(lambda: torch.matmul(a, b_nn), want), "tiles": []}
         for bm, bn, bk, stages, warps in TILES:
             cfg = KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, smem_stages=stages,
                                async_copy="tma")
@@ -106,9 +96,9 @@ def main(out_dir: str) -> int:
                 mm_nt[grid](a, b_nt.t(), c, m, n, k, bm, bn, bk, stages, num_warps=warps)
                 return c
 
-            entry = {"tile": [bm, bn, bk, stages, warps], "alcop_nt_us": timed(alcop(b_nt), want),
-                     "alcop_nn_us": timed(alcop(b_nn), want), "plain_nn_us": timed(plain, want),
-                     "plain_nt_us": timed(plain_nt, want)}
+            entry = {"tile": [bm, bn, bk, stages, warps], "alcop_nt_us": checked_time(alcop(b_nt), want),
+                     "alcop_nn_us": checked_time(alcop(b_nn), want), "plain_nn_us": checked_time(plain, want),
+                     "plain_nt_us": checked_time(plain_nt, want)}
             row["tiles"].append(entry)
             print(m, n, k, entry, flush=True)
         rows.append(row)

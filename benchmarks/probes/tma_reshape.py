@@ -2,7 +2,7 @@
 
     python benchmarks/probes/tma_reshape.py OUT_DIR
 
-A conv's A tile as a TMA box (``conv_tma.py``'s box form: a [1, BH, BW, BK] block reshaped to
+A conv's A tile as a TMA box (``conv_box.py``'s box: a [1, BH, BW, BK] block reshaped to
 [BH * BW, BK]) gave normwise errors from 2e-5 (fp16 rounding) to 1e-2 in different runs of the same
 kernel (``conv_weight_tma.py``): a race, not a layout error. For a 64 x 112 x 112, 128 -> 128 3x3
 layer (fp16, channels-last, tile 128 x 128 x 64, 3 stages) this runs each variant five times and
@@ -15,8 +15,6 @@ Writes OUT_DIR/tma_reshape.{json,md}.
 
 from __future__ import annotations
 
-import datetime
-import json
 import math
 import sys
 from pathlib import Path
@@ -24,91 +22,20 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
-
-def kernel() -> Any:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def box(x_desc, w_desc, y_desc, N, H, W, CO, C: tl.constexpr, KW: tl.constexpr, TAPS: tl.constexpr,
-            P: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, S: tl.constexpr,
-            VIA_REGS: tl.constexpr, NN: tl.constexpr):
-        th = tl.cdiv(H, BH)
-        tw = tl.cdiv(W, BW)
-        npm = N * th * tw
-        npn = tl.cdiv(CO, BN)
-        t = tl.program_id(0)
-        first = (t // (8 * npn)) * 8
-        gsz = tl.minimum(npm - first, 8)
-        pm = first + (t % (8 * npn)) % gsz
-        pn = (t % (8 * npn)) // gsz
-        n = pm // (th * tw)
-        r = pm - n * (th * tw)
-        oh0 = (r // tw) * BH
-        ow0 = (r - (r // tw) * tw) * BW
-        rows = tl.arange(0, BH * BW)
-        inside = (oh0 + rows // BW < H) & (ow0 + rows % BW < W)
-        acc = tl.zeros((BH * BW, BN), dtype=tl.float32)
-        CH: tl.constexpr = C // BK
-        for k in tl.range(0, TAPS * CH, num_stages=S):
-            tap = k // CH
-            c0 = (k - tap * CH) * BK
-            rh = tap // KW
-            rw = tap - rh * KW
-            a = x_desc.load([n, oh0 + rh - P, ow0 + rw - P, c0]).reshape(BH * BW, BK)
-            if VIA_REGS:
-                a = tl.where(inside[:, None], a, 0.0)
-            if NN:
-                acc = tl.dot(a, w_desc.load([tap * C + c0, pn * BN]), acc)
-            else:
-                acc = tl.dot(a, tl.trans(w_desc.load([pn * BN, tap * C + c0])), acc)
-        y_desc.store([n, oh0, ow0, pn * BN], acc.to(tl.float16).reshape(1, BH, BW, BN))
-
-    @triton.jit
-    def box_forms(x_desc, w_desc, y_desc, N, H, W, OH, OW, CO, C: tl.constexpr, KW: tl.constexpr, TAPS: tl.constexpr,
-                  P: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                  S: tl.constexpr, FORM: tl.constexpr):
-        th = tl.cdiv(OH, BH)
-        tw = tl.cdiv(OW, BW)
-        npm = N * th * tw
-        npn = tl.cdiv(CO, BN)
-        t = tl.program_id(0)
-        first = (t // (8 * npn)) * 8
-        gsz = tl.minimum(npm - first, 8)
-        pm = first + (t % (8 * npn)) % gsz
-        pn = (t % (8 * npn)) // gsz
-        n = pm // (th * tw)
-        r = pm - n * (th * tw)
-        oh0 = (r // tw) * BH
-        ow0 = (r - (r // tw) * tw) * BW
-        acc = tl.zeros((BH * BW, BN), dtype=tl.float32)
-        CH: tl.constexpr = C // BK
-        for k in tl.range(0, TAPS * CH, num_stages=S):
-            tap = k // CH
-            c0 = (k - tap * CH) * BK
-            rh = tap // KW
-            rw = tap - rh * KW
-            if FORM == 0:    # 4-D (N, H, W, C) at (n, oh0 + rh - P, ow0 + rw - P, c0)
-                a = x_desc.load([n, oh0 + rh - P, ow0 + rw - P, c0]).reshape(BH * BW, BK)
-            elif FORM == 1:  # 3-D (N * H, W, C): rows across an image's edge read the next image
-                a = x_desc.load([n * H + oh0 + rh - P, ow0 + rw - P, c0]).reshape(BH * BW, BK)
-            else:            # 4-D over an input padded by P: coordinates never negative
-                a = x_desc.load([n, oh0 + rh, ow0 + rw, c0]).reshape(BH * BW, BK)
-            acc = tl.dot(a, tl.trans(w_desc.load([pn * BN, tap * C + c0])), acc)
-        y_desc.store([n, oh0, ow0, pn * BN], acc.to(tl.float16).reshape(1, BH, BW, BN))
-
-    return box, box_forms
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main(out_dir: str) -> int:
+    from probe_io import run_meta, write
     import torch
     import triton
     from triton.tools.tensor_descriptor import TensorDescriptor
 
+    from conv_box import kernels
+
     import alcop_triton as at
 
-    box, box_forms = kernel()
+    box = kernels()["box"]
     rows: list[dict[str, Any]] = []
 
     def worst(run: Callable[[], Any], want: Any, out: Any) -> float:
@@ -137,8 +64,8 @@ def main(out_dir: str) -> int:
 
             def run(wd: Any = wd, via: bool = via, nn: bool = nn, stages: int = stages, warps: int = warps) -> Any:
                 box[grid](TensorDescriptor.from_tensor(x4, [1, bh, bw, bk]), wd,
-                          TensorDescriptor.from_tensor(y4, [1, bh, bw, bn]), nb, h, w, co, c, 3, 9, 1, bh, bw, bn, bk,
-                          stages, via, nn, num_warps=warps)
+                          TensorDescriptor.from_tensor(y4, [1, bh, bw, bn]), nb, h, w, h, w, co, c, 3, 9, 1, bh, bw,
+                          bn, bk, stages, 0, 3 if nn else 0, via, num_warps=warps)
                 return y
 
             rows.append({"kernel": f"conv {name}", "warps": warps, "worst_error": worst(run, want, y)})
@@ -160,7 +87,7 @@ def main(out_dir: str) -> int:
             outs = []
             for _ in range(5):
                 yy.fill_(float("nan"))
-                box_forms[g](xd, wd, yd, nb, h, w, oh, oh, co, c, 3, 9, p, bh, bw, bn, bk, 3, form, num_warps=warps)
+                box[g](xd, wd, yd, nb, h, w, oh, oh, co, c, 3, 9, p, bh, bw, bn, bk, 3, form, 0, False, num_warps=warps)
                 outs.append(yy.clone())
             ref = torch.nn.functional.conv2d(x, wt, padding=p).float()
             errs = [((o.float() - ref).norm() / ref.norm()).item() for o in outs]
@@ -182,17 +109,13 @@ def main(out_dir: str) -> int:
             errs = [((gen().float() - ref).norm() / ref.norm()).item() for _ in range(5)]
             rows.append({"kernel": name, "warps": warps, "worst_error": max(errs)})
             print(rows[-1], flush=True)
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "alcop": at.__version__, "date": datetime.date.today().isoformat()}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tma_reshape.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    meta = run_meta(None)
     lines = [f"# TMA copies with reshaped blocks, five runs each ({meta['device']})", "",
              f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Largest normwise error of five runs "
              "against a float32 reference (fp16 rounding alone: about 2e-5 for the conv, 3e-4 for the GEMMs).", "",
              "| kernel | warps | worst error | runs differ |", "|---|---|---|---|"]
     lines += [f"| {r['kernel']} | {r['warps']} | {r['worst_error']:.1e} | {r.get('runs_differ', '-')} |" for r in rows]
-    (out / "tma_reshape.md").write_text("\n".join(lines) + "\n")
+    write(out_dir, "tma_reshape", meta, rows, lines)
     return 0
 
 
