@@ -97,8 +97,8 @@ reduction of one or two chunks."""
 
 def dispatch_knobs(op: str, small: bool = False) -> Knobs:
     """``DISPATCH_KNOBS`` (or ``SMALL_PROBLEM_KNOBS``) restricted to what ``op`` can run. Convolutions
-    keep pointer copies: the model knows nothing of a TMA window's box (its waste where a row is not
-    a multiple of 8 wide), so TMA convolutions come from measurements (the table, tuning) only."""
+    keep pointer copies: the model knows nothing of a TMA window's box (its waste where output rows are
+    narrower than the tile), so TMA convolutions come from measurements (the table, tuning) only."""
     knobs = SMALL_PROBLEM_KNOBS if small else DISPATCH_KNOBS
     return dataclasses.replace(knobs, async_copy=("pointer",)) if op in CONV_OPS else knobs
 
