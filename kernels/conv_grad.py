@@ -58,11 +58,17 @@ def _weight_grad_torch(nd: int, stride: tuple[int, ...], pad: tuple[int, ...], d
     return vjp_fn(fn, w)(dy)[0].unflatten(0, (groups, w.shape[0] // groups))
 
 
+def weight_grad_static(nd: int, spatial: bool = True) -> tuple[str, ...]:
+    """Size variables the weight-gradient kernel compiles in: channels and window, as kernels/conv.py does
+    for the forward, and (``spatial``) the input's and output's extents, so that splitting its reduction
+    index into (n, *o) per chunk divides by constants (one variant per layer shape, as cuDNN has)."""
+    sp = [x.upper() for x in SPATIAL[nd]]
+    return ("C", "CO") + tuple(f"K{x}" for x in sp) + (tuple(sp) + tuple(f"O{x}" for x in sp) if spatial else ())
+
+
 def _conv_grad_spec(key: str, p: dict[str, Any]) -> DslKernel:
     nd, dt, groups = p["nd"], p["dtype"], p["groups"]
     s, pad, d = tuple(p["stride"]), tuple(p["pad"]), tuple(p["dilation"])
-    # Channels and window as constants, as kernels/conv.py does for the forward.
-    static = ("C", "CO") + tuple(f"K{x.upper()}" for x in SPATIAL[nd])
     if p["grad"] != "weight":
         raise RuntimeError(f"alcop::conv_grad: no kernel for gradient {p['grad']!r} (key {key!r}); the input "
                            "gradient runs on the forward convolution kernel (input_grad_by_conv)")
@@ -71,7 +77,7 @@ def _conv_grad_spec(key: str, p: dict[str, Any]) -> DslKernel:
         # Columns (kh, kw, c), the channel innermost: with channels a multiple of BLOCK_N each column
         # tile is one window tap (scalar kh, kw), and X's channels-last rows load as vectors.
         m_axes=("co",), n_axes=tuple(f"k{x}" for x in SPATIAL[nd]) + ("c",),
-        reference=functools.partial(_weight_grad_torch, nd, s, pad, d, groups), static=static)
+        reference=functools.partial(_weight_grad_torch, nd, s, pad, d, groups), static=weight_grad_static(nd))
 
 
 register_resolver("alcop::conv_grad", _conv_grad_spec)

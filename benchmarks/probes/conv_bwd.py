@@ -4,10 +4,11 @@
 
 For a few of the suite's layers (channels-last fp16, batch 64) this times cuDNN's input gradient and
 weight gradient separately (``aten.convolution_backward`` with one output mask each), alcop's as its
-backward runs them (``autograd.conv_grads``: input gradient on the forward kernel for stride 1, else
-the DSL kernel; weight gradient as a GEMM over im2col rows), the im2col copy alone, and the weight
-gradient's implicit DSL kernel (``conv_weight_grad_te``: no im2col copy) at a few tiles and split-K
-factors. Timer: ``triton.testing.do_bench_cudagraph`` (one call, one set of inputs); every result is
+backward runs them (``autograd.conv_grads``: the input gradient on the forward kernel, one convolution
+per input phase; the weight gradient as a GEMM over im2col rows or its DSL kernel), the weight
+gradient's DSL kernel as dispatched, and that kernel (``conv_weight_grad_te``: no im2col copy) at a
+few tiles and split-K factors with its sizes compiled in (``weight_grad_static``), the split rule's
+config (``weight_grad_config``) also with the spatial sizes at run time. Timer: ``triton.testing.do_bench_cudagraph`` (one call, one set of inputs); every result is
 checked against cuDNN's first. Writes ``OUT_DIR/conv_bwd.{json,md}``.
 """
 
@@ -41,7 +42,8 @@ def main(out_dir: str, quick: bool = False) -> int:
     from alcop_triton.autograd import conv_grads
     from alcop_triton.build import build
     from alcop_triton.fastpath import launch_kernel
-    from alcop_triton.kernels.conv_grad import conv_weight_grad_kernel, conv_weight_grad_te
+    from alcop_triton.kernels.conv_grad import (conv_weight_grad_kernel, conv_weight_grad_te, weight_grad_config,
+                                                weight_grad_static)
     from alcop_triton.records import KernelConfig
     from alcop_triton.schedule import Schedule
 
@@ -75,18 +77,20 @@ def main(out_dir: str, quick: bool = False) -> int:
             "forward_alcop_us": checked_time(lambda: at.conv2d(x, wt, stride=s, padding=1), None),
             "wgrad_dsl": []}
         inputs, out_te = conv_weight_grad_te(2, "float16", st, pd, (1, 1), 1)
-        for bm, bn, bk, stages, warps, split in WGRAD_TILES:
-            cfg = KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, smem_stages=stages,
-                               split_k=split)
+        rule = weight_grad_config((1, co, 9 * c, nb * oh * ow), torch.cuda.get_device_properties(0).multi_processor_count)
+        tiles = [(KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, smem_stages=stages,
+                               split_k=split), True) for bm, bn, bk, stages, warps, split in WGRAD_TILES]
+        for cfg, spatial in tiles + [(rule, True), (rule, False)]:
             out = torch.empty(1, co, c, 3, 3, device="cuda", dtype=torch.float16)
             sched = Schedule.from_config(out_te, cfg, m_axes=("co",), n_axes=("kh", "kw", "c"))
-            kern = build(sched, inputs + [out_te], static=("C", "CO", "KH", "KW"))
+            kern = build(sched, inputs + [out_te], static=weight_grad_static(2, spatial))
 
             def dsl(kern: Any = kern, out: Any = out) -> Any:
                 launch_kernel(kern, [dy, x, wt, out])
                 return out[0]
 
-            row["wgrad_dsl"].append({"config": str(cfg), "us": checked_time(dsl, want_dw)})
+            name = str(cfg) + ("" if spatial else ", spatial sizes at run time")
+            row["wgrad_dsl"].append({"config": name, "us": checked_time(dsl, want_dw)})
         rows.append(row)
         print(json.dumps(row), flush=True)
     meta = run_meta()
