@@ -87,8 +87,10 @@ def weight_grad_config(view: tuple[int, int, int, int], sms: int) -> KernelConfi
     """The weight-gradient kernel's config for its GEMM view (groups, CO/g, C/g * K, N * O): few output
     tiles over a long reduction, so split-K until about four programs per SM (at most MAX_SPLIT_K, at
     least 8 chunks of 64 per program); 128-wide tiles and 8 warps from 512 output channels, 64 and 4
-    below. On six suite layers (``benchmarks/probes/conv_bwd.py``, H100) this rule's choice was the
-    fastest of twelve configs or within 6% of it."""
+    below. On six suite layers (``benchmarks/probes/conv_bwd.py``, H100, sizes compiled in) it chose the
+    fastest of twelve configs on three, was within 3% on a fourth, 13% behind 64 x 128 tiles on the
+    224-wide layer and 27% behind unsplit 64 x 64 tiles on the 7x7 one (whose short reduction goes to
+    the im2col GEMM)."""
     b, m, n, k = view
     wide = m >= 512
     bm, bn = (min(128 if wide else 64, max(16, triton.next_power_of_2(x))) for x in (m, n))
