@@ -24,8 +24,11 @@ DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
 DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
-MAX_SPLIT_K = 16
-"""Largest split-K factor: beyond it the float32 partial tiles cost more traffic than the split saves."""
+MAX_SPLIT_K = 64
+"""Largest split-K factor a config may have. The tuning space offers up to 8 (``Knobs.split_k``), where a
+GEMM's float32 partial tiles start to cost more traffic than the split saves; a convolution's weight
+gradient (nine 64 x 64 tiles over a reduction of 3.2M rows for a 224-wide layer) goes further
+(``kernels.conv_grad.weight_grad_config``)."""
 
 
 def _pow2(x: int) -> bool:

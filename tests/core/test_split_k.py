@@ -100,8 +100,8 @@ def test_split_config_round_trips_and_older_records_read_back() -> None:
 
 
 @pytest.mark.parametrize("kw,pattern", [
-    ({"split_k": 0}, r"split_k=0: must be an int in \[1, 16\]"),
-    ({"split_k": 17}, r"split_k=17"),
+    ({"split_k": 0}, r"split_k=0: must be an int in \[1, 64\]"),
+    ({"split_k": 65}, r"split_k=65"),
     ({"split_k": True}, r"split_k=True"),
     ({"split_k": 2, "persistent": True}, "split-K programs are one per"),
 ])

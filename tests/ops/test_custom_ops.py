@@ -87,12 +87,12 @@ def test_weight_grad_kernel_with_one_window_tap_per_column_tile(stride: int) -> 
 
 
 @pytest.mark.parametrize("view,sms,want", [
-    ((1, 64, 576, 200704), 132, (64, 64, 4, 16)),    # 9 tiles over 3,136 chunks: the largest split
+    ((1, 64, 576, 200704), 132, (64, 64, 4, 64)),    # 9 tiles over 3,136 chunks: the largest split
     ((1, 256, 2304, 12544), 132, (64, 64, 4, 4)),    # 144 tiles: split until about 4 programs per SM
     ((1, 512, 4608, 50176), 132, (128, 128, 8, 4)),  # 512 channels: wide tiles, 8 warps
     ((1, 512, 4608, 50176), 16, (128, 128, 8, 1)),   # a small GPU is full without a split
     ((1, 64, 576, 960), 132, (64, 64, 4, 1)),        # 15 chunks: halves would be under 8 each
-    ((32, 1, 9, 100352), 132, (16, 16, 4, 16)),      # depthwise: one-channel GEMMs, tiles of the least width
+    ((32, 1, 9, 100352), 132, (16, 16, 4, 32)),      # depthwise: one-channel GEMMs, tiles of the least width
 ])
 def test_weight_grad_config_splits_few_tiles_over_long_reductions(view: tuple[int, int, int, int], sms: int,
                                                                   want: tuple[int, int, int, int]) -> None:
