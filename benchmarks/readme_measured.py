@@ -42,7 +42,7 @@ LATER_SUITES = ("dispatch_h100/report.json", "h200_dispatch/report.json", "conv_
                 "tma_h100/suite_repeat/report.json", "tma_h100/h200_suite/report.json",
                 "fastpath_h100/suite/report.json", "resnet_patch_h100/4_one_call/suite/report.json",
                 "suite_tuned_h100/suite_tuned/report.json", "table_h100_nt_w4/suite/report.json",
-                "conv_tma_h100/suite_final/report.json")
+                "conv_tma_h100/suite_final/report.json", "conv_tma_h100/suite_bwd_split64/report.json")
 # Host-time and end-to-end runs after the headline run (patch mode changed since): each its own run.
 LATER_OVERHEAD = ("callpath_h100/overhead/overhead.json", "turns_h100/overhead/overhead.json",
                   "tma_h100/overhead/overhead.json", "fastpath_h100/overhead/overhead.json",
