@@ -112,9 +112,10 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
         mode = _fastpath_mode.get()
         if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
             return original(*args, **kwargs)
-        if grad_to_torch and torch.is_grad_enabled() and any(
-                type(a) in (torch.Tensor, torch.nn.Parameter) and a.requires_grad for a in (*args[:3], *kwargs.values())):
-            return original(*args, **kwargs)
+        if grad_to_torch and torch.is_grad_enabled():
+            for a in (*args[:3], *kwargs.values()):  # a loop, not any(generator): see above
+                if type(a) in (torch.Tensor, torch.nn.Parameter) and a.requires_grad:
+                    return original(*args, **kwargs)
         if sites and not kwargs and len(args) > 1:
             seen = sites.get(id(args[1]))
             if seen is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import te
-from ..analysis.pipelinable import plain_tile, window_blocks
+from ..analysis.pipelinable import box_blocks, plain_tile, window_blocks
 from ..analysis.plan import PipelinePlan
 from ..loop_ir import Copy, Descriptor, Kernel, Node, Operand, TileIndices, Transformer, find
 
@@ -29,17 +29,10 @@ class SelectAsyncCopy(Transformer):
 
     def __call__(self, k: Kernel) -> Kernel:
         descs = tuple(_operand_descriptor(k, k.operand(role)) for role, m in self.plan.async_copy if m == "tma")
-        a = next((d for d in descs if d.role == "a"), None)
-        m_blocks = {k.operand("a").load.indices[i]: b for i, b in zip(a.dims, a.block)} if a and a.reshaped else {}
-        if len(k.axes["m"]) > 1 and "BLOCK_M" in m_blocks.values():
-            self.box = tuple(_box_of(k, m_blocks, ax) for ax in k.axes["m"])
+        if len(k.axes["m"]) > 1 and any(d.role == "a" for d in descs) and not plain_tile(k, k.operand("a"))[0]:
+            self.box = box_blocks(k.axes["m"])  # the box window_blocks copied A's tiles in
         out = _store_descriptor(k) if descs else None
         return k.replace(body=self.visit_body(k.body), descriptors=descs + ((out,) if out else ()))
-
-
-def _box_of(k: Kernel, blocks: dict[te.Expr, str], axis: str) -> str:
-    """The box's extent along M axis ``axis``: the block of the descriptor dim it indexes."""
-    return next((b for idx, b in blocks.items() if b != "1" and axis in te.free_vars(idx)), "1")
 
 
 def _operand_descriptor(k: Kernel, o: Operand) -> Descriptor:
