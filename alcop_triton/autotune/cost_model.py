@@ -67,8 +67,8 @@ class XGBoostCostModel:
 
     The features of the space (up to ``FULL_SCORING_LIMIT`` configs) and the pretraining are computed
     in a background thread that starts here: a tuning run measures its seeds meanwhile (the wait for
-    the measurement process releases the interpreter), and the first ``fit`` or ``predict`` waits for
-    it. The results are the same as computed in line.
+    the measurement process releases the interpreter), and the first prediction waits for it (``fit``
+    only keeps the measurements, which the next prediction applies in one update).
     """
 
     def __init__(self, space: ConfigSpace, *, pretrain: bool, seed: int = 0, pretrain_size: int = 2048) -> None:
@@ -90,6 +90,7 @@ class XGBoostCostModel:
         # Scores are memoised until the next fit where the space is not scored whole: the optimizer
         # asks about the same configs often, and featurizing runs the analytical model for each.
         self._scores: dict[KernelConfig, float] = {}
+        self._pending: tuple[list[KernelConfig], list[float]] | None = None  # measurements ``fit`` has not applied
         pool = ThreadPoolExecutor(1, thread_name_prefix="alcop-cost-model")
         self._ready: Future[None] | None = pool.submit(self._prepare, pretrain, seed, pretrain_size)
         pool.shutdown(wait=False)  # the thread ends with its one task
@@ -121,18 +122,28 @@ class XGBoostCostModel:
             ready.result()  # re-raises what the background thread raised
 
     def fit(self, configs: Sequence[KernelConfig], scores: Sequence[float]) -> None:
+        # Kept until a prediction needs them: a tuning run's first batches are dispatch's seeds, which no
+        # model proposes, so the background preparation goes on while they are measured, and their
+        # measurements are boosted in one update rather than one per batch.
+        if not self._trained and len(configs) < 2:
+            return  # a ranking model needs two configs to rank
+        self._pending = (list(configs), list(scores))
+        self._trained = True
+
+    def _apply_fit(self) -> None:
         from ..model.data import Measurement
 
         self._wait()
-        if not self._trained and len(configs) < 2:
-            return  # a ranking model needs two configs to rank
+        if self._pending is None:
+            return
+        configs, scores = self._pending
+        self._pending = None
         flops = self.space.workload.flops
         new = [Measurement(self.space.workload, c, flops / s if s > 0 else None, None if s > 0 else "failed")
                for c, s in zip(configs[self._fitted:], scores[self._fitted:])]
         if new:
             self._model.update(new)
             self._fitted = len(configs)
-            self._trained = True
             self._scores.clear()
             self._all = None
 
@@ -143,7 +154,7 @@ class XGBoostCostModel:
     def predict(self, configs: Sequence[KernelConfig]) -> np.ndarray:
         if not self._trained:
             return np.zeros(len(configs))
-        self._wait()
+        self._apply_fit()
         if self._x is not None and (configs is self.space.configs or all(c in self.space for c in configs)):
             if self._all is None:
                 self._all = self._model.predict_features(self._x)

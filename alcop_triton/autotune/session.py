@@ -136,7 +136,9 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
             # workers compile it while the learned model is pretrained.
             with timings.phase("model"):
                 first = seeds[:batch_size]
-                if tuner in ("analytical", "analytical+xgb"):
+                if tuner in ("analytical", "analytical+xgb") and len(first) < batch_size:
+                    # Ranked only when the seeds leave room: ranking runs the analytical model over the
+                    # whole space, which the learned model's background thread does meanwhile otherwise.
                     first += [c for c in space.ranked()[:batch_size] if c not in first][: batch_size - len(first)]
                 pool.submit(first)
         with timings.phase("model"):

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
 import operator
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+import numpy as np
 
 from ..errors import ScheduleError, TuningError
 from ..records import KernelConfig, Workload
@@ -45,21 +46,21 @@ _LOCKS = threading.Lock()  # guards the creation of each space's own lock (``Con
 
 
 class Candidate(NamedTuple):
-    """One combination of knob values before it is made a ``KernelConfig`` (fields as ``KNOB_NAMES``):
-    what ``shape_reason`` and ``variant_ok`` read. Most combinations of a space fail those rules, and
-    a tuple is much cheaper to make than a validated ``KernelConfig``."""
+    """Knob values before they are made a ``KernelConfig`` (fields as ``KNOB_NAMES``): what ``shape_reason``
+    and ``variant_ok`` read. One combination (ints, a str, a bool), or numpy columns of a whole product of
+    knob values (``_survivors``), which the same rules prune elementwise."""
 
-    block_m: int
-    block_n: int
-    block_k: int
-    group_m: int
-    num_warps: int
-    smem_stages: int
-    reg_stages: int
-    reg_split: int
-    async_copy: str
-    persistent: bool
-    split_k: int
+    block_m: Any
+    block_n: Any
+    block_k: Any
+    group_m: Any
+    num_warps: Any
+    smem_stages: Any
+    reg_stages: Any
+    reg_split: Any
+    async_copy: Any
+    persistent: Any
+    split_k: Any
 
 
 @dataclass(frozen=True)
@@ -108,12 +109,12 @@ CONV_OPS = ("conv1d", "conv2d", "conv3d")
 channels-last input (``analysis.window_blocks``; ``shape_reason`` prunes the other layers' TMA configs)."""
 
 
-def variant_ok(config: KernelConfig | Candidate, variant: str) -> bool:
-    """Whether ``config`` belongs to an ablation variant."""
+def variant_ok(config: KernelConfig | Candidate, variant: str) -> Any:
+    """Whether ``config`` belongs to an ablation variant (elementwise where its knobs are numpy columns)."""
     if variant == "none":
-        return config.smem_stages == 1 and config.reg_stages == 1
+        return (config.smem_stages == 1) & (config.reg_stages == 1)
     if variant == "double_buffer":
-        return config.smem_stages == 2 and config.reg_stages == 1
+        return (config.smem_stages == 2) & (config.reg_stages == 1)
     if variant == "smem_multistage":
         return config.reg_stages == 1
     if variant == "full":
@@ -132,58 +133,80 @@ def _cc_tuple(cc: Any) -> tuple[int, int]:
     return int(cc[0]), int(cc[1])
 
 
+def _cdiv(a: Any, b: Any) -> Any:
+    # Ceiling division of ints or of numpy int columns alike.
+    return -(-a // b)
+
+
+Rule = tuple[str, Callable[[Any], Any]]
+
+
 @functools.lru_cache(maxsize=64)
-def _tile_limits(workload: Workload) -> tuple[int, int, int, int, int, int, int]:
-    """The workload's GEMM dims and the largest useful tile per dim: ``shape_reason`` runs once per
-    candidate (hundreds of thousands per space), these once per workload."""
+def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
+    """``shape_reason``'s rules in order: (reason, test). A test reads a config's knobs as attributes and uses
+    only operators that work on ints and on numpy columns alike, so the same rule prunes one config
+    (``shape_reason``) or a whole product of knob values at once (``ConfigSpace.build``)."""
     batch, m, n, k = workload.gemm_dims()
-    return batch, m, n, k, max(16, _next_pow2(m)), max(16, _next_pow2(n)), max(16, _next_pow2(k))
+    top_m, top_n, top_k = (max(16, _next_pow2(d)) for d in (m, n, k))
+    conv = workload.op in CONV_OPS
+
+    def tiles(c: Any) -> Any:
+        return batch * _cdiv(m, c.block_m) * _cdiv(n, c.block_n)
+
+    def trips(c: Any) -> Any:  # chunks of one program (one split-K slice)
+        return _cdiv(_cdiv(k, c.block_k), c.split_k)
+
+    rules: list[Rule] = [
+        ("tile larger than the problem", lambda c: (c.block_m > top_m) | (c.block_n > top_n) | (c.block_k > top_k))]
+    if spec is not None:
+        sms = spec.num_sms
+        rules += [
+            ("split-K with enough tiles to fill the GPU", lambda c: (c.split_k > 1) & (tiles(c) >= sms)),
+            # half the split would already fill the GPU: the extra slices only add partial-sum traffic
+            ("split-K beyond filling the GPU", lambda c: (c.split_k > 1) & (tiles(c) * (c.split_k // 2) >= sms))]
+    rules += [
+        ("split-K slices shorter than two chunks", lambda c: (c.split_k > 1) & (trips(c) < 2)),
+        # The register prologue would sit inside the flattened tile loop; on the GPU the register
+        # level loses to shared-only pipelining anyway (benchmarks/results/pipeline_variants.md).
+        ("register prefetch in a persistent tile loop", lambda c: c.persistent & (c.reg_stages > 1))]
+    if conv:
+        # Measured on the H100: persistent convolutions lose on every layer of the conv grid
+        # (benchmarks/results/conv_variants.md), by 20-70x where the model ranked them first (a
+        # conv3d 3x3x3 layer: 62 ms against 0.9 ms with one program per tile).
+        rules.append(("persistent convolution", lambda c: c.persistent))
+    if spec is not None:
+        rules += [
+            ("persistent with no more tiles than SMs", lambda c: c.persistent & (tiles(c) <= sms)),
+            # a persistent program's flattened loop runs every chunk of its tiles
+            ("more smem stages than reduction steps", lambda c: (c.smem_stages > 1) & (
+                c.smem_stages > trips(c) * (1 + c.persistent * (_cdiv(tiles(c), sms) - 1))))]
+    else:  # without a GPU the tiles per program are unknown: a persistent config keeps its stages
+        rules.append(("more smem stages than reduction steps",
+                      lambda c: (c.smem_stages > 1) & (c.smem_stages > trips(c)) & np.logical_not(c.persistent)))
+    rules += [
+        ("reg_split without register prefetch", lambda c: (c.reg_split > 1) & (c.reg_stages == 1)),
+        ("more register stages than sub-tiles",
+         lambda c: (c.reg_stages > 1) & (c.reg_stages > c.reg_split * _cdiv(k, c.block_k))),
+        ("more warps than the tile can feed", lambda c: c.num_warps > np.maximum(2, c.block_m * c.block_n // 256))]
+    if spec is not None and _cc_tuple(spec.cc) < (9, 0):
+        rules.append(("tma needs sm90", lambda c: c.async_copy == "tma"))
+    if conv:
+        p = workload.conv_params()
+        channels = p["ci"] // p["groups"]
+        # else the plan copies with pointers: the same kernel as the pointer config, measured twice
+        reason = "TMA convolution windows need stride 1, channels last and channels a multiple of BLOCK_K"
+        if p["stride"] != 1 or workload.layout != "nhwc":
+            rules.append((reason, lambda c: c.async_copy == "tma"))
+        else:
+            rules.append((reason, lambda c: (c.async_copy == "tma") & (channels % c.block_k != 0)))
+    return tuple(rules)
 
 
 def shape_reason(workload: Workload, c: KernelConfig | Candidate, spec: Any | None) -> str | None:
     """Why a config is pointless or impossible for this shape/GPU before any model runs, or None."""
-    batch, m, n, k, top_m, top_n, top_k = _tile_limits(workload)
-    if c.block_m > top_m or c.block_n > top_n or c.block_k > top_k:
-        return "tile larger than the problem"
-    trips = math.ceil(math.ceil(k / c.block_k) / c.split_k)  # chunks of one program (one split-K slice)
-    if c.split_k > 1:
-        tiles = batch * math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
-        if spec is not None and tiles >= spec.num_sms:
-            return "split-K with enough tiles to fill the GPU"
-        if spec is not None and tiles * (c.split_k // 2) >= spec.num_sms:
-            # half the split would already fill the GPU: the extra slices only add partial-sum traffic
-            return "split-K beyond filling the GPU"
-        if trips < 2:
-            return "split-K slices shorter than two chunks"
-    if c.persistent and c.reg_stages > 1:
-        # The register prologue would sit inside the flattened tile loop; on the GPU the register
-        # level loses to shared-only pipelining anyway (benchmarks/results/pipeline_variants.md).
-        return "register prefetch in a persistent tile loop"
-    if c.persistent and workload.op.startswith("conv"):
-        # Measured on the H100: persistent convolutions lose on every layer of the conv grid
-        # (benchmarks/results/conv_variants.md), by 20-70x where the model ranked them first (a
-        # conv3d 3x3x3 layer: 62 ms against 0.9 ms with one program per tile).
-        return "persistent convolution"
-    if c.persistent and spec is not None:
-        tiles = batch * math.ceil(m / c.block_m) * math.ceil(n / c.block_n)
-        if tiles <= spec.num_sms:
-            return "persistent with no more tiles than SMs"
-        trips *= math.ceil(tiles / spec.num_sms)  # the flattened loop runs every chunk of a program's tiles
-    if c.smem_stages > 1 and c.smem_stages > trips and not (c.persistent and spec is None):
-        return "more smem stages than reduction steps"
-    if c.reg_split > 1 and c.reg_stages == 1:
-        return "reg_split without register prefetch"
-    if c.reg_stages > 1 and c.reg_stages > c.reg_split * math.ceil(k / c.block_k):
-        return "more register stages than sub-tiles"
-    if c.num_warps > max(2, c.block_m * c.block_n // 256):
-        return "more warps than the tile can feed"
-    if c.async_copy == "tma" and spec is not None and _cc_tuple(spec.cc) < (9, 0):
-        return "tma needs sm90"
-    if c.async_copy == "tma" and workload.op in CONV_OPS:
-        p = workload.conv_params()
-        if p["stride"] != 1 or workload.layout != "nhwc" or (p["ci"] // p["groups"]) % c.block_k:
-            # else the plan copies with pointers: the same kernel as the pointer config, measured twice
-            return "TMA convolution windows need stride 1, channels last and channels a multiple of BLOCK_K"
+    for reason, test in _shape_rules(workload, spec):
+        if test(c):
+            return reason
     return None
 
 
@@ -256,29 +279,7 @@ class ConfigSpace:
             raise ScheduleError(f"variant {variant!r} is unknown; expected one of {VARIANTS}")
         knobs = knobs or Knobs()
         pruned: Counter[str] = Counter()
-        candidates: list[KernelConfig] = []
-        bad = _invalid_values(knobs)
-        batch, m, n, k = workload.gemm_dims()
-        splits = [s for s in knobs.split_k if s > 1]
-        # The tile rule on its own knobs first: on small problems it removes most of the product, which
-        # then is never built config by config (the count covers every combination it removes).
-        axes = knobs.values()[:-1]
-        fits = [tuple(v for v in axes[i] if v <= max(16, _next_pow2(dim))) for i, dim in enumerate((m, n, k))]
-        whole = math.prod(len(v) for v in axes) * len(knobs.split_k)
-        kept = math.prod(len(v) for v in fits + axes[3:]) * len(knobs.split_k)
-        if whole > kept:
-            pruned["tile larger than the problem"] += whole - kept
-        for values in itertools.product(*fits, *axes[3:]):
-            kw = dict(zip(KNOB_NAMES, values))
-            tiles = batch * math.ceil(m / kw["block_m"]) * math.ceil(n / kw["block_n"])
-            if 1 in knobs.split_k:
-                candidates += _one(workload, kw | {"split_k": 1}, spec, variant, pruned, bad)
-            if spec is not None and tiles >= spec.num_sms:
-                # split-K only for few tiles: counted in bulk, since most of a large grid's combinations land here
-                pruned["split-K with enough tiles to fill the GPU"] += len(splits)
-                continue
-            for sk in splits:
-                candidates += _one(workload, kw | {"split_k": sk}, spec, variant, pruned, bad)
+        candidates = _survivors(workload, spec, knobs, variant, pruned)
         if not candidates:
             raise TuningError(f"no config of {knobs} fits {workload.key()} (variant {variant!r}); widen the knobs")
         configs = candidates
@@ -399,27 +400,37 @@ def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
     return frozenset(bad)
 
 
-def _one(workload: Workload, kw: dict[str, Any], spec: Any, variant: str, pruned: Counter[str],
-         bad: frozenset[tuple[str, type, Any]]) -> list[KernelConfig]:
-    """``[config]`` if the knob values make a valid config that passes the shape rules and the variant, else []
-    (with the reason counted in ``pruned``). ``bad``: ``_invalid_values`` of the knobs.
+def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned: Counter[str]) -> list[KernelConfig]:
+    """Every combination of ``knobs`` that makes a valid config passing the shape rules and the variant, in
+    grid order, each refused one counted in ``pruned`` under its first failing rule: the tile rule, split-K
+    on a full grid, ``KernelConfig``'s own checks (``_invalid_values`` and its two combination rules), then
+    the other shape rules and the variant, as making each config first and asking ``shape_reason`` gives.
 
-    The rules run on a ``Candidate`` and only a survivor is made a ``KernelConfig``, whose checks then
-    cannot fail: the outcome and the reason counted are those of making the config first.
-    """
-    if (kw["persistent"] and kw["split_k"] > 1) or kw["block_k"] // kw["reg_split"] < 16 \
-            or (bad and any((name, type(v), v) in bad for name, v in kw.items())):
-        # KernelConfig would refuse these; skipping them here keeps large grids fast to enumerate
-        pruned["invalid knob combination"] += 1
-        return []
-    c = Candidate(**kw)
-    why = shape_reason(workload, c, spec)
-    if why is None and not variant_ok(c, variant):
-        why = f"outside variant {variant!r}"
-    if why is not None:
-        pruned[why] += 1
-        return []
-    return [KernelConfig(**kw)]
+    The rules run on numpy columns of the whole product (a large GEMM's space is 345,600 combinations),
+    and only survivors are made ``KernelConfig``s, whose checks then cannot fail."""
+    values = knobs.values()
+    grid = np.indices([len(v) for v in values]).reshape(len(values), -1)  # itertools.product's order
+    c = Candidate(*(np.asarray(v)[i] for v, i in zip(values, grid)))
+    bad = _invalid_values(knobs)
+    invalid = (c.persistent & (c.split_k > 1)) | (c.block_k // c.reg_split < 16)
+    for name, column, vals in zip(KNOB_NAMES, c, values):
+        refused = [v for v in vals if (name, type(v), v) in bad]
+        if refused:
+            invalid = invalid | np.isin(column, refused)
+    rules = _shape_rules(workload, spec)
+    first = ("tile larger than the problem", "split-K with enough tiles to fill the GPU")
+    ordered = [r for r in rules if r[0] in first] + [("invalid knob combination", lambda _: invalid)] \
+        + [r for r in rules if r[0] not in first] + [(f"outside variant {variant!r}", lambda c: np.logical_not(
+            variant_ok(c, variant)))]
+    alive = np.ones(grid.shape[1], dtype=bool)
+    for reason, test in ordered:
+        hit = alive & test(c)
+        count = int(np.count_nonzero(hit))
+        if count:
+            pruned[reason] += count
+            alive &= ~hit
+    keep = [column[alive].tolist() for column in c]
+    return [KernelConfig(**dict(zip(KNOB_NAMES, row))) for row in zip(*keep)]
 
 
 def _reason_class(reason: str) -> str:

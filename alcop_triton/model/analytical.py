@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -102,7 +103,7 @@ def pipeline_latency(t_load: float, t_use: float, n_loop: int, n_pipe: float, n_
     return (t_load + t_use) * n_loop / n_pipe
 
 
-def mma_path(config: KernelConfig, spec: GPUSpec) -> str:
+def mma_path(config: KernelConfig | _TileKnobs, spec: GPUSpec) -> str:
     """The MMA instruction family Triton emits for this tile.
 
     Triton uses wgmma (MMAv3) only when whole warpgroups exist (num_warps % 4 == 0) and the tile
@@ -113,7 +114,7 @@ def mma_path(config: KernelConfig, spec: GPUSpec) -> str:
     return "mma_sync"
 
 
-def _warp_grid(config: KernelConfig, path: str) -> tuple[int, int]:
+def _warp_grid(config: KernelConfig | _TileKnobs, path: str) -> tuple[int, int]:
     """Warps (or warpgroups for wgmma) along M and N, as Triton's warpsPerTile V2/V3 assign them."""
     bm, bn, w = config.block_m, config.block_n, config.num_warps
     if path == "wgmma":
@@ -129,7 +130,7 @@ def _warp_grid(config: KernelConfig, path: str) -> tuple[int, int]:
     return wm, wn
 
 
-def _operand_smem_reads(config: KernelConfig, path: str, k: int, eb: int) -> float:
+def _operand_smem_reads(config: KernelConfig | _TileKnobs, path: str, k: int, eb: int) -> float:
     """Bytes the MMAs read from shared memory for a k-slice of one block.
 
     wgmma: each warpgroup reads its A rows once and B once per m64 instruction. mma.sync: each
@@ -153,14 +154,34 @@ def resources(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Resour
     for pointer loads,
     and a fixed base. More than ``spec.max_regs_per_thread`` would spill and is treated as invalid.
     """
-    return _resources(workload.elem_bytes, config, spec)
+    c = config
+    return _resources(workload.elem_bytes, _TileKnobs(c.block_m, c.block_n, c.block_k, c.num_warps, c.smem_stages,
+                                                      c.reg_stages, c.reg_split, c.async_copy, c.persistent), spec)
+
+
+class _TileKnobs(NamedTuple):
+    """The knobs a block's resources depend on (all but ``group_m`` and ``split_k``): ``_resources``'s key."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    smem_stages: int
+    reg_stages: int
+    reg_split: int
+    async_copy: str
+    persistent: bool
+
+    @property
+    def sub_k(self) -> int:
+        return self.block_k // self.reg_split
 
 
 @lru_cache(maxsize=1 << 17)
-def _resources(eb: int, config: KernelConfig, spec: GPUSpec) -> Resources:
+def _resources(eb: int, c: _TileKnobs, spec: GPUSpec) -> Resources:
     """``resources`` of one element size: the workload's shape does not enter, so a space's build, its
-    estimates and the cost model's features share one evaluation per config."""
-    c = config
+    estimates and the cost model's features share one evaluation per tile (configs that differ in
+    ``group_m`` or ``split_k`` only share it too)."""
     path = mma_path(c, spec)
     threads = 32 * c.num_warps
     stage = (c.block_m * c.block_k + c.block_k * c.block_n) * eb
