@@ -23,7 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any, Callable, Iterable, Sequence
 
@@ -95,6 +95,7 @@ class CompilePool:
         self._pool: ProcessPoolExecutor | None = None
         self._futures: dict[KernelConfig, Future[str | None]] = {}
         self.errors: dict[KernelConfig, str] = {}
+        self._ended: set[KernelConfig] = set()  # configs whose compile ended (counted in compiled or errors)
         self.compiled = 0
 
     def __enter__(self) -> "CompilePool":
@@ -124,15 +125,21 @@ class CompilePool:
                     self._restart()
                     self._futures[c] = self._pool.submit(_compile, self.compiler, wd, c.to_dict(), self.device)
 
-    def wait(self, configs: Sequence[KernelConfig]) -> None:
-        """Compile ``configs`` (queuing those not queued) and return when all are done or ``timeout_s`` passed."""
+    def wait(self, configs: Sequence[KernelConfig], *, first: bool = False) -> list[KernelConfig]:
+        """Compile ``configs`` (queuing those not queued) and return those whose compile ended: all of
+        them, or with ``first`` as soon as one has. After ``timeout_s`` without that, every config is
+        returned: what is not compiled by then is left to the measurer."""
         self.submit(configs)
-        futures = [self._futures[c] for c in configs]
-        wait_futures(futures, timeout=self.timeout_s)
+        futures = {self._futures[c]: c for c in configs}
+        done, _ = wait_futures(futures, timeout=self.timeout_s, return_when=FIRST_COMPLETED if first else ALL_COMPLETED)
+        if not done:
+            return list(configs)
         broken = False
-        for c, f in zip(configs, futures):
-            if not f.done():
+        for f in done:
+            c = futures[f]
+            if c in self._ended:
                 continue
+            self._ended.add(c)
             try:
                 err = f.result()
             except Exception as exc:  # noqa: BLE001 - BrokenProcessPool: a worker died
@@ -143,6 +150,7 @@ class CompilePool:
                 self.errors[c] = err
         if broken:
             self._restart()
+        return [c for c in configs if c in self._ended] if first else list(configs)
 
     def _restart(self) -> None:
         """A fresh pool; configs whose compile was lost with the old one may be queued again."""
@@ -171,11 +179,13 @@ Lookahead = Callable[[], Sequence[KernelConfig]]
 
 
 class PrecompilingMeasurer:
-    """A measurer whose batches are compiled by a ``CompilePool`` first.
+    """A measurer whose configs are compiled by a ``CompilePool`` first.
 
-    After a batch is compiled, the configs ``lookahead()`` names (what the tuner would propose next)
-    are queued, so the workers compile the next batch's likely members while this one is measured.
-    ``compile_s`` and ``measure_s`` add up the time spent waiting on each.
+    A batch is measured as its compiles end: each wait returns the configs compiled so far, which are
+    measured while the workers compile the rest. After the first of a batch is ready, the configs
+    ``lookahead()`` names (what the tuner would propose next) are queued, so the workers compile the
+    next batch's likely members while this one is measured. ``compile_s`` and ``measure_s`` add up
+    the time spent waiting on each.
     """
 
     def __init__(self, inner: Any, pool: CompilePool, lookahead: Lookahead | None = None) -> None:
@@ -185,16 +195,23 @@ class PrecompilingMeasurer:
         self.measure_s = 0.0
 
     def measure(self, configs: Sequence[KernelConfig], on_result: Any = None) -> list[Any]:
-        t0 = time.perf_counter()
-        self.pool.wait(configs)
-        t1 = time.perf_counter()
-        if self.lookahead is not None:
-            self.pool.submit(self.lookahead())
-        self.compile_s += t1 - t0
-        try:
-            return list(self.inner.measure(configs, on_result))
-        finally:
-            self.measure_s += time.perf_counter() - t1
+        results: list[Any] = []
+        left = list(dict.fromkeys(configs))
+        ahead = self.lookahead
+        while left:
+            t0 = time.perf_counter()
+            ready = set(self.pool.wait(left, first=True))
+            t1 = time.perf_counter()
+            self.compile_s += t1 - t0
+            if ahead is not None:
+                self.pool.submit(ahead())
+                ahead = None
+            try:
+                results += self.inner.measure([c for c in left if c in ready], on_result)
+            finally:
+                self.measure_s += time.perf_counter() - t1
+            left = [c for c in left if c not in ready]
+        return results
 
 
 __all__ = ["CompilePool", "DEFAULT_COMPILER", "PrecompilingMeasurer", "compile_config", "default_workers"]

@@ -132,10 +132,10 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
                 seeds = [c for c in Dispatcher(db).seeds(workload, target.spec) if c in space][
                     : SEED_BATCHES * batch_size]
         if pool is not None:
-            # The first batch: the seeds, then (for the analytical tuners) the model's favourites. The
-            # workers compile it while the learned model is pretrained.
+            # The first batches: every seed, then (for the analytical tuners, where the seeds do not fill a
+            # batch) the model's favourites. The workers compile them while the learned model is pretrained.
             with timings.phase("model"):
-                first = seeds[:batch_size]
+                first = list(seeds)
                 if tuner in ("analytical", "analytical+xgb") and len(first) < batch_size:
                     # Ranked only when the seeds leave room: ranking runs the analytical model over the
                     # whole space, which the learned model's background thread does meanwhile otherwise.

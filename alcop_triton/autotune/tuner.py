@@ -59,6 +59,11 @@ from .timing import Timings
 
 TUNERS: tuple[str, ...] = ("grid", "random", "xgb", "analytical", "analytical+xgb")
 
+LOOKAHEAD_BATCHES = 2
+"""Batches of likely next proposals a tuner names as ``upcoming`` (compiled ahead while a batch is measured):
+two batches of eight keep a 16-core host's compile workers busy, and a refit model's next batch often
+differs from the one it was guessed from."""
+
 
 @dataclass(frozen=True)
 class Trial:
@@ -159,16 +164,21 @@ class Tuner(ABC):
 
     def next_batch(self, n: int) -> list[KernelConfig]:
         """Up to ``n`` unvisited configs to measure next: pending seeds first, then the tuner's own
-        ``propose`` (which sets ``upcoming``; seeds still pending lead it)."""
+        ``propose`` (which sets ``upcoming``; seeds still pending lead it). A batch of the last seeds
+        names the analytical model's best unvisited configs as upcoming (where the space has a GPU
+        spec): the tuner's first proposals, made after these are measured, lean on the same prior."""
         pending = [c for c in self.seed_configs if c not in self.visited]
         batch = pending[:n]
         # Marked at once so that ``propose`` does not pick them too (``tune`` marks the whole batch as well).
         self.visited.update(batch)
         if len(batch) < n:
             batch += self.propose(n - len(batch))
+        elif len(pending) <= n and self.space.spec is not None:
+            self.upcoming = [c for c in self.space.ranked()[: LOOKAHEAD_BATCHES * n + len(self.visited)]
+                             if c not in self.visited]
         else:
             self.upcoming = []
-        self.upcoming = (pending[n:] + self.upcoming)[:n]
+        self.upcoming = (pending[n:] + self.upcoming)[: LOOKAHEAD_BATCHES * n]
         return batch
 
     @abstractmethod
@@ -269,7 +279,7 @@ class FixedOrderTuner(Tuner):
         """Every config of the space, in proposal order."""
 
     def propose(self, n: int) -> list[KernelConfig]:
-        ahead = [c for c in self._order if c not in self.visited][: 2 * n]
+        ahead = [c for c in self._order if c not in self.visited][: (1 + LOOKAHEAD_BATCHES) * n]
         self.upcoming = ahead[n:]
         return ahead[:n]
 
@@ -326,9 +336,9 @@ class ModelBasedTuner(Tuner):
         # worth more than random configs (and the 10-trial budget is what users feel).
         n_random = min(n, stochastic_round(self.eps * n, self.rng)) if self.trials else 0
         best_seen = [t.config for t in sorted(self.trials, key=lambda t: -t.throughput)[:16] if t.throughput > 0]
-        # Twice as many maxima as needed: the rest are the likely members of the next batch.
-        ranked = self.optimizer.find_maximums(self.model.predict, 2 * (n - n_random), self.visited, self.rng,
-                                              best_seen)
+        # More maxima than needed: the rest are the likely members of the next batches.
+        ranked = self.optimizer.find_maximums(self.model.predict, (1 + LOOKAHEAD_BATCHES) * (n - n_random),
+                                              self.visited, self.rng, best_seen)
         picks, self.upcoming = ranked[: n - n_random], ranked[n - n_random:]
         # Exploration slots, and any the optimizer could not fill, get uniform random configs.
         if len(picks) < n:  # (the unvisited remainder is listed only then: a pass over the whole space)

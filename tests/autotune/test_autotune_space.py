@@ -196,7 +196,7 @@ MIXED = Knobs(block_m=(16, 24, 64), block_n=(32, 64), block_k=(16, 64), group_m=
               persistent=(False, True), split_k=(1, 2))
 
 
-def _config_first(w: Workload, knobs: Knobs, variant: str) -> tuple[list[KernelConfig], dict[str, int]]:
+def _config_first(w: Workload, knobs: Knobs, variant: str, spec=SPEC) -> tuple[list[KernelConfig], dict[str, int]]:
     """The space as making each combination a KernelConfig first gives it: the two rules counted in bulk
     (tile size, split-K on a full grid), then KernelConfig's checks, then the shape rules and the variant."""
     import itertools
@@ -213,7 +213,7 @@ def _config_first(w: Workload, knobs: Knobs, variant: str) -> tuple[list[KernelC
         if any(kw[b] > max(16, _next_pow2(d)) for b, d in (("block_m", m), ("block_n", n), ("block_k", k))):
             pruned["tile larger than the problem"] += 1
             continue
-        if kw["split_k"] > 1 and tiles >= SPEC.num_sms:
+        if spec is not None and kw["split_k"] > 1 and tiles >= spec.num_sms:
             pruned["split-K with enough tiles to fill the GPU"] += 1
             continue
         try:
@@ -221,7 +221,7 @@ def _config_first(w: Workload, knobs: Knobs, variant: str) -> tuple[list[KernelC
         except ScheduleError:
             pruned["invalid knob combination"] += 1
             continue
-        why = shape_reason(w, c, SPEC) or (None if variant_ok(c, variant) else f"outside variant {variant!r}")
+        why = shape_reason(w, c, spec) or (None if variant_ok(c, variant) else f"outside variant {variant!r}")
         if why is None:
             kept.append(c)
         else:
@@ -229,13 +229,18 @@ def _config_first(w: Workload, knobs: Knobs, variant: str) -> tuple[list[KernelC
     return kept, dict(pruned)
 
 
-@pytest.mark.parametrize("shape", [(96, 200, 512), (4096, 4096, 64)])
-@pytest.mark.parametrize("variant", ["full", "smem_multistage"])
-def test_space_equals_making_every_config_first(shape, variant):
-    # ``build`` applies the rules to plain knob tuples and makes only survivors KernelConfigs: the
-    # configs, their order and every pruning count must be what making each config first gives.
-    w = Workload("matmul", shape, "float16", "nt")
-    space = ConfigSpace.build(w, SPEC, knobs=MIXED, variant=variant, prune=False)
-    kept, pruned = _config_first(w, MIXED, variant)
+@pytest.mark.parametrize("workload", [Workload("matmul", (96, 200, 512), "float16", "nt"),
+                                      Workload("matmul", (4096, 4096, 64), "float16", "nt"),
+                                      Workload("conv2d", (8, 28, 28, 64, 64, 3, 3, 1, 1), "float16", "nhwc"),
+                                      Workload("conv2d", (8, 28, 28, 48, 64, 3, 3, 2, 1), "float16", "nhwc")],
+                         ids=["matmul-small", "matmul-short-k", "conv-stride1", "conv-stride2"])
+@pytest.mark.parametrize("variant", ["full", "smem_multistage", "none"])
+@pytest.mark.parametrize("spec", [SPEC, None], ids=["h100", "no-gpu"])
+def test_space_equals_making_every_config_first(workload, variant, spec):
+    # ``build`` applies the rules to numpy columns of the whole product and makes only survivors
+    # KernelConfigs: the configs, their order and every pruning count must be what making each config
+    # first and asking ``shape_reason`` (the same rules on one config) gives.
+    space = ConfigSpace.build(workload, spec, knobs=MIXED, variant=variant, prune=False)
+    kept, pruned = _config_first(workload, MIXED, variant, spec)
     assert list(space.configs) == kept and space.pruned == pruned
     assert pruned["invalid knob combination"] > 0

@@ -140,6 +140,26 @@ def test_pool_compiles_before_measuring_and_survives_a_crash(compiled_dir):
         assert (compiled_dir / str(KernelConfig(128, 128, 32))).exists()
 
 
+def test_a_batch_is_measured_as_its_compiles_end(compiled_dir, monkeypatch):
+    # A slow compile holds back only its own config: the others are measured while it compiles.
+    monkeypatch.setenv("ALCOP_TEST_SLOW_S", "3")
+    slow = KernelConfig(64, 64, 32, smem_stages=7)
+    fast = [KernelConfig(64, 64, 32, smem_stages=s) for s in (2, 3)]
+    calls: list[tuple[list[KernelConfig], bool]] = []
+
+    class Recording(Scripted):
+        def measure(self, configs, on_result=None):
+            calls.append((list(configs), (compiled_dir / str(slow)).exists()))
+            return super().measure(configs, on_result)
+
+    with CompilePool(W, "cuda", workers=3, compiler=COMPILER, timeout_s=60) as pool:
+        pool.wait([KernelConfig(128, 64, 32)])  # the workers are up
+        results = PrecompilingMeasurer(Recording(compiled_dir), pool).measure([slow, *fast], lambda r: None)
+    assert sorted(map(str, (r.config for r in results))) == sorted(map(str, [slow, *fast]))
+    first, slow_compiled = calls[0]
+    assert slow not in first and not slow_compiled and calls[-1][0] == [slow]
+
+
 def test_session_compiles_ahead(compiled_dir, tmp_path):
     db = Database(tmp_path / "t.sqlite")
     m = Scripted(compiled_dir)
