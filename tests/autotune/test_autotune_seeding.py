@@ -149,3 +149,37 @@ def test_exhaustive_ranking_is_the_models_top(space):
         model.predict, 8, exclude, np.random.default_rng(0))
     ours, theirs = sorted(model.predict(picks), reverse=True), sorted(model.predict(annealed), reverse=True)
     assert all(a <= b for a, b in zip(theirs, ours))
+
+
+def test_the_last_seed_batch_names_the_models_favourites_as_upcoming(space):
+    # Compiled ahead while the last seeds are measured: the first proposals lean on the same prior.
+    seeds = _seeds(space)[:4]
+    t = make_tuner("analytical+xgb", space, seed_configs=seeds)
+    assert t.next_batch(2) == seeds[:2] and t.upcoming[:2] == seeds[2:]
+    assert t.next_batch(2) == seeds[2:]
+    favourites = [c for c in space.ranked() if c not in seeds][:4]
+    assert t.upcoming == favourites  # LOOKAHEAD_BATCHES batches of two
+
+
+def test_the_learned_model_fits_without_waiting_for_its_preparation(space, monkeypatch):
+    # The seeds' measurements are kept while the background thread still prepares; the next prediction
+    # waits for it and applies them (a measured config then ranks as measured).
+    import threading
+    import time
+
+    release = threading.Event()
+    prepare = XGBoostCostModel._prepare
+
+    def slow(self, *args):
+        release.wait(30)
+        prepare(self, *args)
+
+    monkeypatch.setattr(XGBoostCostModel, "_prepare", slow)
+    model = XGBoostCostModel(space, pretrain=True)
+    fast, slow_config = space.ranked()[-1], space.ranked()[0]
+    t0 = time.perf_counter()
+    model.fit([fast, slow_config], [1e15, 1e12])  # returns with the preparation still held (30 s)
+    assert time.perf_counter() - t0 < 10 and not release.is_set() and model.trained
+    threading.Timer(0.2, release.set).start()
+    scores = model.predict([fast, slow_config])
+    assert scores[0] > scores[1]
