@@ -5,7 +5,7 @@ The only interface to kernels is ``alcop_triton.kernels.runner.make_runner`` (AR
 * ``LocalMeasurer`` does the work in this process: builds every config's runner (a thread pool
   compiles them at once: Triton's compiler and ptxas run outside the GIL), checks each config
   against ``runner.reference`` on fresh random inputs with the output poisoned, then times it.
-* ``ProcessMeasurer`` runs a ``LocalMeasurer`` in a spawned child so a kernel that hangs or kills
+* ``ProcessMeasurer`` runs a ``LocalMeasurer`` in a child process so a kernel that hangs or kills
   its process (illegal address, segfault in the compiler) cannot take the tuning session down:
   the config in flight is recorded as failed and a fresh child carries on with the rest.
 
@@ -491,8 +491,41 @@ class LocalMeasurer:
         return [r for r in results if r is not None]
 
 
-def _worker_main(conn: Any, workload: dict[str, Any], device: str, opts: dict[str, Any]) -> None:
+ChildSetup = tuple[dict[str, str], list[str]]
+
+
+def helper_context(device: str) -> Any:
+    """The multiprocessing context of a tuning run's helper processes (the measurement child, the compile
+    workers). On a GPU: children forked from one server process that imported torch and triton once
+    (``forkserver``, those two preloaded). A spawned child imports them itself: about 5 s on the H100's
+    host, 7 s when a tuning run's 15 helpers import at once (``benchmarks/results/tune_speed_fast_h100``),
+    and the first compile waited for it. The interpreter (a CPU device) spawns: its children must set
+    ``TRITON_INTERPRET`` before triton is imported, which the server has done without it. Either way a
+    child starts by taking ``child_setup()`` of the moment it was made (``take_setup``): a forkserver's
+    child would otherwise have the environment and ``sys.path`` of the server's own start."""
+    if device.startswith("cpu") or "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "triton"])  # no effect once the server runs (it has them then)
+    return ctx
+
+
+def child_setup() -> ChildSetup:
+    """This process's environment and ``sys.path``, for a helper process to take (``take_setup``)."""
+    return dict(os.environ), list(sys.path)
+
+
+def take_setup(setup: ChildSetup) -> None:
+    """In a helper process: the environment and ``sys.path`` its parent had when it made it."""
+    env, path = setup
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:] = path
+
+
+def _worker_main(conn: Any, workload: dict[str, Any], device: str, opts: dict[str, Any], setup: ChildSetup) -> None:
     """Child process: measure batches sent by a ProcessMeasurer until told to stop."""
+    take_setup(setup)
     local = LocalMeasurer(Workload.from_dict(workload), device, **opts)
     local.prepare()
     conn.send(("ready",))  # imports done: from here on the parent's per-step timeout applies
@@ -526,7 +559,7 @@ def _worker_main(conn: Any, workload: dict[str, Any], device: str, opts: dict[st
 
 
 class ProcessMeasurer:
-    """A LocalMeasurer in a spawned child, restarted whenever a kernel kills or hangs it.
+    """A LocalMeasurer in a child process (``helper_context``), restarted whenever a kernel kills or hangs it.
 
     Args:
         workload, device, seed, check, compile_threads, cpu_reps, factory: as for LocalMeasurer.
@@ -564,7 +597,7 @@ class ProcessMeasurer:
         self._await_ready()
 
     def _spawn(self, compile_threads: int) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = helper_context(self.device)
         parent, child = ctx.Pipe()
         opts = dict(self._opts, compile_threads=compile_threads)
         saved = os.environ.get("TRITON_INTERPRET")
@@ -572,7 +605,8 @@ class ProcessMeasurer:
             # The spawned child inherits os.environ; triton reads this at import time.
             os.environ["TRITON_INTERPRET"] = "1"
         try:
-            proc = ctx.Process(target=_worker_main, args=(child, self.workload.to_dict(), self.device, opts),
+            proc = ctx.Process(target=_worker_main, args=(child, self.workload.to_dict(), self.device, opts,
+                                                          child_setup()),
                                daemon=True, name=f"alcop-measure-{self.workload.key()}")
             proc.start()
         finally:

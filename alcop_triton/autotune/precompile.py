@@ -20,7 +20,6 @@ This module imports neither torch nor triton at import time (``measure.py`` says
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor
@@ -28,7 +27,7 @@ from concurrent.futures import wait as wait_futures
 from typing import Any, Callable, Iterable, Sequence
 
 from ..records import KernelConfig, Workload
-from .measure import resolve_factory
+from .measure import child_setup, helper_context, resolve_factory, take_setup
 
 DEFAULT_COMPILER = "alcop_triton.autotune.precompile:compile_config"
 
@@ -107,7 +106,8 @@ class CompilePool:
     def start(self) -> "CompilePool":
         """Spawn the workers now: their imports overlap the caller's space build and model training."""
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=helper_context(self.device),
+                                             initializer=take_setup, initargs=(child_setup(),))
             for _ in range(self.workers):
                 self._pool.submit(_warm, self.compiler, self.device)
         return self

@@ -185,3 +185,20 @@ def test_kernel_source_does_not_depend_on_the_shape(config):
         kernel.bind(torch.empty(m, k, dtype=torch.float16), torch.empty(n, k, dtype=torch.float16).t())
         sources.add(kernel.last.source)
     assert len(sources) == 1
+
+
+def test_helpers_start_with_the_environment_of_the_moment_they_are_made(monkeypatch):
+    # On a GPU the helpers are forked from a server that started earlier (helper_context): each takes its
+    # parent's environment and sys.path as they are when it is made, as a spawned child would.
+    import multiprocessing
+
+    from alcop_triton.autotune.measure import helper_context
+
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        assert helper_context("cuda").get_start_method() == "forkserver"
+    assert helper_context("cpu").get_start_method() == "spawn"
+    for mark in ("first", "second"):
+        monkeypatch.setenv("ALCOP_TEST_MARK", mark)
+        with CompilePool(W, "cuda", workers=1, compiler=COMPILER, timeout_s=60) as pool:
+            assert pool._pool is not None
+            assert pool._pool.submit(os.getenv, "ALCOP_TEST_MARK").result(timeout=60) == mark
