@@ -26,6 +26,7 @@ set ``TRITON_INTERPRET`` before triton is first imported.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib
 import math
@@ -36,7 +37,7 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
@@ -510,6 +511,26 @@ def helper_context(device: str) -> Any:
     return ctx
 
 
+def starting(device: str, start: Callable[[], None]) -> "Future[None] | None":
+    """Run ``start`` (which makes helper processes): at once where ``helper_context`` spawns, and in a
+    background thread where it forks from a server: the first child made waits until the server has
+    imported torch and triton (some 5 s), which the caller spends building its space meanwhile. The
+    returned future is what the caller waits on before it uses the helpers (None: started already)."""
+    if helper_context(device).get_start_method() != "forkserver":
+        start()
+        return None
+    pool = ThreadPoolExecutor(1, thread_name_prefix="alcop-helpers")
+    future = pool.submit(start)
+    pool.shutdown(wait=False)  # the thread ends with its one task
+    return future
+
+
+def started(future: "Future[None] | None") -> None:
+    """Wait for a ``starting`` future (re-raising what its start raised)."""
+    if future is not None:
+        future.result()
+
+
 def child_setup() -> ChildSetup:
     """This process's environment and ``sys.path``, for a helper process to take (``take_setup``)."""
     return dict(os.environ), list(sys.path)
@@ -578,6 +599,7 @@ class ProcessMeasurer:
         self._conn: Any = None
         self._ready = False
         self._batches = 0
+        self._starting: Future[None] | None = None  # ``start``'s child, being made (``starting``)
 
     def __enter__(self) -> "ProcessMeasurer":
         return self
@@ -588,9 +610,13 @@ class ProcessMeasurer:
     def start(self) -> "ProcessMeasurer":
         """Spawn the child now without waiting for it: its imports overlap the caller's own setup
         (building the space, training the cost model); the first ``measure`` waits for it."""
-        if self._proc is None:
-            self._spawn(int(self._opts["compile_threads"]))
+        if self._proc is None and self._starting is None:
+            self._starting = starting(self.device, lambda: self._spawn(int(self._opts["compile_threads"])))
         return self
+
+    def _started(self) -> None:
+        starting, self._starting = self._starting, None
+        started(starting)
 
     def _start(self, compile_threads: int) -> None:
         self._spawn(compile_threads)
@@ -638,6 +664,8 @@ class ProcessMeasurer:
 
     def close(self) -> None:
         """Stop the child (politely, then by force)."""
+        with contextlib.suppress(Exception):  # a start that failed leaves nothing to stop
+            self._started()
         if self._proc is None:
             return
         try:
@@ -659,6 +687,7 @@ class ProcessMeasurer:
             self._proc = self._conn = None
 
     def measure(self, configs: Sequence[KernelConfig], on_result: OnResult | None = None) -> list[MeasureResult]:
+        self._started()
         results: dict[KernelConfig, MeasureResult] = {}
         todo = list(dict.fromkeys(configs))
         threads = int(self._opts["compile_threads"])

@@ -20,6 +20,7 @@ This module imports neither torch nor triton at import time (``measure.py`` says
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor
@@ -27,7 +28,7 @@ from concurrent.futures import wait as wait_futures
 from typing import Any, Callable, Iterable, Sequence
 
 from ..records import KernelConfig, Workload
-from .measure import child_setup, helper_context, resolve_factory, take_setup
+from .measure import child_setup, helper_context, resolve_factory, started, starting, take_setup
 
 DEFAULT_COMPILER = "alcop_triton.autotune.precompile:compile_config"
 
@@ -95,6 +96,7 @@ class CompilePool:
         self._futures: dict[KernelConfig, Future[str | None]] = {}
         self.errors: dict[KernelConfig, str] = {}
         self._ended: set[KernelConfig] = set()  # configs whose compile ended (counted in compiled or errors)
+        self._starting: Future[None] | None = None  # ``start``'s workers, being made (``measure.starting``)
         self.compiled = 0
 
     def __enter__(self) -> "CompilePool":
@@ -104,17 +106,27 @@ class CompilePool:
         self.close()
 
     def start(self) -> "CompilePool":
-        """Spawn the workers now: their imports overlap the caller's space build and model training."""
-        if self._pool is None:
+        """Start the workers now (``measure.starting``): their start overlaps the caller's space build and
+        model training; the first use waits for it."""
+        if self._pool is None and self._starting is None:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=helper_context(self.device),
                                              initializer=take_setup, initargs=(child_setup(),))
-            for _ in range(self.workers):
-                self._pool.submit(_warm, self.compiler, self.device)
+            pool = self._pool
+
+            def warm_every_worker() -> None:  # each submit makes a worker (on demand) until there are enough
+                for _ in range(self.workers):
+                    pool.submit(_warm, self.compiler, self.device)
+            self._starting = starting(self.device, warm_every_worker)
         return self
 
+    def _started(self) -> None:
+        starting, self._starting = self._starting, None
+        started(starting)
+
     def submit(self, configs: Iterable[KernelConfig]) -> None:
-        """Queue compiles of the configs not queued yet (returns at once)."""
+        """Queue compiles of the configs not queued yet (returns at once once the workers are started)."""
         self.start()
+        self._started()
         assert self._pool is not None
         wd = self.workload.to_dict()
         for c in configs:
@@ -159,6 +171,8 @@ class CompilePool:
         self.start()
 
     def _stop(self) -> None:
+        with contextlib.suppress(Exception):  # a start that failed leaves only the pool to shut down
+            self._started()
         pool, self._pool = self._pool, None
         if pool is None:
             return
