@@ -497,8 +497,8 @@ ChildSetup = tuple[dict[str, str], list[str]]
 
 def helper_context(device: str) -> Any:
     """The multiprocessing context of a tuning run's helper processes (the measurement child, the compile
-    workers). On a GPU: children forked from one server process that imported torch and triton once
-    (``forkserver``, those two preloaded). A spawned child imports them itself: about 5 s on the H100's
+    workers). On a GPU: children forked from one server process that imported torch, triton and the
+    kernels' runner once (``forkserver``, those preloaded). A spawned child imports them itself: about 5 s on the H100's
     host, 7 s when a tuning run's 15 helpers import at once (``benchmarks/results/tune_speed_fast_h100``),
     and the first compile waited for it. The interpreter (a CPU device) spawns: its children must set
     ``TRITON_INTERPRET`` before triton is imported, which the server has done without it. Either way a
@@ -507,7 +507,9 @@ def helper_context(device: str) -> Any:
     if device.startswith("cpu") or "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "triton"])  # no effect once the server runs (it has them then)
+    # The kernels' runner last: with triton imported first, alcop_triton's import makes no CUDA call (a
+    # forked child of a process that did could not use the device). No effect once the server runs.
+    ctx.set_forkserver_preload(["torch", "triton", DEFAULT_FACTORY.partition(":")[0]])
     return ctx
 
 

@@ -56,6 +56,7 @@ def _helpers(workers: int, measurer: bool, pool: bool) -> dict[str, float]:
     m = ProcessMeasurer(w, "cuda").start() if measurer else None
     p = CompilePool(w, "cuda", workers=workers).start() if pool else None
     if p is not None:
+        p._started()  # the workers are made in a background thread where they fork from a server
         assert p._pool is not None
         # A worker answers only after its warm-up (imports, device context): ready when every pid has answered.
         pids: set[int] = set()
@@ -64,6 +65,7 @@ def _helpers(workers: int, measurer: bool, pool: bool) -> dict[str, float]:
             time.sleep(0.02)
         out["pool_ready"] = time.perf_counter() - t0
     if m is not None:
+        m._started()
         m._await_ready()
         out["measurer_ready"] = time.perf_counter() - t0
     if m is not None:
