@@ -498,12 +498,13 @@ ChildSetup = tuple[dict[str, str], list[str]]
 def helper_context(device: str) -> Any:
     """The multiprocessing context of a tuning run's helper processes (the measurement child, the compile
     workers). On a GPU: children forked from one server process that imported torch, triton and the
-    kernels' runner once (``forkserver``, those preloaded). A spawned child imports them itself: about 5 s on the H100's
-    host, 7 s when a tuning run's 15 helpers import at once (``benchmarks/results/tune_speed_fast_h100``),
-    and the first compile waited for it. The interpreter (a CPU device) spawns: its children must set
-    ``TRITON_INTERPRET`` before triton is imported, which the server has done without it. Either way a
-    child starts by taking ``child_setup()`` of the moment it was made (``take_setup``): a forkserver's
-    child would otherwise have the environment and ``sys.path`` of the server's own start."""
+    kernels' runner once (``forkserver``, those preloaded). A spawned child imports them itself: about
+    5 s on the H100's host, 7 s when a tuning run's 15 helpers import at once
+    (``benchmarks/results/tune_speed_fast_h100``), and the first compile waited for it. The interpreter
+    (a CPU device) spawns: its children must set ``TRITON_INTERPRET`` before triton is imported, which
+    the server has done without it. Either way a child starts by taking ``child_setup()`` of the moment
+    it was made (``take_setup``): a forkserver's child would otherwise have the environment and
+    ``sys.path`` of the server's own start."""
     if device.startswith("cpu") or "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
@@ -516,7 +517,7 @@ def helper_context(device: str) -> Any:
 def starting(device: str, start: Callable[[], None]) -> "Future[None] | None":
     """Run ``start`` (which makes helper processes): at once where ``helper_context`` spawns, and in a
     background thread where it forks from a server: the first child made waits until the server has
-    imported torch and triton (some 5 s), which the caller spends building its space meanwhile. The
+    imported what it preloads (some 5 s), which the caller spends building its space meanwhile. The
     returned future is what the caller waits on before it uses the helpers (None: started already)."""
     if helper_context(device).get_start_method() != "forkserver":
         start()
@@ -610,10 +611,10 @@ class ProcessMeasurer:
         self.close()
 
     def start(self) -> "ProcessMeasurer":
-        """Spawn the child now without waiting for it: its imports overlap the caller's own setup
-        (building the space, training the cost model); the first ``measure`` waits for it."""
+        """Start the child now without waiting for it (``starting``): its start overlaps the caller's own
+        setup (building the space, training the cost model); the first ``measure`` waits for it."""
         if self._proc is None and self._starting is None:
-            self._starting = starting(self.device, lambda: self._spawn(int(self._opts["compile_threads"])))
+            self._starting = starting(self.device, lambda: self._launch(int(self._opts["compile_threads"])))
         return self
 
     def _started(self) -> None:
@@ -621,16 +622,16 @@ class ProcessMeasurer:
         started(starting)
 
     def _start(self, compile_threads: int) -> None:
-        self._spawn(compile_threads)
+        self._launch(compile_threads)
         self._await_ready()
 
-    def _spawn(self, compile_threads: int) -> None:
+    def _launch(self, compile_threads: int) -> None:
         ctx = helper_context(self.device)
         parent, child = ctx.Pipe()
         opts = dict(self._opts, compile_threads=compile_threads)
         saved = os.environ.get("TRITON_INTERPRET")
         if self.device.startswith("cpu"):
-            # The spawned child inherits os.environ; triton reads this at import time.
+            # The spawned child takes os.environ (child_setup); triton reads this at import time.
             os.environ["TRITON_INTERPRET"] = "1"
         try:
             proc = ctx.Process(target=_worker_main, args=(child, self.workload.to_dict(), self.device, opts,

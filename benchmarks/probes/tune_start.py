@@ -92,8 +92,9 @@ def main() -> None:
     for module in ("", "torch", "triton", "torch, triton", "alcop_triton.cli"):
         med, times = _median(lambda: _import_s(module), args.reps)
         rows.append({"what": f"import {module}" if module else "python -c pass", "s": med, "tries": times})
-    for label, measurer, pool in (("measurer alone", True, False), (f"compile pool alone ({workers} workers)", False, True),
-                                  (f"measurer and compile pool ({workers} workers)", True, True)):
+    cases = (("measurer alone", True, False), (f"compile pool alone ({workers} workers)", False, True),
+             (f"measurer and compile pool ({workers} workers)", True, True))
+    for label, measurer, pool in cases:
         tries = [_helpers(workers, measurer, pool) for _ in range(args.reps)]
         for key in tries[0]:
             rows.append({"what": f"{label}: {key.replace('_', ' ')}", "s": statistics.median(t[key] for t in tries),

@@ -201,4 +201,5 @@ def test_helpers_start_with_the_environment_of_the_moment_they_are_made(monkeypa
         monkeypatch.setenv("ALCOP_TEST_MARK", mark)
         with CompilePool(W, "cuda", workers=1, compiler=COMPILER, timeout_s=60) as pool:
             assert pool._pool is not None
-            assert pool._pool.submit(os.getenv, "ALCOP_TEST_MARK").result(timeout=60) == mark
+            worker_env = pool._pool.submit(os.getenv, "ALCOP_TEST_MARK")
+            assert worker_env.result(timeout=60) == mark
