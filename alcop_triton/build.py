@@ -12,7 +12,7 @@ from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipe
 from .errors import ScheduleError
 from .loop_ir import Descriptor, Store, TileIndices, find
 from .lower import lower
-from .records import KernelConfig, dtype_name, split_tail
+from .records import KernelConfig, dtype_name
 from .rewrite import apply_pipeline
 from .runtime import for_device, load_kernel, prebind, resident_programs, tma_descriptor
 from .schedule import Schedule
@@ -22,10 +22,6 @@ log = logging.getLogger("alcop_triton")
 INTERPRETER_PROGRAMS = 2
 """Programs of a persistent kernel in the interpreter, which runs them one after another: two still
 make each program loop over several tiles, as on a GPU."""
-
-INTERPRETER_WAVE = 4
-"""The interpreter's stand-in for a GPU's SM count in split-K's partial-wave rule: small, so that test
-problems have full waves (whole tiles) and a partial one (split tiles)."""
 
 
 @dataclass(frozen=True)
@@ -276,17 +272,13 @@ class CompiledKernel:
         descs = tuple((names.index(d.tensor), d.dims, tuple(1 if b == "1" else c[b] for b in d.block))
                       for d in v.descriptors)
         args: list[Any] = list(all_x) + [tma_descriptor(all_x[i], dims, block) for i, dims, block in descs]
-        # Split-K splits the tiles of the last, partial wave (every tile where there is one wave or a batch);
-        # the full waves' tiles run whole, one program each.
-        tail = split_tail(tiles, tot["b"], _split_wave(dev)) if split > 1 else 0
-        args += _split_buffers(split, tail, tiles * tot["b"] - tail, c, dev) if split > 1 else []
+        args += _split_buffers(split, tiles * tot["b"], c, dev) if split > 1 else []
         args += [value for _, value in scalars]
         nw, ns = v.num_warps, v.num_stages
         if self.config.persistent:
             grid: tuple[int, ...] = (min(tiles * tot["b"], self._resident(v, dev, args, c)),)
         else:
-            # a split tile takes SPLIT_K programs (``tail // batches`` of them per batch), a whole one takes one
-            grid = (tiles + tail // tot["b"] * (split - 1), tot["b"])
+            grid = (tiles, tot["b"]) + ((split,) if split > 1 else ())
             if grid[1] > 65535:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
         return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args), c | {"num_warps": nw, "num_stages": ns},
@@ -354,17 +346,10 @@ def _unit_dim(x: Any) -> int | None:
 _SPLIT_LOCKS: dict[tuple[str, int | None, int], Any] = {}
 
 
-def _split_wave(dev: Any) -> int:
-    """Programs per wave for split-K's partial-wave rule (``records.split_tail``): the device's SMs; in the
-    interpreter ``INTERPRETER_WAVE``."""
-    return _sm_count(dev) if dev.type == "cuda" else INTERPRETER_WAVE
-
-
-def _split_buffers(split: int, tiles: int, whole: int, c: dict[str, int], dev: Any) -> list[Any]:
-    """Split-K's arguments for ``tiles`` split tiles after ``whole`` whole ones: its float32 workspace (one
-    partial tile per slice and split tile, fresh per call from torch's caching allocator), its per-tile
-    arrival counters (zeros, kept per device and stream: the kernel's last program of each tile resets its
-    counter, so launches on one stream, graph replays included, reuse them) and ``split_full``."""
+def _split_buffers(split: int, tiles: int, c: dict[str, int], dev: Any) -> list[Any]:
+    """Split-K's float32 workspace (one partial tile per slice and tile, fresh per call from torch's caching
+    allocator) and its per-tile arrival counters (zeros, kept per device and stream: the kernel's last
+    program of each tile resets its counter, so launches on one stream, graph replays included, reuse them)."""
     import torch
     elems = split * tiles * c["BLOCK_M"] * c["BLOCK_N"]
     if elems >= 2 ** 31:
@@ -376,7 +361,7 @@ def _split_buffers(split: int, tiles: int, whole: int, c: dict[str, int], dev: A
     if locks is None or locks.numel() < tiles:
         locks = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=dev)
         _SPLIT_LOCKS[key] = locks
-    return [torch.empty(elems, dtype=torch.float32, device=dev), locks, whole]
+    return [torch.empty(elems, dtype=torch.float32, device=dev), locks]
 
 
 def _multiple_of(scalars: list[tuple[str, int]], vec: int) -> tuple[tuple[str, int], ...]:

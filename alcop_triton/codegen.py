@@ -23,11 +23,10 @@ RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid
             "group_size_m", "tile_id", "num_tiles", "num_pid_mn", "acc", "k0", "ks", "tl", "triton", "out", "mask_m",
             "mask_n", "mask_out", "offs_m", "offs_n", "a_desc", "b_desc", "out_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K",
             "REG_SPLIT", "GROUP_M", "SPLIT_K", "pid_s", "k_base", "k_chunks", "k_chunks_all", "k_chunks_per_split",
-            "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "split_full",
-            "split_item", "split_tiles", "in_split", "last", "float"}
-SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks", "split_full")
-"""Extra parameters of a split-K kernel, after the output and any descriptors: float32 partial tiles, arrival
-counters, and the programs that run whole tiles (``records.split_tail``)."""
+            "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "float"}
+SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
+"""Extra pointer parameters of a split-K kernel, after the output and any descriptors: float32 partial tiles,
+arrival counters."""
 RESERVED_PREFIXES = ("tile_", "offs_", "mask_", "stride_", "k_start", "k_tap")
 
 
@@ -299,15 +298,7 @@ def _pids(n: ProgramIds, c: Ctx) -> None:
     w = c.w
     if n.tile_var is None:
         w.line("# program ids; GROUP_M rows of tiles run together so their B columns stay in L2")
-        if "SPLIT_K" in c.k.constexprs:
-            w.line("# split-K: programs below split_full run whole tiles (the full waves); each later one runs one")
-            w.line("# of SPLIT_K slices of a tile of the last, partial wave (of every tile when there is one wave)")
-            w.line("split_item = tl.maximum(tl.program_id(0) - split_full, 0)")
-            w.line("pid = tl.program_id(0) - split_item + split_item // SPLIT_K")
-            w.line("pid_s = split_item % SPLIT_K")
-            w.line("in_split = tl.program_id(0) >= split_full")
-        else:
-            w.line("pid = tl.program_id(0)")
+        w.line("pid = tl.program_id(0)")
         _tile_counts(c)
         _grouped(c)
         if n.batched:
@@ -563,10 +554,11 @@ def _for(n: For, c: Ctx) -> None:
 @emitter(KSplit)
 def _ksplit(n: KSplit, c: Ctx) -> None:
     w = c.w
-    w.line("# split-K: a slice program reduces one contiguous slice of the reduction chunks (the last slice may be")
-    w.line("# short or empty), a whole tile's program all of them; the slices' partial sums meet after the loop")
+    w.line("# split-K: program_id(2) reduces one contiguous slice of the reduction chunks (the last slice may be")
+    w.line("# short or empty); the tile's partial sums meet after the loop")
+    w.line("pid_s = tl.program_id(2)")
     w.line(f"k_chunks_all = tl.cdiv({n.total}, BLOCK_K)")
-    w.line("k_chunks_per_split = tl.where(in_split, tl.cdiv(k_chunks_all, SPLIT_K), k_chunks_all)")
+    w.line("k_chunks_per_split = tl.cdiv(k_chunks_all, SPLIT_K)")
     w.line("k_base = pid_s * k_chunks_per_split * BLOCK_K")
     w.line("k_chunks = tl.minimum(k_chunks_per_split, k_chunks_all - pid_s * k_chunks_per_split)")
 
@@ -574,32 +566,24 @@ def _ksplit(n: KSplit, c: Ctx) -> None:
 @emitter(SplitReduce)
 def _split_reduce(n: SplitReduce, c: Ctx) -> None:
     w = c.w
-    w.line("# split-K: a whole tile is stored at once. A slice's partial tile goes to the float32 workspace")
-    w.line("# (slice-major); the last program of its tile to arrive adds the SPLIT_K partials in slice order, so")
-    w.line("# the sum does not depend on arrival order")
-    w.line("last = tl.program_id(0) < split_full")
-    w.line("if in_split:")
+    w.line("# split-K: the partial tile goes to the float32 workspace (slice-major); the last program of this tile")
+    w.line("# to arrive adds the SPLIT_K partials in slice order, so the sum does not depend on arrival order")
+    w.line("tile_lin = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)")
+    w.line("ws_tile = split_ws + tile_lin * (BLOCK_M * BLOCK_N) + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + "
+           "tl.arange(0, BLOCK_N)[None, :]")
+    w.line("ws_stride = tl.num_programs(0) * tl.num_programs(1) * (BLOCK_M * BLOCK_N)")
+    w.line("tl.store(ws_tile + pid_s * ws_stride, acc)")
+    w.line("# every thread's partial is written before the arrival is counted (release); the last arrival")
+    w.line("# acquires them, reading through L2 (.cg) where the other programs' partials are")
+    w.line("tl.debug_barrier()")
+    w.line('arrived = tl.atomic_add(split_locks + tile_lin, 1, sem="acq_rel")')
+    w.line("if arrived == SPLIT_K - 1:")
     with w.indent():
-        w.line("split_tiles = num_pid_m * num_pid_n - split_full")
-        w.line("tile_lin = tl.program_id(1) * split_tiles + pid - split_full")
-        w.line("ws_tile = split_ws + tile_lin * (BLOCK_M * BLOCK_N) + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + "
-               "tl.arange(0, BLOCK_N)[None, :]")
-        w.line("ws_stride = split_tiles * tl.num_programs(1) * (BLOCK_M * BLOCK_N)")
-        w.line("tl.store(ws_tile + pid_s * ws_stride, acc)")
-        w.line("# every thread's partial is written before the arrival is counted (release); the last arrival")
-        w.line("# acquires them, reading through L2 (.cg) where the other programs' partials are")
-        w.line("tl.debug_barrier()")
-        w.line('arrived = tl.atomic_add(split_locks + tile_lin, 1, sem="acq_rel")')
-        w.line("last = arrived == SPLIT_K - 1")
-        w.line("if last:")
+        w.line('acc = tl.load(ws_tile, cache_modifier=".cg")')
+        w.line("for split_s in tl.static_range(1, SPLIT_K):")
         with w.indent():
-            w.line('acc = tl.load(ws_tile, cache_modifier=".cg")')
-            w.line("for split_s in tl.static_range(1, SPLIT_K):")
-            with w.indent():
-                w.line('acc += tl.load(ws_tile + split_s * ws_stride, cache_modifier=".cg")')
-            w.line("tl.store(split_locks + tile_lin, 0)  # counters start at zero again for the next launch")
-    w.line("if last:")
-    with w.indent():
+            w.line('acc += tl.load(ws_tile + split_s * ws_stride, cache_modifier=".cg")')
+        w.line("tl.store(split_locks + tile_lin, 0)  # counters start at zero again for the next launch")
         for s in n.body:
             emit(s, c)
 

@@ -31,17 +31,6 @@ gradient (nine 64 x 64 tiles over a reduction of 3.2M rows for a 224-wide layer)
 (``kernels.conv_grad.weight_grad_config``)."""
 
 
-def split_tail(tiles: int, batch: int, sms: int) -> int:
-    """Tiles a split-K kernel splits. A grid of at least two full waves of ``tiles`` output tiles on ``sms``
-    SMs runs the full waves' tiles whole (one program each) and splits those of the last, partial wave
-    (none when ``tiles`` is a multiple of ``sms``); a smaller grid, or a batched one, splits every tile
-    (what spreads few tiles over long reductions, such as a convolution's weight gradient, over the GPU).
-    The kernel's ``split_full`` is ``tiles * batch`` minus this."""
-    if batch > 1 or tiles < 2 * sms:
-        return tiles * batch
-    return tiles % sms
-
-
 def _pow2(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 

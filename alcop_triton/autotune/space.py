@@ -9,8 +9,8 @@ Pruning, cheapest first:
    masked work and duplicate a smaller config), stages beyond the reduction trip count pipeline
    nothing (a persistent kernel's flattened loop runs every chunk of a program's tiles),
    ``reg_split > 1`` without register prefetch only splits the dot, TMA needs sm90, persistence
-   needs more tiles than SMs, split-K is for the tiles of a partial last wave (all tiles where
-   there is one wave) with slices of at least two chunks;
+   needs more tiles than SMs, split-K is for problems with fewer tiles than SMs and slices of at
+   least two chunks;
 2. the variant filter (the paper's ablation: none / double_buffer / smem_multistage / full);
 3. the model's resource accounting: ``model.analytical.resources(...).valid`` (shared memory,
    registers, threads), so out-of-resource configs are never compiled;
@@ -104,11 +104,6 @@ def dispatch_knobs(op: str, small: bool = False) -> Knobs:
     return dataclasses.replace(knobs, async_copy=("pointer",)) if op in CONV_OPS else knobs
 
 
-SPLIT_WAVE_LIMIT = 2
-"""Split-K of a grid of two or more full waves of tiles splits the last, partial wave (``records.split_tail``):
-offered behind at most this many full waves and for a wave at most a quarter full, where the idle SMs are a
-sizeable share of the kernel's time (and the space grows by a few thousand configs, not tens of thousands)."""
-
 CONV_OPS = ("conv1d", "conv2d", "conv3d")
 """Convolutions run as implicit GEMM with the GEMMs' knobs; TMA copies windows of a stride-1,
 channels-last input (``analysis.window_blocks``; ``shape_reason`` prunes the other layers' TMA configs)."""
@@ -165,27 +160,10 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
         ("tile larger than the problem", lambda c: (c.block_m > top_m) | (c.block_n > top_n) | (c.block_k > top_k))]
     if spec is not None:
         sms = spec.num_sms
-
-        def split_tiles(c: Any) -> Any:  # records.split_tail, elementwise: the tiles split-K splits
-            t = tiles(c)
-            return t if batch > 1 else np.where(t < 2 * sms, t, t % sms)
-
-        if batch > 1:  # a batched kernel splits every tile: only where the GPU holds them all at once
-            rules.append(("split-K with enough tiles to fill the GPU", lambda c: (c.split_k > 1) & (tiles(c) >= sms)))
-        else:  # two or more full waves run whole tiles, the last partial wave is split (records.split_tail)
-            rules += [
-                ("split-K with no partial last wave",
-                 lambda c: (c.split_k > 1) & (tiles(c) >= 2 * sms) & (tiles(c) % sms == 0)),
-                ("split-K of a partial wave behind many full waves or over a quarter full",
-                 lambda c: (c.split_k > 1) & (tiles(c) >= 2 * sms)
-                 & ((tiles(c) // sms > SPLIT_WAVE_LIMIT) | (4 * split_tiles(c) > sms))),
-                # keeps the space from growing by the register level's combinations, which have not won on
-                # the GPUs measured (benchmarks/results/pipeline_variants.md)
-                ("split-K of a partial wave with register prefetch",
-                 lambda c: (c.split_k > 1) & (tiles(c) >= 2 * sms) & (c.reg_stages > 1))]
-        # half the split would already fill the GPU: the extra slices only add partial-sum traffic
-        rules.append(("split-K beyond filling the GPU",
-                      lambda c: (c.split_k > 1) & (split_tiles(c) * (c.split_k // 2) >= sms)))
+        rules += [
+            ("split-K with enough tiles to fill the GPU", lambda c: (c.split_k > 1) & (tiles(c) >= sms)),
+            # half the split would already fill the GPU: the extra slices only add partial-sum traffic
+            ("split-K beyond filling the GPU", lambda c: (c.split_k > 1) & (tiles(c) * (c.split_k // 2) >= sms))]
     rules += [
         ("split-K slices shorter than two chunks", lambda c: (c.split_k > 1) & (trips(c) < 2)),
         # The register prologue would sit inside the flattened tile loop; on the GPU the register
@@ -424,9 +402,9 @@ def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
 
 def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned: Counter[str]) -> list[KernelConfig]:
     """Every combination of ``knobs`` that makes a valid config passing the shape rules and the variant, in
-    grid order, each refused one counted in ``pruned`` under its first failing rule: the tile rule,
-    ``KernelConfig``'s own checks (``_invalid_values`` and its two combination rules), then the other shape
-    rules and the variant, as making each config first and asking ``shape_reason`` gives.
+    grid order, each refused one counted in ``pruned`` under its first failing rule: the tile rule, split-K
+    on a full grid, ``KernelConfig``'s own checks (``_invalid_values`` and its two combination rules), then
+    the other shape rules and the variant, as making each config first and asking ``shape_reason`` gives.
 
     The rules run on numpy columns of the whole product (a large GEMM's space is 345,600 combinations),
     and only survivors are made ``KernelConfig``s, whose checks then cannot fail."""
@@ -440,8 +418,10 @@ def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned
         if refused:
             invalid = invalid | np.isin(column, refused)
     rules = _shape_rules(workload, spec)
-    ordered = [rules[0], ("invalid knob combination", lambda _: invalid), *rules[1:],
-               (f"outside variant {variant!r}", lambda c: np.logical_not(variant_ok(c, variant)))]
+    first = ("tile larger than the problem", "split-K with enough tiles to fill the GPU")
+    ordered = [r for r in rules if r[0] in first] + [("invalid knob combination", lambda _: invalid)] \
+        + [r for r in rules if r[0] not in first] + [(f"outside variant {variant!r}", lambda c: np.logical_not(
+            variant_ok(c, variant)))]
     alive = np.ones(grid.shape[1], dtype=bool)
     for reason, test in ordered:
         hit = alive & test(c)

@@ -52,7 +52,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..records import KernelConfig, Workload, ceil_div, split_tail
+from ..records import KernelConfig, Workload, ceil_div
 from .hardware import GPUSpec
 
 # Triton streams k=16 slices of MMA operands through registers when no explicit register
@@ -414,29 +414,14 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
     if not res.valid:
         return Estimate(math.inf, False, res.reason, base)
     ctx = _context(workload, config, spec, res)
-    tiles = ctx.batch * ctx.tiles_m * ctx.tiles_n
-    # Split-K splits the last, partial wave's tiles (records.split_tail); the full waves' tiles run whole,
-    # first: their programs are modelled as an unsplit kernel's, then the split tiles' slices.
-    split_tiles = split_tail(ctx.tiles_m * ctx.tiles_n, ctx.batch, spec.num_sms) if config.split_k > 1 else tiles
-    parts = [(ctx, split_tiles * config.split_k)]
-    if split_tiles < tiles:
-        parts.insert(0, (_context(workload, config.replace(split_k=1), spec, res), tiles - split_tiles))
-    total = sum(programs for _, programs in parts)
+    total = ctx.batch * ctx.tiles_m * ctx.tiles_n * config.split_k
     per_batch = spec.num_sms * res.blocks_per_sm
-    t_batches, n_batches, n_full, dram_reads = 0.0, 0, 0, 0.0
-    shown: dict[str, float] | None = None
-    last: dict[str, float] | None = None
-    for part, programs in parts:
-        full_batches, rem = divmod(programs, per_batch)
-        full = _threadblock(part, res.blocks_per_sm, per_batch) if full_batches else None
-        last = _threadblock(part, ceil_div(rem, spec.num_sms), rem) if rem else None
-        t_batches += full_batches * (full["t_threadblk"] if full else 0.0) + (last["t_threadblk"] if last else 0.0)
-        n_batches += full_batches + (1 if rem else 0)
-        n_full += full_batches
-        # Kernel-wide DRAM floor (below): the modelled reads of every batch.
-        dram_reads += sum(count * tb["dram_bytes_per_loop"] * part.n_loop
-                          for count, tb in ((full_batches, full), (1, last)) if tb is not None)
-        shown = shown or full or last
+    n_full, rem = divmod(total, per_batch)
+    full = _threadblock(ctx, res.blocks_per_sm, per_batch) if n_full else None
+    last = _threadblock(ctx, ceil_div(rem, spec.num_sms), rem) if rem else None
+    t_batches = n_full * (full["t_threadblk"] if full else 0.0) + (last["t_threadblk"] if last else 0.0)
+    n_batches = n_full + (1 if rem else 0)
+    shown = full if full is not None else last
     assert shown is not None  # total >= 1 because Workload rejects empty GEMM dims
     hidden = 0.0
     if config.persistent and config.smem_stages > 1 and n_batches > 1:
@@ -446,8 +431,10 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
         hidden = (n_batches - 1) * (shown["t_init"] + spec.lat_dram_write)
         t_batches -= hidden
     # Kernel-wide DRAM floor: the modelled reads of every batch plus the output written once.
+    dram_reads = sum(count * tb["dram_bytes_per_loop"] * ctx.n_loop
+                     for count, tb in ((n_full, full), (1, last)) if tb is not None)
     t_dram_kernel = (dram_reads + ctx.batch * ctx.m * ctx.n * workload.elem_bytes) / spec.dram_bw
-    t_split = _split_reduction(ctx, split_tiles * config.split_k) if config.split_k > 1 else 0.0
+    t_split = _split_reduction(ctx, total)
     time = max(t_batches, t_dram_kernel) + t_split + spec.launch_s
     return Estimate(time, True, "", {
         **base, **shown,

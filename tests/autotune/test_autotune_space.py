@@ -164,7 +164,7 @@ def test_spaces_keep_persistent_configs_given_to_them() -> None:
     assert not any(c.persistent for c in ConfigSpace.build(W, SPEC, knobs=SMALL))  # not a tuning knob (yet)
 
 
-def test_split_k_is_offered_for_a_partial_last_wave_and_long_k_only():
+def test_split_k_is_offered_for_few_tiles_and_long_k_only():
     knobs = Knobs(block_m=(16, 64), block_n=(64, 128), block_k=(64, 128), num_warps=(4,), smem_stages=(3,),
                   reg_stages=(1,), reg_split=(1,), group_m=(8,), async_copy=("pointer",), persistent=(False,))
     decode = ConfigSpace.build(Workload("matmul", (16, 4096, 4096), "float16", "nt"), SPEC, knobs=knobs)
@@ -173,20 +173,8 @@ def test_split_k_is_offered_for_a_partial_last_wave_and_long_k_only():
         tiles = -(-16 // c.block_m) * -(-4096 // c.block_n)
         assert c.split_k == 1 or (tiles < SPEC.num_sms and tiles * (c.split_k // 2) < SPEC.num_sms)
     big = ConfigSpace.build(Workload("matmul", (4096, 4096, 4096), "float16", "nt"), SPEC, knobs=knobs)
-    assert {c.split_k for c in big} == {1}  # 15 or more full waves of tiles
-    assert big.pruned["split-K of a partial wave behind many full waves or over a quarter full"] > 0
-    # A grid of full waves and a partial one splits that wave's tiles: offered where the wave is small
-    # and the full waves few (H100: 132 SMs; 128 x 128 tiles of an M x 128 GEMM, 1024 deep).
-    cfg = KernelConfig(128, 128, 64, num_warps=8, smem_stages=3, split_k=4)
-    wave = "split-K of a partial wave behind many full waves or over a quarter full"
-    for tiles, split, why in ((132 * 2 + 24, 4, None), (132 * 2, 4, "split-K with no partial last wave"),
-                              (132 * 2 + 40, 4, wave), (132 * 3 + 10, 4, wave),
-                              (132 * 2 + 30, 16, "split-K beyond filling the GPU"),  # half the split: 240 > 132
-                              (132 + 10, 2, "split-K beyond filling the GPU")):  # one wave and a bit: all split
-        w = Workload("matmul", (128 * tiles, 128, 1024), "float16", "nt")
-        assert shape_reason(w, cfg.replace(split_k=split), SPEC) == why, tiles
-    batched = Workload("bmm", (2, 128 * 70, 128, 1024), "float16", "nn")  # a batched kernel splits every tile
-    assert shape_reason(batched, cfg, SPEC) == "split-K with enough tiles to fill the GPU"
+    assert {c.split_k for c in big} == {1}
+    assert big.pruned["split-K with enough tiles to fill the GPU"] > 0
     short = Workload("matmul", (16, 256, 128), "float16", "nt")  # one or two chunks: nothing to split
     assert shape_reason(short, KernelConfig(16, 64, 64, split_k=2), SPEC) == "split-K slices shorter than two chunks"
 
@@ -221,8 +209,12 @@ def _config_first(w: Workload, knobs: Knobs, variant: str, spec=SPEC) -> tuple[l
     kept, pruned = [], Counter()
     for values in itertools.product(*knobs.values()):
         kw = dict(zip(KNOB_NAMES, values))
+        tiles = batch * math.ceil(m / kw["block_m"]) * math.ceil(n / kw["block_n"])
         if any(kw[b] > max(16, _next_pow2(d)) for b, d in (("block_m", m), ("block_n", n), ("block_k", k))):
             pruned["tile larger than the problem"] += 1
+            continue
+        if spec is not None and kw["split_k"] > 1 and tiles >= spec.num_sms:
+            pruned["split-K with enough tiles to fill the GPU"] += 1
             continue
         try:
             c = KernelConfig(**kw)

@@ -136,26 +136,3 @@ def test_split_conv2d_as_implicit_gemm() -> None:
     out, ref = r.run(x), r.reference(x)
     assert ((out.double() - ref.double()).norm() / ref.double().norm()).item() <= 1e-5
     assert _counters_are_zero()
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("m,n,whole,split_tiles", [(48, 48, 8, 1), (64, 32, 8, 0), (33, 20, 0, 6)],
-                         ids=["full_and_partial_wave", "full_waves_only", "under_two_waves"])
-def test_split_runs_the_full_waves_whole_and_splits_the_partial_one(m, n, whole, split_tiles, kit) -> None:
-    # The interpreter's wave is build.INTERPRETER_WAVE (4) programs: 9 tiles are two full waves of whole
-    # tiles and 1 split one, 8 tiles two full waves and nothing split, 6 tiles (under two waves) all split.
-    from alcop_triton.build import INTERPRETER_WAVE
-
-    assert INTERPRETER_WAVE == 4
-    split = 3
-    kern = kit.matmul("float32", _cfg(split))
-    g = torch.Generator().manual_seed(m * n)
-    a, b = kit.rand((m, 90), "float32", g), kit.rand((90, n), "float32", g)
-    out = kit.poisoned((m, n), "float32")
-    launch, _ = kern.bind(a, b, out)
-    assert launch.grid == (whole + split_tiles * split, 1)
-    workspace, _, split_full = launch.args[3:6]
-    assert split_full == whole and workspace.numel() == split * split_tiles * 16 * 16
-    kern(a, b, out)
-    kit.assert_close(out, a.double() @ b.double(), "float32", f"{m}x{n}")
-    assert _counters_are_zero()
