@@ -171,6 +171,7 @@ def test_session_compiles_ahead(compiled_dir, tmp_path):
     assert len(db) == 12 and sum(r.error is not None for r in db.records()) == sum(c.block_m == 16 for c in m.seen)
 
 
+@pytest.mark.interpreter  # binds CPU tensors
 @pytest.mark.parametrize("config", [KernelConfig(128, 128, 64, 8, 8, 4), KernelConfig(64, 256, 64, 8, 8, 3, async_copy="tma"),
                                     KernelConfig(128, 64, 64, 8, 4, 1, reg_stages=2, reg_split=2)])
 def test_kernel_source_does_not_depend_on_the_shape(config):
