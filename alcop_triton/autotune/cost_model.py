@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Protocol, Sequence
 
 import numpy as np
 
 from ..records import KernelConfig
+from .measure import in_background
 from .space import ConfigSpace
 
 
@@ -91,9 +92,8 @@ class XGBoostCostModel:
         # asks about the same configs often, and featurizing runs the analytical model for each.
         self._scores: dict[KernelConfig, float] = {}
         self._pending: tuple[list[KernelConfig], list[float]] | None = None  # measurements ``fit`` has not applied
-        pool = ThreadPoolExecutor(1, thread_name_prefix="alcop-cost-model")
-        self._ready: Future[None] | None = pool.submit(self._prepare, pretrain, seed, pretrain_size)
-        pool.shutdown(wait=False)  # the thread ends with its one task
+        self._ready: Future[None] | None = in_background("alcop-cost-model", self._prepare, pretrain, seed,
+                                                         pretrain_size)
 
     def _prepare(self, pretrain: bool, seed: int, pretrain_size: int) -> None:
         space, w = self.space, self.space.workload

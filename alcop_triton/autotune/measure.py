@@ -522,9 +522,14 @@ def starting(device: str, start: Callable[[], None]) -> "Future[None] | None":
     if helper_context(device).get_start_method() != "forkserver":
         start()
         return None
-    pool = ThreadPoolExecutor(1, thread_name_prefix="alcop-helpers")
-    future = pool.submit(start)
-    pool.shutdown(wait=False)  # the thread ends with its one task
+    return in_background("alcop-helpers", start)
+
+
+def in_background(name: str, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
+    """``fn(*args)`` in a thread of its own (named ``name``), which ends with it; the future has its result."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+    future = pool.submit(fn, *args)
+    pool.shutdown(wait=False)
     return future
 
 

@@ -35,7 +35,7 @@ WGRAD_TILES = ((64, 64, 64, 4, 4, 1), (64, 64, 64, 4, 4, 4), (64, 64, 64, 4, 4, 
 
 
 def main(out_dir: str, quick: bool = False) -> int:
-    from probe_io import checked_time, run_meta, write
+    from probe_io import checked_time, fmt_us, run_meta, write
     import torch
 
     import alcop_triton as at
@@ -95,8 +95,6 @@ def main(out_dir: str, quick: bool = False) -> int:
         print(json.dumps(row), flush=True)
     meta = run_meta()
 
-    def us(v: Any) -> str:
-        return f"{v:.1f}" if isinstance(v, float) else "err"
 
     lines = [f"# Conv2d backward by parts ({meta['device']})", "",
              f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. µs, fp16, "
@@ -105,13 +103,13 @@ def main(out_dir: str, quick: bool = False) -> int:
              "dW DSL dispatched | dW DSL best (config) |", "|---|---|---|---|---|---|"]
     for r in rows:
         best = min((d for d in r["wgrad_dsl"] if isinstance(d["us"], float)), key=lambda d: d["us"], default=None)
-        lines.append(f"| {r['layer']} | {us(r['forward_cudnn_us'])} / {us(r['forward_alcop_us'])} | "
-                     f"{us(r['cudnn_dx_us'])} / {us(r['alcop_dx_us'])} | {us(r['cudnn_dw_us'])} / {us(r['alcop_dw_us'])} | "
-                     f"{us(r['dsl_dw_dispatched_us'])} | "
-                     f"{us(best['us']) if best else 'err'} ({best['config'] if best else '-'}) |")
+        lines.append(f"| {r['layer']} | {fmt_us(r['forward_cudnn_us'])} / {fmt_us(r['forward_alcop_us'])} | "
+                     f"{fmt_us(r['cudnn_dx_us'])} / {fmt_us(r['alcop_dx_us'])} | {fmt_us(r['cudnn_dw_us'])} / {fmt_us(r['alcop_dw_us'])} | "
+                     f"{fmt_us(r['dsl_dw_dispatched_us'])} | "
+                     f"{fmt_us(best['us']) if best else 'err'} ({best['config'] if best else '-'}) |")
     lines += ["", "Weight gradient's DSL kernel, every config (µs):", ""]
     for r in rows:
-        lines.append(f"- {r['layer']}: " + ", ".join(f"{d['config']} {us(d['us'])}" for d in r["wgrad_dsl"]))
+        lines.append(f"- {r['layer']}: " + ", ".join(f"{d['config']} {fmt_us(d['us'])}" for d in r["wgrad_dsl"]))
     write(out_dir, "conv_bwd", meta, rows, lines)
     return 0
 

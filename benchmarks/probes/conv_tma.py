@@ -43,7 +43,7 @@ TILES = ((128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (128, 128, 64, 4, 4), (64, 
 
 
 def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int:
-    from probe_io import checked_time, run_meta, write
+    from probe_io import checked_time, fmt_us, run_meta, write
     import torch
     import triton
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -114,8 +114,6 @@ def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int
         rows.append(row)
     meta = run_meta()
 
-    def us(v: Any) -> str:
-        return f"{v:.1f}" if isinstance(v, float) else "err"
 
     lines = [f"# Stride-1 3x3 convolutions by TMA copies ({meta['device']})", "",
              f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. µs, fp16, "
@@ -128,8 +126,8 @@ def main(out_dir: str, quick: bool = False, generated_only: bool = False) -> int
                 if form == "tile" or form.endswith("_runs_differ"):
                     continue
                 ratio = f"{r['cudnn_us'] / v:.3f}x" if isinstance(v, float) and isinstance(r["cudnn_us"], float) else "-"
-                lines.append(f"| {r['layer']} | {us(r['cudnn_us'])} | {us(r['alcop_us'])} | {t['tile']} | "
-                             f"{form.removesuffix('_us')} | {us(v)} | {ratio} |")
+                lines.append(f"| {r['layer']} | {fmt_us(r['cudnn_us'])} | {fmt_us(r['alcop_us'])} | {t['tile']} | "
+                             f"{form.removesuffix('_us')} | {fmt_us(v)} | {ratio} |")
     write(out_dir, "conv_tma", meta, rows, lines)
     return 0
 

@@ -14,8 +14,6 @@ against torch first. Writes ``OUT_DIR/layout_probe.{json,md}``.
 
 from __future__ import annotations
 
-import datetime
-import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -58,7 +56,7 @@ def _plain_nt() -> Any:
 def main(out_dir: str) -> int:
     import torch
     import triton
-    from probe_io import checked_time
+    from probe_io import checked_time, fmt_us, run_meta, write
     from ws_probe import mm
 
     import alcop_triton as at
@@ -102,26 +100,17 @@ def main(out_dir: str) -> int:
             row["tiles"].append(entry)
             print(m, n, k, entry, flush=True)
         rows.append(row)
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "alcop": at.__version__, "date": datetime.date.today().isoformat(),
-            "timer": "triton.testing.do_bench_cudagraph, one call on one set of inputs"}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "layout_probe.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-
-    def us(v: Any) -> str:
-        return f"{v:.1f}" if isinstance(v, float) else "err"
-
+    meta = run_meta()
     lines = [f"# Generated kernels against a plain TMA kernel, nt and nn ({meta['device']})", "",
              f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. µs, fp16.", "",
              "| M x N x K | cuBLAS nt / nn | tile (M, N, K, stages, warps) | alcop nt | alcop nn | plain TMA nt | plain TMA nn |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         for t in r["tiles"]:
-            lines.append(f"| {'x'.join(map(str, r['shape']))} | {us(r['torch_nt_us'])} / {us(r['torch_nn_us'])} | "
-                         f"{t['tile']} | {us(t['alcop_nt_us'])} | {us(t['alcop_nn_us'])} | {us(t['plain_nt_us'])} | "
-                         f"{us(t['plain_nn_us'])} |")
-    (out / "layout_probe.md").write_text("\n".join(lines) + "\n")
+            lines.append(f"| {'x'.join(map(str, r['shape']))} | {fmt_us(r['torch_nt_us'])} / {fmt_us(r['torch_nn_us'])} | "
+                         f"{t['tile']} | {fmt_us(t['alcop_nt_us'])} | {fmt_us(t['alcop_nn_us'])} | {fmt_us(t['plain_nt_us'])} | "
+                         f"{fmt_us(t['plain_nn_us'])} |")
+    write(out_dir, "layout_probe", meta, rows, lines)
     print("\n".join(lines))
     return 0
 

@@ -29,6 +29,11 @@ def write(out_dir: str, name: str, meta: dict[str, Any], rows: list[dict[str, An
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
+def fmt_us(v: Any) -> str:
+    """A ``checked_time`` result in a table: µs to one decimal, or "err" for a failure."""
+    return f"{v:.1f}" if isinstance(v, float) else "err"
+
+
 def checked_time(fn: Callable[[], Any], want: Any | None) -> float | str:
     """µs of ``fn`` under ``do_bench_cudagraph`` once its result is within 1e-2 (normwise) of ``want``
     (None: not checked); a failure (wrong result, compile error, out of resources) is the result."""
