@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def _flag(name: str) -> bool:
@@ -65,16 +65,34 @@ def interpret() -> bool:
 def allow_tf32() -> bool:
     """Whether float32 products may round their inputs to TF32: torch's cuBLAS switch, read the way every
     supported torch spells it (``fp32_precision`` since torch 2.9, where reading the legacy ``allow_tf32``
-    raises once the new API has been used; ``allow_tf32`` before)."""
+    raises once the new API has been used; ``allow_tf32`` before).
+
+    Every float32 call reads it (its fast-path signature holds it), so it calls torch's C getters, bound
+    on the first read: ``torch.backends.cuda.matmul.fp32_precision`` reaches the same getter through a
+    module ``__getattr__`` that costs a float32 call about 2 µs, and 8 µs when the CPU's caches are cold.
+    """
+    global _tf32_read
+    if _tf32_read is None:
+        _tf32_read = _tf32_reader()
+    return _tf32_read()
+
+
+_tf32_read: Callable[[], bool] | None = None
+
+
+def _tf32_reader() -> Callable[[], bool]:
     import torch
 
-    matmul = torch.backends.cuda.matmul
-    precision = getattr(matmul, "fp32_precision", None)
-    if precision is None:
-        return bool(matmul.allow_tf32)
-    if precision == "none":  # inherits the backend-wide setting
-        precision = getattr(torch.backends, "fp32_precision", "none")
-    return precision == "tf32"
+    get = getattr(torch._C, "_get_fp32_precision_getter", None)
+    if get is None:  # torch < 2.9: the legacy flag
+        legacy: Callable[[], bool] = torch._C._get_cublas_allow_tf32
+        return legacy
+
+    def read() -> bool:
+        precision = get("cuda", "matmul")
+        # "none" inherits the backend-wide setting (torch.backends.fp32_precision)
+        return precision == "tf32" or (precision == "none" and get("generic", "all") == "tf32")
+    return read
 
 
 @contextlib.contextmanager

@@ -32,9 +32,11 @@ def use_config(cfg: KernelConfig) -> Iterator[None]:
     """Within the block, every alcop op runs with ``cfg`` instead of the dispatcher's choice."""
     if not isinstance(cfg, KernelConfig):
         raise TypeError(f"use_config(cfg={cfg!r}): expected a KernelConfig")
+    from . import fastpath  # imports this module
     token = forced.set(cfg)
     try:
-        yield
+        with fastpath.forcing():
+            yield
     finally:
         forced.reset(token)
 

@@ -46,7 +46,7 @@ import torch
 
 from . import config, generation
 from .build import Launch
-from .config_choice import capture_error, forced
+from .config_choice import capture_error
 
 Tensor = torch.Tensor
 
@@ -63,8 +63,8 @@ class Stats:
     hits: calls served by a stored entry; misses: first calls of a signature (they ran the full
     path); uncacheable: misses whose launches did not account for the result (a fallback to
     torch, a copied operand), so nothing was stored; dispatched: calls that needed torch's
-    dispatcher; bypassed: calls inside a ``use_config`` block; to_torch: hits that patch mode
-    sent to torch (faster on that workload); entries: signatures stored now; generation:
+    dispatcher; bypassed: calls inside a ``use_config`` block; to_torch: calls that patch mode's
+    wrappers sent to torch, at a signature or call site stored as torch's (faster on that workload); entries: signatures stored now; generation:
     ``generation.current()``.
     """
     hits: int
@@ -115,10 +115,13 @@ class _Applying:
 @dataclass(frozen=True)
 class _Mode:
     """What the calls of one thread (one context) are part of: another call's first run, which records
-    the launches; a first call on the autograd route; patch mode (a routed wrapper's call)."""
+    the launches; a first call on the autograd route; patch mode (a routed wrapper's call); a
+    ``use_config`` block (``forcing``: its config, not the stored launches). A call in ``_DIRECT`` or
+    ``_PATCHED`` is none but the last: the only modes whose calls may take a call site's candidate."""
     recording: _Recording | None = None
     applying: _Applying | None = None
     patched: bool = False
+    forced: bool = False
 
 
 _DIRECT = _Mode()
@@ -139,6 +142,12 @@ def _in_mode(mode: _Mode) -> Iterator[None]:
         _mode.reset(token)
 
 
+def forcing() -> Any:
+    """The block of ``config_choice.use_config``: calls in it bypass the cache (it holds the dispatcher's
+    configs' launches), so that they run the forced config."""
+    return _in_mode(replace(_mode.get(), forced=True))
+
+
 def _traced_mode() -> _Mode:
     """This thread's mode, for code that Dynamo may trace (an op's front end on the dispatched route):
     while it traces, no first call is recording or applying, and Dynamo does not trace ``_mode``."""
@@ -148,7 +157,7 @@ def _traced_mode() -> _Mode:
 def patched_mode(mode: _Mode) -> _Mode:
     """``mode`` as patch mode's: a routed wrapper's call runs in it (its signatures are patch mode's
     own, which may send a workload to torch; its own torch calls go to torch's functions)."""
-    return _PATCHED if mode is _DIRECT else replace(mode, patched=True)
+    return _PATCHED if mode is _DIRECT else mode if mode.patched else replace(mode, patched=True)
 
 
 Pick = Callable[[tuple[Any, ...]], Any]
@@ -264,6 +273,7 @@ _dynamo_tracing = torch.compiler.is_dynamo_compiling
 _compiler = torch.compiler
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _transforms = torch._C._are_functorch_transforms_active
+_grad_enabled = torch.is_grad_enabled
 
 
 def _needs_dispatcher() -> bool:
@@ -278,7 +288,7 @@ def signature(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any,
 
 
 def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    grad = torch.is_grad_enabled()
+    grad = _grad_enabled()
     key: list[Any] = [op, params, _ENV_TABLE.get(_STRICT_KEY), _mode.get().patched]
     fp32 = False
     for t in tensors:
@@ -394,10 +404,11 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     if mode.recording is not None:  # inside another call's first run: that one records the launches
         return eager(*tensors, *params)
     key = site_key = None
-    if not _needs_dispatcher():
-        site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), mode.patched, torch.is_grad_enabled())
+    # _needs_dispatcher() without its tracing check, made above: every call runs this line
+    if not (_compiler._is_compiling_flag or _dispatch_modes() > 0 or _transforms()):
+        site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), mode.patched, _grad_enabled())
         site = _sites.get(site_key)
-        if site is not None and mode.applying is None and forced.get() is None:
+        if site is not None and (mode is _DIRECT or mode is _PATCHED):
             stored = _site_hit(site, tensors)
             if stored is not None:
                 _counters.hits += 1
@@ -413,7 +424,7 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         _counters.dispatched += 1
         return (dispatched or eager)(*tensors, *params)
     hit = _entries.get(key)
-    if hit is not None and forced.get() is None:
+    if hit is not None and not mode.forced:
         _counters.hits += 1
         if mode.applying is None and site_key is not None:
             _remember(site_key, tensors, hit.run)
@@ -422,11 +433,11 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         if grad is None:  # no autograd route of its own: the registered op's
             _counters.dispatched += 1
             return (dispatched or eager)(*tensors, *params)
-        if forced.get() is not None:
+        if mode.forced:
             _counters.bypassed += 1
             return grad(*tensors, *params)
         return _first_grad_call(key, tensors, params, grad)
-    if forced.get() is not None:  # use_config's block: its config, not the stored launches
+    if mode.forced:  # use_config's block: its config, not the stored launches
         _counters.bypassed += 1
         return eager(*tensors, *params)
     return _first_call(key, tensors, params, eager, torch_fn if mode.patched else None)

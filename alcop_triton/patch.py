@@ -96,19 +96,30 @@ generation.on_bump(_forget_sites)
 def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callable[..., Any]:
     # Every routed call runs this, in a model's forward pass among other ops that leave the CPU's
     # caches cold: each lookup below costs there, so the to-torch check reads one dict of this route
-    # and two tensor properties, no tuple is built and no helper called.
+    # and two tensor properties, no tuple is built and no helper called; and it comes first, before
+    # this thread's state is read: a site left to torch goes to torch's function whoever calls it (a
+    # thread without patch mode, a drop-in's own torch call, a convolution that will train all would too).
     sites = _to_torch.setdefault(route, {})
     grad_to_torch = route in GRAD_TO_TORCH
+    tensor = torch.Tensor
 
     @functools.wraps(original)
     def routed(*args: Any, **kwargs: Any) -> Any:
+        # Traced (what ``torch.compiler.is_compiling()`` says, one call fewer: see fastpath): the
+        # drop-in's registered op becomes the graph's node. Checked before the fast path's mode or a
+        # site is read: Dynamo does not trace a context variable, and the graph holds alcop's op
+        # whatever eager calls at the same site decided.
+        if _dynamo_tracing() or _compiler._is_compiling_flag:
+            return route(*args, **kwargs) if _state.on else original(*args, **kwargs)
+        if sites and not kwargs and len(args) > 1:
+            seen = sites.get(id(args[1]))
+            if seen is not None:
+                a = args[0]
+                if type(a) is tensor and seen[1] is a.dtype and seen[0] == a.shape:
+                    _fastpath_counters.to_torch += 1
+                    return original(*args)
         if not _state.on:  # another thread's patch mode installed the wrappers
             return original(*args, **kwargs)
-        # Traced (what ``torch.compiler.is_compiling()`` says, one call fewer: see fastpath): the
-        # drop-in's registered op becomes the graph's node. Checked before the fast path's mode is
-        # read: Dynamo does not trace a context variable.
-        if _dynamo_tracing() or _compiler._is_compiling_flag:
-            return route(*args, **kwargs)
         mode = _fastpath_mode.get()
         if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
             return original(*args, **kwargs)
@@ -116,13 +127,6 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
             for a in (*args[:3], *kwargs.values()):  # a loop, not any(generator): see above
                 if type(a) in (torch.Tensor, torch.nn.Parameter) and a.requires_grad:
                     return original(*args, **kwargs)
-        if sites and not kwargs and len(args) > 1:
-            seen = sites.get(id(args[1]))
-            if seen is not None:
-                a = args[0]
-                if type(a) is torch.Tensor and seen[1] is a.dtype and seen[0] == a.shape:
-                    _fastpath_counters.to_torch += 1
-                    return original(*args)
         sent = _fastpath_counters.to_torch
         # The drop-in's signatures are patch mode's own (they may send a workload to torch).
         token = _fastpath_mode.set(patched_mode(mode))

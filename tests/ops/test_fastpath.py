@@ -124,6 +124,22 @@ def test_flag_changes_miss(monkeypatch: pytest.MonkeyPatch) -> None:
     assert counts() == (2, 3)
 
 
+def test_tf32_switch_is_read_in_every_spelling_torch_accepts() -> None:
+    # The fast path reads torch's C getters directly; they must say what torch's own attributes say,
+    # including a matmul setting of "none", which inherits the backend-wide one.
+    matmul = torch.backends.cuda.matmul
+    if getattr(matmul, "fp32_precision", None) is None:
+        pytest.skip("torch < 2.9: the legacy allow_tf32 flag is read as is")
+    before = matmul.fp32_precision, torch.backends.fp32_precision
+    try:
+        for own, backend in (("tf32", "ieee"), ("ieee", "tf32"), ("none", "tf32"), ("none", "ieee")):
+            matmul.fp32_precision, torch.backends.fp32_precision = own, backend
+            inherited = torch.backends.fp32_precision if matmul.fp32_precision == "none" else matmul.fp32_precision
+            assert config.allow_tf32() is (inherited == "tf32"), (own, backend)
+    finally:
+        torch.backends.fp32_precision, matmul.fp32_precision = before[1], before[0]
+
+
 def test_tf32_is_not_part_of_a_half_precision_signature() -> None:
     a, b = randn(8, 8, dtype=torch.float16), randn(8, 8, dtype=torch.float16, seed=1)
     at.matmul(a, b)
