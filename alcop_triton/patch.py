@@ -75,6 +75,10 @@ _threads_on = 0  # threads with patch mode on: the wrappers are installed while 
 _wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
 
 
+_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})  # a routed call's tensor arguments, as torch makes them
+_grad_enabled = torch.is_grad_enabled
+
+
 _to_torch: dict[Callable[..., Any], dict[int, tuple[torch.Size, torch.dtype]]] = {}
 """Per route, the call sites whose signature patch mode stored as a call to torch (its records do not
 show alcop faster): the identity of the call's second argument (a module's weight) -> the first one's
@@ -123,9 +127,12 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
         mode = _fastpath_mode.get()
         if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
             return original(*args, **kwargs)
-        if grad_to_torch and torch.is_grad_enabled():
-            for a in (*args[:3], *kwargs.values()):  # a loop, not any(generator): see above
-                if type(a) in (torch.Tensor, torch.nn.Parameter) and a.requires_grad:
+        if grad_to_torch and _grad_enabled():
+            for a in args[:3]:  # input, weight, bias: a loop, not any(generator), and no tuple built
+                if type(a) in _TENSORS and a.requires_grad:
+                    return original(*args, **kwargs)
+            for a in kwargs.values():
+                if type(a) in _TENSORS and a.requires_grad:
                     return original(*args, **kwargs)
         sent = _fastpath_counters.to_torch
         # The drop-in's signatures are patch mode's own (they may send a workload to torch).

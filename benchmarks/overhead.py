@@ -10,7 +10,8 @@ synchronises with the GPU outside the timed intervals, so the launch queue never
 queue would make a launch wait for the GPU and count kernel time as host time). Reported: the
 median, 10th and 90th percentile in µs. No CUDA graph.
 
-Rows, for matmul, bmm, linear (+bias+gelu), conv2d and an ``@alcop_triton.op`` DSL kernel
+Rows, for matmul (also on float32 operands, ``matmul_fp32``), bmm, linear (+bias+gelu), conv2d and an
+``@alcop_triton.op`` DSL kernel
 (gelu(x w^T + b)): ``triton`` (a bare launch of Triton's tutorial matmul kernel with one fixed
 config: the launcher's own cost; matmul and bmm only), ``torch`` (the torch op; for linear and the
 DSL kernel ``F.gelu(F.linear(x, w, b))``), ``alcop`` (the drop-in called directly) and
@@ -38,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 SYNC_EVERY = 64
 ROUNDS = 20   # interleaved rounds per (op, grad): see ``measure``
-OPS = ("matmul", "bmm", "linear_gelu", "conv2d", "dsl_linear_gelu")
+OPS = ("matmul", "matmul_fp32", "bmm", "linear_gelu", "conv2d", "dsl_linear_gelu")
 IMPLS = ("triton", "torch", "alcop", "alcop_unfused", "alcop_patched")
 TIMER = ("host µs per call: time.perf_counter_ns around each call, GPU synchronised every 64 calls outside the "
          f"timed intervals, the implementations interleaved in {ROUNDS} rounds, median (10th-90th percentile) of the "
@@ -98,6 +99,8 @@ def cases(device: str, grad: bool, size: int = 64) -> dict[str, dict[str, Callab
         return torch.randn(*shape, device=device, dtype=torch.float16).requires_grad_(grad)
 
     a, b = t(size, size), t(size, size)
+    # float32 operands: their signature also holds torch's TF32 switch, read on every call
+    a32, b32 = (torch.randn(size, size, device=device).requires_grad_(grad) for _ in range(2))
     ab, bb = t(4, size, size), t(4, size, size)
     x, w, bias = t(size, size), t(size, size), t(size)
     img, filt = t(1, 16, 8, 8).contiguous(memory_format=torch.channels_last), t(16, 16, 3, 3)
@@ -113,10 +116,10 @@ def cases(device: str, grad: bool, size: int = 64) -> dict[str, dict[str, Callab
         args = (a_, b_, c, size, size, size, *a_.stride(), *b_.stride(), *c.stride())
         return lambda: launch[grid](*args, **cfg.all_kwargs())
 
-    torch_calls = {"matmul": lambda: torch.matmul(a, b), "bmm": lambda: torch.bmm(ab, bb),
+    torch_calls = {"matmul": lambda: torch.matmul(a, b), "matmul_fp32": lambda: torch.matmul(a32, b32), "bmm": lambda: torch.bmm(ab, bb),
                    "linear_gelu": lambda: F.gelu(F.linear(x, w, bias)), "conv2d": lambda: F.conv2d(img, filt, None, 1, 1),
                    "dsl_linear_gelu": lambda: F.gelu(F.linear(x, w, bias))}
-    alcop_calls = {"matmul": lambda: at.matmul(a, b), "bmm": lambda: at.bmm(ab, bb),
+    alcop_calls = {"matmul": lambda: at.matmul(a, b), "matmul_fp32": lambda: at.matmul(a32, b32), "bmm": lambda: at.bmm(ab, bb),
                    "linear_gelu": lambda: at.linear(x, w, bias, activation="gelu"),
                    "conv2d": lambda: at.conv2d(img, filt, None, 1, 1), "dsl_linear_gelu": lambda: dsl(x, w, bias)}
     out: dict[str, dict[str, Callable[[], Any] | None]] = {}

@@ -7,8 +7,8 @@ Every call is preceded by an L2 flush (a write of twice the L2) and a synchronis
 ``suite.CudaTimers.eager``; then one call is timed twice: ``host`` = ``time.perf_counter_ns`` around the
 call, ``events`` = CUDA events recorded before and after it (the eager timer: host cost included). The
 rows take turns call by call (``ROUNDS`` rounds), median of each. Rows: a suite GEMM (1024x768x768,
-B stored N x K, fp16) through torch, the drop-in, its stored entry, its prebound launch; with
-``requires_grad``; under ``patched()``; and a small channels-last conv2d through cuDNN, the drop-in,
+B stored N x K, fp16) through torch, the drop-in, its stored entry, its prebound launch; on float32
+operands; with ``requires_grad``; under ``patched()``; and a small channels-last conv2d through cuDNN, the drop-in,
 patch mode sending it to torch (a stored to-torch site) and a plain Python wrapper around cuDNN's call
 (what any wrapper costs). Writes ``OUT_DIR/cold_call.{json,md}``.
 """
@@ -45,6 +45,7 @@ def main(out_dir: str) -> int:
     a = torch.randn(1024, 768, device=dev, dtype=h)
     bt = torch.randn(768, 768, device=dev, dtype=h).t()
     a_g = a.clone().requires_grad_()
+    a32, bt32 = a.float(), bt.float()  # float32: the signature also holds torch's TF32 switch
     img = torch.randn(8, 64, 28, 28, device=dev, dtype=h).contiguous(memory_format=torch.channels_last)
     filt = torch.randn(64, 64, 3, 3, device=dev, dtype=h).contiguous(memory_format=torch.channels_last)
     # torch's own functions, taken before patch mode replaces them: the direct rows call these
@@ -65,6 +66,8 @@ def main(out_dir: str) -> int:
         "at.matmul": lambda: at.matmul(a, bt),
         "stored entry": lambda: entry.run((a, bt)),
         "prebound launch": lambda: launch(*args),
+        "torch.matmul, float32": lambda: matmul_torch(a32, bt32),
+        "at.matmul, float32": lambda: at.matmul(a32, bt32),
         "torch.matmul, requires_grad": lambda: matmul_torch(a_g, bt),
         "at.matmul, requires_grad": lambda: at.matmul(a_g, bt),
         "F.conv2d (cuDNN)": lambda: conv_torch(img, filt, None, 1, 1),
