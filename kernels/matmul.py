@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 import alcop_triton as at
-from alcop_triton import fastpath, te
+from alcop_triton import config, fastpath, te
 from alcop_triton.records import dtype_name
 
 from . import pack
@@ -105,6 +105,38 @@ def _copies_pay(macs: int, k: int) -> bool:
     return macs >= PAD_MIN_MACS and k >= PAD_MIN_K
 
 
+TURN_MIN_ROWS = 512
+"""Fewest rows of the product (batch x M) for which a float32 B is copied to the orientation its kernel
+reads fastest (``_turn_b``): the copy reads and writes B once, which only a product of many rows repays
+(a decode step, a few rows against a large weight, would spend more on the copy than the kernel saves)."""
+
+
+def _turns(dtype: str, rows: int, n: int, k: int, b_layout: str | None) -> bool:
+    """Whether a float32 B stored as ``b_layout`` ('n': K x N, N-contiguous; 't': N x K, K-contiguous; None:
+    neither) is copied to its other orientation before a product of ``rows`` x ``n`` x ``k``.
+
+    With TF32 the kernel's dot runs on Hopper's TF32 warpgroup MMA, which reads both operands K-major
+    from shared memory: B stored K x N left Triton a kernel 3.8x slower than B stored N x K. Without
+    TF32 (torch's default) the dot is IEEE fused multiply-adds, which read B fastest the other way:
+    N-contiguous 1.8x faster than K-contiguous. Measured on the H100 (``benchmarks/results/fp32_h100``,
+    CUDA-graph timer): 2048^3 with TF32 ran 201 us with B stored K x N and 88 us copying it first (cuBLAS
+    53); 512x3072x1024 with TF32 63 -> 49 us; 2048^3 IEEE 768 us with B stored N x K, 423 us stored K x N.
+    Only for products of ``TURN_MIN_ROWS`` rows or more (and ``_copies_pay``'s sizes); an N-contiguous
+    copy only where N is whole 16-byte vectors, so that its rows stay aligned.
+    """
+    if dtype != "float32" or n < 2 or k < 2 or rows < TURN_MIN_ROWS or not _copies_pay(rows * n * k, k):
+        return False
+    if config.allow_tf32():
+        return b_layout == "n"
+    return b_layout == "t" and n % 4 == 0
+
+
+def _turn_b(a: Any, b: Any) -> bool:
+    """``_turns`` for the operands of a call."""
+    layout = "n" if b.stride(-1) == 1 else "t" if b.stride(-2) == 1 else None
+    return _turns(dtype_name(b.dtype), math.prod(a.shape[:-1]), b.shape[-1], a.shape[-1], layout)
+
+
 def _vector_ready(x: Any) -> bool:
     """Whether 16-byte vector loads (cp.async, TMA) can read ``x``'s rows: a unit-stride last or second-last
     dim, a 16-byte aligned base and every other stride a multiple of 16 bytes."""
@@ -115,7 +147,9 @@ def _vector_ready(x: Any) -> bool:
 
 
 def aligned_operands(a: Any, b: Any) -> tuple[Any, Any]:
-    """``(a, b)``, with an operand whose rows are not 16-byte aligned copied to an aligned buffer.
+    """``(a, b)``, with an operand whose rows are not 16-byte aligned copied to an aligned buffer, and a
+    float32 B copied to the orientation its kernel reads fastest (``_turns``: K-contiguous with TF32,
+    N-contiguous without).
 
     Such rows (a row stride of 555 halves, a view at an odd offset) leave the kernel 2-byte loads:
     no cp.async, so no pipelining, and register spills on large tiles (measured 10-40x slower than
@@ -127,12 +161,13 @@ def aligned_operands(a: Any, b: Any) -> tuple[Any, Any]:
     copies read and write each operand once, a small cost next to a GEMM of ``PAD_MIN_MACS`` or more
     with a reduction of ``PAD_MIN_K`` or more (``_copies_pay``).
     """
-    if _vector_ready(a) and _vector_ready(b):
+    turn = _turn_b(a, b)
+    if _vector_ready(a) and _vector_ready(b) and not turn:
         return a, b
     k = a.shape[-1]
     if not _copies_pay(math.prod(a.shape[:-1]) * b.shape[-1] * k, k):
         return a, b
-    pa, pb = fastpath.prepare(_buffers, a, b)
+    pa, pb = fastpath.prepare(_turned_buffers if turn else _buffers, a, b)
     copied = [(src, dst) for src, dst in ((a, pa), (b, pb)) if dst is not src]
     kern = _PACK[(pa is not a, pb is not b)]
     # The kernel takes two (source, buffer) pairs; one copied operand is passed twice (PackKernel).
@@ -144,26 +179,34 @@ _PACK = {(True, True): pack.PackKernel((-1, -2)), (True, False): pack.PackKernel
          (False, True): pack.PackKernel((-2,))}
 
 
-def _buffers(a: Any, b: Any) -> tuple[Any, Any]:
-    """Where ``aligned_operands`` copies ``a`` and ``b`` (empty buffers; an operand that stays is itself)."""
+def _buffers(a: Any, b: Any, turn: bool = False) -> tuple[Any, Any]:
+    """Where ``aligned_operands`` copies ``a`` and ``b`` (empty buffers; an operand that stays is itself);
+    ``turn``: ``b`` is copied to its other orientation (``_turn_b``)."""
     k = a.shape[-1]
     vec = 16 // a.element_size()
     kp = -(-k // vec) * vec
     pad = kp != k
     return (_buffer(a, kp, -1, vec) if pad or not _vector_ready(a) else a,
-            _buffer(b, kp, -2, vec) if pad or not _vector_ready(b) else b)
+            _buffer(b, kp, -2, vec, b.stride(-2) != 1 if turn else None) if pad or turn or not _vector_ready(b) else b)
 
 
-def _buffer(x: Any, kp: int, k_dim: int, vec: int) -> Any:
+def _turned_buffers(a: Any, b: Any) -> tuple[Any, Any]:
+    """``_buffers`` with ``b`` turned (a preparation of its own: the fast path replays it by identity)."""
+    return _buffers(a, b, turn=True)
+
+
+def _buffer(x: Any, kp: int, k_dim: int, vec: int, k_major: bool | None = None) -> Any:
     """An empty buffer shaped like ``x`` with ``kp`` along its reduction dim ``k_dim`` (-1 for A, -2 for B).
 
-    Rows-contiguous (``x``'s own orientation) when ``x``'s rows have unit stride and a whole number of
-    16-byte vectors, else K-contiguous. Batch dims that ``x`` broadcasts (stride 0) stay broadcast:
-    one copy serves them all. One allocation with its strides: this runs on every call of the shape.
+    K-contiguous or rows-contiguous as ``k_major`` says; by default rows-contiguous (``x``'s own
+    orientation) when ``x``'s rows have unit stride and a whole number of 16-byte vectors, else
+    K-contiguous. Batch dims that ``x`` broadcasts (stride 0) stay broadcast: one copy serves them all.
+    One allocation with its strides: this runs on every call of the shape.
     """
     r_dim = -1 if k_dim == -2 else -2
     rows = x.shape[r_dim]
-    k_major = not (x.stride(r_dim) == 1 and rows % vec == 0)
+    if k_major is None:
+        k_major = not (x.stride(r_dim) == 1 and rows % vec == 0)
     r_stride, k_stride = (kp, 1) if k_major else (1, rows)
     inner = (rows, kp, r_stride, k_stride) if k_dim == -1 else (kp, rows, k_stride, r_stride)
     lead_strides: list[int] = []
@@ -178,20 +221,24 @@ def _buffer(x: Any, kp: int, k_dim: int, vec: int) -> Any:
 
 def aligned_workload(w: at.Workload) -> at.Workload:
     """The workload ``aligned_operands`` turns contiguous operands of ``w`` into: what dispatch and the
-    shipped tables see for ``w``'s calls."""
+    shipped tables see for ``w``'s calls (with TF32 as it is set now, for float32)."""
     if w.op not in ("matmul", "linear", "bmm"):
         return w
     bsz, m, n, k = w.gemm_dims()
     vec = 16 // w.elem_bytes
     lay = w.layout if len(w.layout) == 2 else "nn"
     row = {"a": k if lay[0] == "n" else m, "b": n if lay[1] == "n" else k}
-    if all(r % vec == 0 for r in row.values()) or not _copies_pay(bsz * m * n * k, k):
+    turn = _turns(w.dtype, bsz * m, n, k, lay[1])
+    if (all(r % vec == 0 for r in row.values()) and not turn) or not _copies_pay(bsz * m * n * k, k):
         return w
     kp = -(-k // vec) * vec
     # A copied operand keeps its orientation where its unit-stride rows are whole vectors (``_buffer``).
     copied = {x: kp != k or row[x] % vec != 0 for x in row}
     la = lay[0] if not copied["a"] or (lay[0] == "t" and m % vec == 0) else "n"
-    lb = lay[1] if not copied["b"] or (lay[1] == "n" and n % vec == 0) else "t"
+    if turn:
+        lb = "t" if lay[1] == "n" else "n"
+    else:
+        lb = lay[1] if not copied["b"] or (lay[1] == "n" and n % vec == 0) else "t"
     shape = (bsz, m, n, kp) if w.op == "bmm" else (m, n, kp)
     return at.Workload(w.op, shape, w.dtype, la + lb)
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import alcop_triton as at
+from alcop_triton import config
 from alcop_triton.kernels import matmul as km
 
 
@@ -107,3 +108,44 @@ def test_gemm_through_padded_operands_matches_torch(layout: str, batched: bool, 
         out = torch.ops.alcop.gemm(a, b, bias, res, "relu", 0.5, 1.0)
     ref = torch.relu(0.5 * (a.double() @ b.double()) + bias.double()) + res.double()
     kit.assert_close(out, ref, "float16", f"{layout} batched={batched}")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("tf32", [False, True])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("m,n,k", [(24, 40, 48), (23, 41, 45), (24, 42, 48)])
+def test_a_float32_b_is_turned_to_the_orientation_its_kernel_reads_fastest(
+        tf32: bool, layout: str, m: int, n: int, k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # TF32's warpgroup MMA reads B K-contiguous, IEEE multiply-adds N-contiguous (where N keeps the rows
+    # aligned); the copy must not change B, and aligned_workload must name what the copy makes.
+    for name in ("PAD_MIN_MACS", "PAD_MIN_K", "TURN_MIN_ROWS"):
+        monkeypatch.setattr(km, name, 1)
+    a, b = _operands(m, n, k, layout, torch.float32)
+    with config.tf32(tf32):
+        pa, pb = km.aligned_operands(a, b)
+        assert km.workload_of(pa, pb) == km.aligned_workload(km.workload_of(a, b))
+    if tf32:
+        assert pb.stride(-2) == 1
+    elif n % 4 == 0:
+        assert pb.stride(-1) == 1
+    assert km._vector_ready(pa) and km._vector_ready(pb)
+    assert torch.equal(pa[..., :k], a) and torch.equal(pb[..., :k, :], b)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("tf32", [False, True])
+def test_float32_products_on_a_turned_b_are_right_and_repeat_from_the_fast_path(
+        tf32: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from alcop_triton import fastpath
+    for name in ("PAD_MIN_MACS", "PAD_MIN_K", "TURN_MIN_ROWS"):
+        monkeypatch.setattr(km, name, 1)
+    fastpath.invalidate()
+    with config.tf32(tf32):
+        for seed in range(2):  # the second call replays the stored copy and product on new values
+            a, b = _operands(29 + seed, 36, 40, "nt" if not tf32 else "nn", torch.float32)
+            a, b = a[:29], b  # the same signature on both calls
+            want = a.double() @ b.double()
+            got = at.matmul(a, b)
+            tol = 2e-2 if tf32 else 1e-5
+            assert torch.allclose(got.double(), want, rtol=tol, atol=tol * want.abs().max().item())
+    assert fastpath.stats().hits >= 1
