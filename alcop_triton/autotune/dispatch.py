@@ -57,13 +57,20 @@ CPU's caches are cold, as in a model's forward pass (ResNet-50 at batch 64 on an
 more per convolution, ``benchmarks/results/resnet_patch_h100``), and a host-bound model pays it on every
 call; a kernel that saves less does not pay for its call there. Direct calls always run alcop."""
 
+TORCH_UNLESS_MEASURED: frozenset[str] = frozenset({"float32"})
+"""Dtypes whose workloads patch mode leaves to torch until records measure alcop's config against it.
+float32 has no shipped table, and alcop's float32 kernels measured slower than cuBLAS on every shape of
+``benchmarks/results/fp32_h100`` but one: 0.20-0.82x IEEE (Triton's fused multiply-add dot), 0.60-1.00x
+with TF32. Direct calls run alcop's kernel all the same."""
+
 
 @dataclass(frozen=True)
 class Decision:
     """A dispatched config and where it came from ("db", "default", "tuned", "nearest", "transfer", "analytical").
 
     ``alcop_ms`` and ``torch_ms``: the measured times of this config and of torch on this workload,
-    where records hold them (None: not measured).
+    where records hold them (None: not measured). ``unmeasured_to_torch``: without both times, patch
+    mode leaves the workload to torch (``TORCH_UNLESS_MEASURED``).
     """
 
     config: KernelConfig
@@ -71,13 +78,14 @@ class Decision:
     detail: str = ""
     alcop_ms: float | None = field(default=None, compare=False)
     torch_ms: float | None = field(default=None, compare=False)
+    unmeasured_to_torch: bool = field(default=False, compare=False)
 
     @property
     def torch_preferred(self) -> bool:
         """Both times measured and alcop's config does not beat torch's by ``PATCH_MIN_GAIN`` (unknown:
-        alcop is used). Patch mode leaves such workloads to torch."""
+        alcop is used, unless ``unmeasured_to_torch``). Patch mode leaves such workloads to torch."""
         if self.alcop_ms is None or self.torch_ms is None:
-            return False
+            return self.unmeasured_to_torch
         return self.torch_ms - self.alcop_ms < max(PATCH_MIN_GAIN[0] * self.torch_ms, PATCH_MIN_GAIN[1])
 
 
@@ -291,10 +299,11 @@ class Dispatcher:
             tuned = self._tune(workload, spec)
             if tuned is not None:
                 return tuned
+        unmeasured = workload.dtype in TORCH_UNLESS_MEASURED
         near = self._nearest(workload, spec)
         if near is not None:
-            return Decision(near[1][0], near[0], near[2])
-        return Decision(model_shortlist(workload, spec)[0], "analytical", "model top-1")
+            return Decision(near[1][0], near[0], near[2], unmeasured_to_torch=unmeasured)
+        return Decision(model_shortlist(workload, spec)[0], "analytical", "model top-1", unmeasured_to_torch=unmeasured)
 
     def _nearest(self, workload: Workload, spec: Any) -> tuple[str, list[KernelConfig], str] | None:
         """("nearest" or "transfer", ``transfer_ranking``'s candidates, its detail); None if nothing was measured."""

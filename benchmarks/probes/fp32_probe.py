@@ -28,13 +28,29 @@ WARPS = (4, 8)
 STAGES = (2, 3)
 
 
+def table(meta: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The report's lines for ``rows`` ("-": not measured in this run)."""
+    from probe_io import GRAPH_TIMER, fmt_us
+
+    def us(v: Any) -> str:
+        return "-" if v in (None, "-") else fmt_us(v)
+    lines = [f"# float32 GEMMs, IEEE and TF32 ({meta['device']})", "",
+             f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {GRAPH_TIMER}. "
+             "Grid: tiles " + ", ".join(f"{x}x{y}" for x, y in TILES) + f", BLOCK_K {BLOCK_K}, warps {WARPS}, "
+             f"stages {STAGES} (BLOCK_K 32 with TF32).", "",
+             "| shape | TF32 | torch µs | alcop dispatched µs | alcop grid best µs | grid best config | B copied to N x K µs |",
+             "|---|---|---|---|---|---|---|"]
+    return lines + [f"| {r['shape']} | {r['tf32']} | {us(r['torch_us'])} | {us(r['dispatched_us'])} | "
+                    f"{us(r['grid_best_us'])} | {r['grid_best']} | {us(r.get('packed_us'))} |" for r in rows]
+
+
 def main(out_dir: str, grid: bool = True) -> int:
     import torch
 
     import alcop_triton as at
     from alcop_triton import config
     from alcop_triton.records import KernelConfig
-    from probe_io import GRAPH_TIMER, checked_time, fmt_us, run_meta, write
+    from probe_io import GRAPH_TIMER, checked_time, run_meta, write
 
     rows: list[dict[str, Any]] = []
     for (m, n, k, layout), tf32 in itertools.product(SHAPES, (False, True)):
@@ -60,15 +76,7 @@ def main(out_dir: str, grid: bool = True) -> int:
         rows.append(row)
         print(row, flush=True)
     meta = run_meta(GRAPH_TIMER)
-    lines = [f"# float32 GEMMs, IEEE and TF32 ({meta['device']})", "",
-             f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {GRAPH_TIMER}. "
-             "Grid: tiles " + ", ".join(f"{x}x{y}" for x, y in TILES) + f", BLOCK_K {BLOCK_K}, warps {WARPS}, "
-             f"stages {STAGES} (BLOCK_K 32 with TF32).", "",
-             "| shape | TF32 | torch µs | alcop dispatched µs | alcop grid best µs | grid best config | B copied to N x K µs |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['shape']} | {r['tf32']} | {fmt_us(r['torch_us'])} | {fmt_us(r['dispatched_us'])} | "
-              f"{fmt_us(r['grid_best_us'])} | {r['grid_best']} | {fmt_us(r['packed_us']) if 'packed_us' in r else '-'} |"
-              for r in rows]
+    lines = table(meta, rows)
     write(out_dir, "fp32_probe", meta, rows, lines)
     print("\n".join(lines))
     return 0

@@ -178,6 +178,19 @@ def test_decision_prefers_torch_unless_alcop_saves_enough(tmp_path, no_defaults,
     assert (d.alcop_ms, d.torch_ms, d.torch_preferred) == (alcop_ms, torch_ms, prefer)
 
 
+def test_an_unmeasured_float32_workload_is_left_to_torch_in_patch_mode(tmp_path, no_defaults):
+    # float32 kernels measured slower than cuBLAS almost everywhere (TORCH_UNLESS_MEASURED): without records
+    # patch mode keeps torch's; half precision without records still runs alcop; records decide either way.
+    import dataclasses
+    w32 = Workload("matmul", (1000, 1000, 1000), "float32", "nn")
+    w16 = dataclasses.replace(w32, dtype="float16")
+    db = Database(tmp_path / "t.sqlite")
+    assert Dispatcher(db).decide(w32, SPEC).torch_preferred
+    assert not Dispatcher(db).decide(w16, SPEC).torch_preferred
+    db.add(dataclasses.replace(rec(w32, KernelConfig(), 0.02), torch_ms=0.03))
+    assert not Dispatcher(db).decide(w32, SPEC).torch_preferred
+
+
 def test_a_gpu_without_measurements_transfers_another_gpus_through_its_model(tmp_path, monkeypatch):
     h200 = get_spec("H200")
     tuned = Workload("matmul", (2048, 2048, 2048), "float16", "nt")

@@ -5,7 +5,7 @@ into CUDA graphs after a warm-up (and refuse to compile inside a capture)."""
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 import torch
@@ -30,6 +30,18 @@ def no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(op: str, reason: str) -> None:
         raise AssertionError(f"alcop_triton.{op} fell back to torch: {reason}")
     monkeypatch.setattr(fallback, "use_torch", fail)
+
+
+@pytest.fixture(autouse=True)
+def float32_routed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """These tests check alcop's kernels inside patched models, float32 ones too: patch mode leaves an
+    unmeasured float32 workload to torch (``dispatch.TORCH_UNLESS_MEASURED``), so here it routes them."""
+    from alcop_triton import generation
+    from alcop_triton.autotune import dispatch
+    monkeypatch.setattr(dispatch, "TORCH_UNLESS_MEASURED", frozenset())
+    generation.bump()  # decisions made before are made again
+    yield
+    generation.bump()
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
