@@ -73,7 +73,7 @@ class _Key:
     unit_stride: tuple[tuple[str, int | None], ...]
     trip_count: int | None
     tma_ok: bool
-    allow_tf32: bool
+    fp32_precision: str
     static: tuple[tuple[str, int], ...] = ()
     multiple_of: tuple[tuple[str, int], ...] = ()
 
@@ -119,7 +119,7 @@ class CompiledKernel:
 
     def _default_key(self) -> _Key:
         us = tuple((t.name, t.ndim - 1 if t.ndim else None) for t in list(self.inputs) + [self.out])
-        return _Key(us, None, True, config.allow_tf32())
+        return _Key(us, None, True, config.fp32_precision())
 
     def _variant(self, key: _Key, device_type: str) -> Variant:
         cached = self._variants.get((key, device_type))
@@ -127,7 +127,7 @@ class CompiledKernel:
             return cached
         spec = self._spec(device_type)
         # lower: tensor expression + schedule -> loop nest (operands, epilogue, chunk/sub-tile loops)
-        k = lower(self.schedule, self.inputs, dict(key.unit_stride), key.allow_tf32, dict(key.static),
+        k = lower(self.schedule, self.inputs, dict(key.unit_stride), key.fp32_precision, dict(key.static),
                   dict(key.multiple_of))
         k = k.replace(name=self.name or k.name, interpreter=device_type == "cpu")
         # analysis: which staged buffers can be pipelined (ALCOP's rules 1 and 2), with reasons
@@ -261,7 +261,7 @@ class CompiledKernel:
         for t, x in zip(all_t, all_x):
             u = dict(unit)[t.name]
             scalars += [(f"stride_{t.name}_{d}", x.stride(d)) for d in range(t.ndim) if d != u]
-        key = _Key(unit, trips, _tma_aligned(all_x), config.allow_tf32(), tuple((n, env[n]) for n in self.static),
+        key = _Key(unit, trips, _tma_aligned(all_x), config.fp32_precision(), tuple((n, env[n]) for n in self.static),
                    _multiple_of(scalars, 16 // min(x.element_size() for x in all_x)))
         v = self._variant(key, dev.type)
         self.last = v

@@ -521,7 +521,7 @@ def _dot(n: Dot, c: Ctx) -> None:
     if interp_bf16:
         c.w.line("# NOTE: Triton 3.6's interpreter miscomputes bf16 tl.dot; upcasting is exact (CPU only)")
     if k.dot_dtype == "float32" or interp_bf16:
-        prec = f', input_precision="{"tf32" if k.allow_tf32 and not interp_bf16 else "ieee"}"'
+        prec = f', input_precision="{"ieee" if interp_bf16 else k.fp32_precision}"'
     if n.note:
         c.w.line(f"# {n.note}")
     c.w.line(f"{n.acc} = tl.dot({args[0]}, {args[1]}, {n.acc}{prec})")

@@ -79,6 +79,30 @@ def allow_tf32() -> bool:
 
 _tf32_read: Callable[[], bool] | None = None
 
+FP32_PRECISIONS = ("ieee", "tf32x3")
+"""What ``ALCOP_FP32`` may ask of a float32 product that torch's TF32 switch keeps off TF32."""
+
+
+def fp32_precision() -> str:
+    """The input precision of alcop's float32 products (``tl.dot``'s ``input_precision``).
+
+    "tf32" where torch's TF32 switch allows it (``allow_tf32``); otherwise ``ALCOP_FP32``: "ieee" (the
+    default, as torch: fused multiply-adds) or "tf32x3", each operand split into a TF32 part and a TF32
+    remainder and three tensor-core products added (the remainders' product dropped). Not IEEE arithmetic,
+    but on the H100 it measured 2-5x closer to a float64 product than IEEE and than cuBLAS's float32 GEMM,
+    gave torch's infinities and NaNs for an infinite operand element, and ran at 0.76-1.49x cuBLAS where
+    IEEE runs at 0.20-0.89x (``benchmarks/results/fp32_h100/README.md``).
+    """
+    if allow_tf32():
+        return "tf32"
+    v = os.environ.get("ALCOP_FP32")
+    if v is None:
+        return "ieee"
+    v = v.strip().lower() or "ieee"
+    if v not in FP32_PRECISIONS:
+        raise ValueError(f"Unable to use ALCOP_FP32={v!r}: expected one of {FP32_PRECISIONS}")
+    return v
+
 
 def _tf32_reader() -> Callable[[], bool]:
     import torch

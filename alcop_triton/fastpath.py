@@ -6,7 +6,7 @@ Two caches, both keyed by everything that decides what a call runs:
 ``@alcop_triton.op`` ops go through it). The call's *signature* is one tuple: the op and its
 non-tensor parameters, each tensor's shape, strides, dtype, device, 16-byte alignment and whether it
 requires grad (in grad mode), the ``ALCOP_STRICT`` setting, whether the call comes through patch
-mode and, for float32 inputs, the TF32 switch. The first call of a signature runs ``eager``
+mode and, for float32 inputs, their precision (``config.fp32_precision``: the TF32 switch, ``ALCOP_FP32``). The first call of a signature runs ``eager``
 (argument checks, fallback policy, config choice, binding, compilation) while recording the launches
 it makes; if they account for the whole result (each kernel tensor is a view of an input or of the
 output, nothing was computed by torch) it stores an ``Entry``: the output's shape, strides, dtype
@@ -301,7 +301,7 @@ def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]
         fp32 = fp32 or dtype is torch.float32
         key += (t.shape, t.stride(), dtype, t.device, t.data_ptr() & 15, grad and t.requires_grad)
     if fp32:
-        key.append(config.allow_tf32())
+        key.append(config.fp32_precision())
     return tuple(key)
 
 
@@ -314,7 +314,7 @@ def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]
 # all of a call's tensors in one call (about 0.3 µs for two). So a signature that was hit once gets a
 # *candidate* at its call site, i.e. under the part of the signature that is not per tensor (op,
 # parameters, ALCOP_STRICT, patch mode, grad mode): its guards, which arguments were None, the 16-byte
-# alignment of each tensor (guards do not read addresses; None: all aligned) and the TF32 switch where a tensor is
+# alignment of each tensor (guards do not read addresses; None: all aligned) and the float32 precision where a tensor is
 # float32. A later call checks its site's candidates in order and takes the first that matches: what a
 # candidate checks is what its signature holds (its tensors' types exactly, where the signature also
 # takes an nn.Parameter as a tensor), so a match is a hit on that signature. A call no candidate
@@ -332,14 +332,14 @@ SITE_CANDIDATES = 8
 """Candidates per call site, the most recent (a model calls a site with a few shapes; a call whose
 candidate was dropped goes by its signature, which gives it one again)."""
 
-_Candidate = tuple[Any, int, "tuple[bool, ...] | None", "tuple[int, ...] | None", "bool | None", Callable[..., Tensor]]
+_Candidate = tuple[Any, int, "tuple[bool, ...] | None", "tuple[int, ...] | None", "str | None", Callable[..., Tensor]]
 _address = torch.Tensor.data_ptr
 _sites: dict[tuple[Any, ...], list[_Candidate]] = {}
 
 
 def _site_hit(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Callable[..., Tensor] | None:
     """The stored entry of the first candidate that ``tensors`` match, or None."""
-    for guards, n, nones, align, tf32, entry in site:
+    for guards, n, nones, align, precision, entry in site:
         if len(tensors) != n:
             continue
         present: Any = tensors  # the tensors, without the Nones
@@ -353,7 +353,7 @@ def _site_hit(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Cal
                     present.append(t)
             if present is None:
                 continue
-        if not guards.check(*present) or (tf32 is not None and tf32 != config.allow_tf32()):
+        if not guards.check(*present) or (precision is not None and precision != config.fp32_precision()):
             continue
         # Alignment: the addresses' low bits, all zero (16-byte aligned) for almost every call. A loop:
         # reduce() over map() costs about a microsecond more when the CPU's caches are cold.
@@ -386,7 +386,7 @@ def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], ent
     fp32 = any(t.dtype is torch.float32 for t in present)
     align = tuple(t.data_ptr() & 15 for t in present)
     site.append((guards, len(tensors), None if len(present) == len(tensors) else tuple(t is None for t in tensors),
-                 None if not any(align) else align, config.allow_tf32() if fp32 else None, entry))
+                 None if not any(align) else align, config.fp32_precision() if fp32 else None, entry))
 
 
 def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], eager: Callable[..., Tensor],
@@ -661,7 +661,7 @@ def launch_kernel(kern: Bindable, args: Sequence[Tensor]) -> None:
     launch for this (dtype, shape, strides, alignment) signature; binds and compiles on first use.
     ``kern`` must be hashable and equal only to kernels that launch alike."""
     dev = args[0].device
-    sig = (kern, dev, config.allow_tf32(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
+    sig = (kern, dev, config.fp32_precision(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
     run = _prebound.get(sig)
     if run is None:
         gen = generation.current()

@@ -240,7 +240,7 @@ class Kernel:
     num_warps: int
     num_stages: int
     dot_dtype: str
-    allow_tf32: bool
+    fp32_precision: str                       # float32 dots' input_precision (config.fp32_precision)
     passes: tuple[str, ...] = ()
     interpreter: bool = False                 # generated for Triton's CPU interpreter
     static: dict[str, int] = field(default_factory=dict)  # size vars compiled in as constants

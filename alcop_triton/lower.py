@@ -55,7 +55,7 @@ def _placeholder_load(factor: te.Expr) -> te.Load:
 
 
 def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int | None] | None = None,
-          allow_tf32: bool = True, static: dict[str, int] | None = None,
+          fp32_precision: str = "tf32", static: dict[str, int] | None = None,
           multiple_of: dict[str, int] | None = None) -> Kernel:
     """Build the loop nest for ``s``; ``inputs`` fixes the kernel's argument order.
 
@@ -246,7 +246,7 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
         multiple_of=dict(multiple_of or {}),
         constexprs={"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "SUB_K": cfg.sub_k,
                     "REG_SPLIT": cfg.reg_split, "GROUP_M": cfg.group_m} | ({"SPLIT_K": cfg.split_k} if split else {}),
-        num_warps=cfg.num_warps, num_stages=1, dot_dtype=dot_dtype, allow_tf32=allow_tf32)
+        num_warps=cfg.num_warps, num_stages=1, dot_dtype=dot_dtype, fp32_precision=fp32_precision)
 
 
 def _rewired(s: Schedule, bufs: dict[tuple[str, str], Buffer], o: Operand) -> Buffer | None:

@@ -126,7 +126,7 @@ def _turns(dtype: str, rows: int, n: int, k: int, b_layout: str | None) -> bool:
     """
     if dtype != "float32" or n < 2 or k < 2 or rows < TURN_MIN_ROWS or not _copies_pay(rows * n * k, k):
         return False
-    if config.allow_tf32():
+    if config.fp32_precision() != "ieee":  # tf32x3 runs the TF32 MMA three times
         return b_layout == "n"
     return b_layout == "t" and n % 4 == 0
 

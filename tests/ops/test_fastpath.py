@@ -124,6 +124,33 @@ def test_flag_changes_miss(monkeypatch: pytest.MonkeyPatch) -> None:
     assert counts() == (2, 3)
 
 
+@pytest.mark.interpreter
+def test_alcop_fp32_selects_the_float32_dot_and_is_part_of_the_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ALCOP_FP32=tf32x3 runs float32 products as three TF32 products (near float32 accuracy); it is a
+    # compile-time choice, so a call under it is another signature and another kernel variant.
+    import sys
+    build_module = sys.modules["alcop_triton.build"]  # (alcop_triton.build is the function)
+    sources: list[str] = []
+    load = build_module.load_kernel
+    monkeypatch.setattr(build_module, "load_kernel", lambda src, name: (sources.append(src), load(src, name))[1])
+    a, b = randn(19, 40), randn(40, 13, seed=1)
+    want = a.double() @ b.double()
+    at.matmul(a, b)
+    assert counts() == (0, 1) and config.fp32_precision() == "ieee"
+    monkeypatch.setenv("ALCOP_FP32", "tf32x3")
+    assert config.fp32_precision() == "tf32x3"
+    got = at.matmul(a, b)
+    assert counts() == (0, 2)
+    assert ((got.double() - want).norm() / want.norm()).item() <= 1e-5
+    dots = [ln.strip() for src in sources for ln in src.splitlines() if "tl.dot(" in ln]
+    assert any('input_precision="ieee"' in d for d in dots) and any('input_precision="tf32x3"' in d for d in dots)
+    with config.tf32(True):  # torch's TF32 switch wins over ALCOP_FP32
+        assert config.fp32_precision() == "tf32"
+    monkeypatch.setenv("ALCOP_FP32", "fp64")
+    with pytest.raises(ValueError, match="ALCOP_FP32='fp64'.*ieee.*tf32x3"):
+        at.matmul(a, b)
+
+
 def test_tf32_switch_is_read_in_every_spelling_torch_accepts() -> None:
     # The fast path reads torch's C getters directly; they must say what torch's own attributes say,
     # including a matmul setting of "none", which inherits the backend-wide one.

@@ -111,20 +111,24 @@ def test_gemm_through_padded_operands_matches_torch(layout: str, batched: bool, 
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("tf32", [False, True])
+@pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3"])
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 @pytest.mark.parametrize("m,n,k", [(24, 40, 48), (23, 41, 45), (24, 42, 48)])
 def test_a_float32_b_is_turned_to_the_orientation_its_kernel_reads_fastest(
-        tf32: bool, layout: str, m: int, n: int, k: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # TF32's warpgroup MMA reads B K-contiguous, IEEE multiply-adds N-contiguous (where N keeps the rows
-    # aligned); the copy must not change B, and aligned_workload must name what the copy makes.
+        precision: str, layout: str, m: int, n: int, k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # TF32's warpgroup MMA (tf32x3 runs it three times) reads B K-contiguous, IEEE multiply-adds
+    # N-contiguous (where N keeps the rows aligned); the copy must not change B, and aligned_workload
+    # must name what the copy makes.
     for name in ("PAD_MIN_MACS", "PAD_MIN_K", "TURN_MIN_ROWS"):
         monkeypatch.setattr(km, name, 1)
+    if precision == "tf32x3":
+        monkeypatch.setenv("ALCOP_FP32", "tf32x3")
     a, b = _operands(m, n, k, layout, torch.float32)
-    with config.tf32(tf32):
+    with config.tf32(precision == "tf32"):
+        assert config.fp32_precision() == precision
         pa, pb = km.aligned_operands(a, b)
         assert km.workload_of(pa, pb) == km.aligned_workload(km.workload_of(a, b))
-    if tf32:
+    if precision != "ieee":
         assert pb.stride(-2) == 1
     elif n % 4 == 0:
         assert pb.stride(-1) == 1
