@@ -38,6 +38,7 @@ def main(out_dir: str) -> int:
     import alcop_triton as at
     from alcop_triton import fastpath as fp
     from alcop_triton import ops, patch
+    from host_breakdown import stored_matmul
     from probe_io import run_meta, write
 
     dev = torch.device("cuda")
@@ -51,12 +52,7 @@ def main(out_dir: str) -> int:
     # torch's own functions, taken before patch mode replaces them: the direct rows call these
     matmul_torch, conv_torch = torch.matmul, F.conv2d
 
-    at.matmul(a, bt)
-    entry = fp._entries[fp.signature("matmul", (a, bt), ())]
-    assert isinstance(entry, fp.Entry), entry
-    launch, pick = entry.launches[0]
-    out = entry.run((a, bt))
-    args = pick((a, bt, out))
+    entry, launch, args = stored_matmul(a, bt)
 
     def plain_wrapper(*xs: Any) -> Any:
         return conv_torch(*xs)

@@ -41,6 +41,19 @@ def per_call_us(fn: Callable[[], Any], sync: Callable[[], None], repeats: int = 
     return best
 
 
+def stored_matmul(a: Any, b: Any) -> tuple[Any, Callable[..., None], tuple[Any, ...]]:
+    """``alcop_triton.matmul(a, b)``'s stored fast-path entry, its prebound launch and that launch's
+    arguments (``a``, ``b`` and an output of the entry's), after a first call that stores them."""
+    import alcop_triton as at
+    from alcop_triton import fastpath as fp
+
+    at.matmul(a, b)
+    entry = fp._entries[fp.signature("matmul", (a, b), ())]
+    assert isinstance(entry, fp.Entry), entry
+    run, pick = entry.launches[0]
+    return entry, run, pick((a, b, entry.run((a, b))))
+
+
 def main(out_dir: str) -> int:
     import torch
     import triton
@@ -52,12 +65,8 @@ def main(out_dir: str) -> int:
     dev = torch.device("cuda")
     a = torch.randn(64, 64, dtype=torch.float16, device=dev)
     b = torch.randn(64, 64, dtype=torch.float16, device=dev)
-    at.matmul(a, b)
-    entry = fp._entries[fp.signature("matmul", (a, b), ())]
-    assert isinstance(entry, fp.Entry), entry
-    run, pick = entry.launches[0]
-    out = entry.run((a, b))
-    args = pick((a, b, out))
+    entry, run, args = stored_matmul(a, b)
+    out = args[-1]
     # The prebound launch's grid and non-tensor arguments, read from its closure; the compiled kernel
     # from the jitted function's cache (this process compiled one).
     def closure(f: Any) -> dict[str, Any]:
