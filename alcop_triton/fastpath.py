@@ -6,9 +6,9 @@ Two caches, both keyed by everything that decides what a call runs:
 ``@alcop_triton.op`` ops go through it). The call's *signature* is one tuple: the op and its
 non-tensor parameters, each tensor's shape, strides, dtype, device, 16-byte alignment and whether it
 requires grad (in grad mode), the ``ALCOP_STRICT`` setting, whether the call comes through patch
-mode and, for float32 inputs, their precision (``config.fp32_precision``: the TF32 switch, ``ALCOP_FP32``). The first call of a signature runs ``eager``
-(argument checks, fallback policy, config choice, binding, compilation) while recording the launches
-it makes; if they account for the whole result (each kernel tensor is a view of an input or of the
+mode and, for float32 inputs, their precision (``config.fp32_precision``: torch's TF32 switch and
+``ALCOP_FP32``). The first call of a signature runs ``eager`` (argument checks, fallback policy,
+config choice, binding, compilation) while recording the launches it makes; if they account for the whole result (each kernel tensor is a view of an input or of the
 output, nothing was computed by torch) it stores an ``Entry``: the output's shape, strides, dtype
 and device, and the prebound launches with the argument order. Later calls with that signature
 allocate the output and launch: no environment read, config lookup, binding or Triton
@@ -64,8 +64,8 @@ class Stats:
     path); uncacheable: misses whose launches did not account for the result (a fallback to
     torch, a copied operand), so nothing was stored; dispatched: calls that needed torch's
     dispatcher; bypassed: calls inside a ``use_config`` block; to_torch: calls that patch mode's
-    wrappers sent to torch, at a signature or call site stored as torch's (faster on that workload); entries: signatures stored now; generation:
-    ``generation.current()``.
+    wrappers sent to torch, at a signature or call site stored as torch's (faster on that workload);
+    entries: signatures stored now; generation: ``generation.current()``.
     """
     hits: int
     misses: int
@@ -116,8 +116,8 @@ class _Applying:
 class _Mode:
     """What the calls of one thread (one context) are part of: another call's first run, which records
     the launches; a first call on the autograd route; patch mode (a routed wrapper's call); a
-    ``use_config`` block (``forcing``: its config, not the stored launches). A call in ``_DIRECT`` or
-    ``_PATCHED`` is none but the last: the only modes whose calls may take a call site's candidate."""
+    ``use_config`` block (``forcing``: its config, not the stored launches). ``_DIRECT`` and ``_PATCHED``
+    are the modes with none of the others: only their calls may take a call site's candidate."""
     recording: _Recording | None = None
     applying: _Applying | None = None
     patched: bool = False
@@ -314,8 +314,8 @@ def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]
 # all of a call's tensors in one call (about 0.3 µs for two). So a signature that was hit once gets a
 # *candidate* at its call site, i.e. under the part of the signature that is not per tensor (op,
 # parameters, ALCOP_STRICT, patch mode, grad mode): its guards, which arguments were None, the 16-byte
-# alignment of each tensor (guards do not read addresses; None: all aligned) and the float32 precision where a tensor is
-# float32. A later call checks its site's candidates in order and takes the first that matches: what a
+# alignment of each tensor (guards do not read addresses; None: all aligned) and the float32 precision
+# where a tensor is float32. A later call checks its site's candidates in order and takes the first that matches: what a
 # candidate checks is what its signature holds (its tensors' types exactly, where the signature also
 # takes an nn.Parameter as a tensor), so a match is a hit on that signature. A call no candidate
 # matches computes its signature. Torch builds without the C++ guard (import or constructor changed)
