@@ -5,7 +5,21 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
+
+
+# The environment's own table (CPython's os._Environ: a dict lookup, no encoding or decoding) and a
+# variable's key in it; elsewhere the public mapping. For knobs that every call reads (the fast path's
+# signature holds them).
+ENV_TABLE: Any = getattr(os.environ, "_data", None)
+_ENCODE: Any = getattr(os.environ, "encodekey", None)
+if not isinstance(ENV_TABLE, dict) or _ENCODE is None:
+    ENV_TABLE, _ENCODE = os.environ, None
+
+
+def env_key(name: str) -> Any:
+    """``name`` as ``ENV_TABLE`` keys it (``ENV_TABLE.get(env_key(name))``: the raw value, or None)."""
+    return name if _ENCODE is None else _ENCODE(name)
 
 
 def _flag(name: str) -> bool:
@@ -80,6 +94,7 @@ def allow_tf32() -> bool:
 _tf32_read: Callable[[], bool] | None = None
 
 FP32_PRECISIONS = ("ieee", "tf32x3")
+_FP32_KEY = env_key("ALCOP_FP32")
 """What ``ALCOP_FP32`` may ask of a float32 product that torch's TF32 switch keeps off TF32."""
 
 
@@ -95,10 +110,10 @@ def fp32_precision() -> str:
     """
     if allow_tf32():
         return "tf32"
-    v = os.environ.get("ALCOP_FP32")
-    if v is None:
+    raw = ENV_TABLE.get(_FP32_KEY)
+    if raw is None:
         return "ieee"
-    v = v.strip().lower() or "ieee"
+    v = (os.fsdecode(raw) if isinstance(raw, bytes) else raw).strip().lower() or "ieee"
     if v not in FP32_PRECISIONS:
         raise ValueError(f"Unable to use ALCOP_FP32={v!r}: expected one of {FP32_PRECISIONS}")
     return v

@@ -8,11 +8,12 @@ non-tensor parameters, each tensor's shape, strides, dtype, device, 16-byte alig
 requires grad (in grad mode), the ``ALCOP_STRICT`` setting, whether the call comes through patch
 mode and, for float32 inputs, their precision (``config.fp32_precision``: torch's TF32 switch and
 ``ALCOP_FP32``). The first call of a signature runs ``eager`` (argument checks, fallback policy,
-config choice, binding, compilation) while recording the launches it makes; if they account for the whole result (each kernel tensor is a view of an input or of the
-output, nothing was computed by torch) it stores an ``Entry``: the output's shape, strides, dtype
-and device, and the prebound launches with the argument order. Later calls with that signature
-allocate the output and launch: no environment read, config lookup, binding or Triton
-specialisation. A call whose tensors require grad (in grad mode) takes the ``grad`` route: autograd
+config choice, binding, compilation) while recording the launches it makes; if they account for
+the whole result (each kernel tensor is a view of an input or of the output, nothing was computed by
+torch) it stores an ``Entry``: the output's shape, strides, dtype and device, and the prebound
+launches with the argument order. Later calls with that signature allocate the output and launch: no
+config lookup, binding or Triton specialisation, and the environment's knobs read as raw dict
+lookups (``config.ENV_TABLE``). A call whose tensors require grad (in grad mode) takes the ``grad`` route: autograd
 Functions over these same implementations; a first call that applied one Function to the call's own
 tensors and returned its output is stored as that apply (``GradEntry``), so a repeat skips the front
 end's checks. A call that needs torch's dispatcher (``torch.compile`` tracing, tensor subclasses
@@ -36,7 +37,6 @@ also found without computing it: its call site checks the tensors with torch's C
 from __future__ import annotations
 
 import operator
-import os
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -258,12 +258,8 @@ def _forget() -> None:
 
 generation.on_bump(_forget)
 
-# ALCOP_STRICT's raw value from the environment's own table (a dict lookup, no decoding). The
-# mapping is CPython's (os._Environ); elsewhere the public lookup serves.
-_ENV_TABLE: Any = getattr(os.environ, "_data", None)
-_STRICT_KEY: Any = os.environ.encodekey("ALCOP_STRICT") if hasattr(os.environ, "encodekey") else "ALCOP_STRICT"
-if not isinstance(_ENV_TABLE, dict):
-    _ENV_TABLE, _STRICT_KEY = os.environ, "ALCOP_STRICT"
+# ALCOP_STRICT's raw value, read on every call (config.ENV_TABLE: a dict lookup, no decoding)
+_ENV_TABLE, _STRICT_KEY = config.ENV_TABLE, config.env_key("ALCOP_STRICT")
 
 
 # Bound once: each is read on every call. ``is_dynamo_compiling`` is what Dynamo folds to True while it
