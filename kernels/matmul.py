@@ -109,6 +109,11 @@ TURN_MIN_ROWS = 512
 """Fewest rows of the product (batch x M) for which a float32 B is copied to the orientation its kernel
 reads fastest (``_turn_b``): the copy reads and writes B once, which only a product of many rows repays
 (a decode step, a few rows against a large weight, would spend more on the copy than the kernel saves)."""
+TURN_MIN_MACS = 1 << 30
+"""Fewest multiply-adds for which ``_turn_b`` copies B: the copy is a second launch and a preparation on
+every call, which cost an eager call after a synchronisation about 50 us more host time on the H100
+(1024x768x768 IEEE, whose kernel the copy made 14 us faster: ``benchmarks/results/host_cold_h100/
+6_final_code``); from 512x3072x1024 (1.6e9) up the kernel saved 85 us and more."""
 
 
 def _turns(dtype: str, rows: int, n: int, k: int, b_layout: str | None) -> bool:
@@ -121,10 +126,12 @@ def _turns(dtype: str, rows: int, n: int, k: int, b_layout: str | None) -> bool:
     N-contiguous 1.8x faster than K-contiguous. Measured on the H100 (``benchmarks/results/fp32_h100``,
     CUDA-graph timer): 2048^3 with TF32 ran 201 us with B stored K x N and 88 us copying it first (cuBLAS
     53); 512x3072x1024 with TF32 63 -> 49 us; 2048^3 IEEE 768 us with B stored N x K, 423 us stored K x N.
-    Only for products of ``TURN_MIN_ROWS`` rows or more (and ``_copies_pay``'s sizes); an N-contiguous
-    copy only where N is whole 16-byte vectors, so that its rows stay aligned.
+    Only for products of ``TURN_MIN_ROWS`` rows and ``TURN_MIN_MACS`` multiply-adds or more (and
+    ``_copies_pay``'s sizes); an N-contiguous copy only where N is whole 16-byte vectors, so that its rows
+    stay aligned.
     """
-    if dtype != "float32" or n < 2 or k < 2 or rows < TURN_MIN_ROWS or not _copies_pay(rows * n * k, k):
+    macs = rows * n * k
+    if dtype != "float32" or n < 2 or k < 2 or rows < TURN_MIN_ROWS or macs < TURN_MIN_MACS or not _copies_pay(macs, k):
         return False
     if config.fp32_precision() != "ieee":  # tf32x3 runs the TF32 MMA three times
         return b_layout == "n"

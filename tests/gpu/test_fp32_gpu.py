@@ -1,9 +1,9 @@
 """float32 products on a CUDA GPU, with B copied to the orientation its dot reads fastest.
 
-With TF32 (and ``ALCOP_FP32=tf32x3``) the copy makes B K-contiguous, with IEEE products N-contiguous (``kernels.matmul._turns``); the copy is a
-transposing ``kernels/pack.py`` launch, so it is checked on the GPU: first call and a stored repeat on new
-values, against a float64 reference, outputs of the first call kept apart from the repeat's. Skipped
-without CUDA.
+With TF32 (and ``ALCOP_FP32=tf32x3``) the copy makes B K-contiguous, with IEEE products N-contiguous
+(``kernels.matmul._turns``); the copy is a transposing ``kernels/pack.py`` launch, so it is checked on the
+GPU: first call and a stored repeat on new values, against a float64 reference, outputs of the first call
+kept apart from the repeat's. Skipped without CUDA.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
 @pytest.mark.parametrize("layout", ["nn", "nt"])
 def test_float32_products_on_a_turned_b_are_right(precision: str, layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
     m, n, k = 601, 260, 523  # at least TURN_MIN_ROWS rows and a long enough reduction: the copy is made
+    monkeypatch.setattr(km, "TURN_MIN_MACS", 1)  # (a smaller product than the copy pays for, to keep the test quick)
     if precision == "tf32x3":
         monkeypatch.setenv("ALCOP_FP32", "tf32x3")
 

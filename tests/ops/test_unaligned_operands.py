@@ -119,7 +119,7 @@ def test_a_float32_b_is_turned_to_the_orientation_its_kernel_reads_fastest(
     # TF32's warpgroup MMA (tf32x3 runs it three times) reads B K-contiguous, IEEE multiply-adds
     # N-contiguous (where N keeps the rows aligned); the copy must not change B, and aligned_workload
     # must name what the copy makes.
-    for name in ("PAD_MIN_MACS", "PAD_MIN_K", "TURN_MIN_ROWS"):
+    for name in ("PAD_MIN_MACS", "PAD_MIN_K", "TURN_MIN_ROWS", "TURN_MIN_MACS"):
         monkeypatch.setattr(km, name, 1)
     if precision == "tf32x3":
         monkeypatch.setenv("ALCOP_FP32", "tf32x3")
@@ -141,7 +141,7 @@ def test_a_float32_b_is_turned_to_the_orientation_its_kernel_reads_fastest(
 def test_float32_products_on_a_turned_b_are_right_and_repeat_from_the_fast_path(
         tf32: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     from alcop_triton import fastpath
-    for name in ("PAD_MIN_MACS", "PAD_MIN_K", "TURN_MIN_ROWS"):
+    for name in ("PAD_MIN_MACS", "PAD_MIN_K", "TURN_MIN_ROWS", "TURN_MIN_MACS"):
         monkeypatch.setattr(km, name, 1)
     fastpath.invalidate()
     with config.tf32(tf32):
