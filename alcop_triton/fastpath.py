@@ -92,7 +92,7 @@ class _Recording:
     the records say torch is faster on a workload it ran."""
 
     def __init__(self) -> None:
-        self.preps: list[tuple[Callable[..., tuple[Tensor, ...]], tuple[Tensor, ...], tuple[Tensor, ...]]] = []
+        self.preps: list[tuple[Callable[..., tuple[Tensor, ...]], tuple[Tensor, ...], tuple[Tensor, ...], bool]] = []
         self.launches: list[tuple[Callable[..., None], tuple[Tensor, ...]]] = []
         self.torch_computed = False
         self.torch_preferred = False
@@ -571,7 +571,7 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
         None if t is None else (tuple(t.shape), t.stride()) for t in (*tensors, out)]
     preps = []
     made = n + 1  # a preparation's results follow the inputs and the output in the arguments
-    for prep, inputs, results in rec.preps:
+    for prep, inputs, results, allocates in rec.preps:
         # A preparation reads its inputs' shapes and strides, not only their addresses: replay it on
         # views of the call's tensors with the first call's geometry (the tensor itself where it has it).
         views = []
@@ -580,7 +580,7 @@ def _entry(rec: _Recording, tensors: tuple[Tensor | None, ...], out: Any) -> Ent
             if p not in starts or p in ambiguous or a.numel() == 0:
                 return None
             views.append((starts[p], tuple(a.shape), a.stride()))
-        preps.append((prep, _viewer(views, geometry)))
+        preps.append((_allocator(inputs, results) if allocates else prep, _viewer(views, geometry)))
         for r in results:
             if r.numel() > 0:
                 starts[r.data_ptr()] = made
@@ -610,15 +610,40 @@ def _viewer(views: list[tuple[int, tuple[int, ...], tuple[int, ...]]],
     return lambda args: tuple(args[i].as_strided(shape, stride) for i, shape, stride in views)
 
 
-def prepare(prep: Callable[..., tuple[Tensor, ...]], *tensors: Tensor) -> tuple[Tensor, ...]:
+def prepare(prep: Callable[..., tuple[Tensor, ...]], *tensors: Tensor, allocates: bool = False) -> tuple[Tensor, ...]:
     """``prep(*tensors)``: operands made ready for a kernel (e.g. copied to aligned buffers). A first
     call records it, so that its stored entry repeats it: the preparation must depend only on what the
-    signature holds (shapes, strides, dtypes, devices, alignment) and on the tensors' values."""
+    signature holds (shapes, strides, dtypes, devices, alignment) and on the tensors' values.
+
+    ``allocates``: each result of ``prep`` is one of ``tensors`` or a new tensor that a later launch fills
+    (``kernels.matmul.aligned_operands``' buffers). A stored entry then allocates tensors of the first
+    call's geometry itself (``_allocator``) instead of running ``prep``'s Python again on every call."""
     results = prep(*tensors)
     rec = _traced_mode().recording
     if rec is not None and any(r is not t for r, t in zip(results, tensors)):
-        rec.preps.append((prep, tensors, results))
+        rec.preps.append((prep, tensors, results, allocates))
     return results
+
+
+def _allocator(inputs: tuple[Tensor, ...], results: tuple[Tensor, ...]) -> Callable[..., tuple[Tensor, ...]]:
+    """The replay of an allocating preparation (``prepare``): given the call's ``inputs``, its results as
+    the first call made them: an input where the first call's result was that input, else a new tensor
+    of the first result's shape, strides, dtype and device."""
+    # per result: the input it was (its index, no allocator) or an allocator of its geometry
+    plan: list[tuple[int, Callable[..., Tensor] | None, tuple[int, ...], tuple[int, ...]]] = []
+    for r in results:
+        same = next((j for j, x in enumerate(inputs) if r is x), None)
+        if same is None:
+            plan.append((0, r.new_empty(0).new_empty_strided, tuple(r.shape), r.stride()))
+        else:
+            plan.append((same, None, (), ()))
+
+    def allocate(*xs: Tensor) -> tuple[Tensor, ...]:
+        made = []
+        for j, new, shape, stride in plan:  # a loop, as elsewhere on the hit path
+            made.append(xs[j] if new is None else new(shape, stride))
+        return tuple(made)
+    return allocate
 
 
 def _picker(picks: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:

@@ -174,7 +174,7 @@ def aligned_operands(a: Any, b: Any) -> tuple[Any, Any]:
     k = a.shape[-1]
     if not _copies_pay(math.prod(a.shape[:-1]) * b.shape[-1] * k, k):
         return a, b
-    pa, pb = fastpath.prepare(_turned_buffers if turn else _buffers, a, b)
+    pa, pb = fastpath.prepare(_turned_buffers if turn else _buffers, a, b, allocates=True)
     copied = [(src, dst) for src, dst in ((a, pa), (b, pb)) if dst is not src]
     kern = _PACK[(pa is not a, pb is not b)]
     # The kernel takes two (source, buffer) pairs; one copied operand is passed twice (PackKernel).

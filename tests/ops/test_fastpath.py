@@ -439,8 +439,10 @@ def test_operands_copied_to_aligned_buffers_are_copied_again_on_a_hit(monkeypatc
     assert_close(at.matmul(a, b), f64(a)[0] @ f64(b)[0])
     assert counts() == (0, 1) and fastpath.stats().entries == 1
     no_slow_path()
-    # A hit allocates the buffers and replays the recorded copy and GEMM launches: nothing is launched anew.
+    # A hit allocates the buffers (of the first call's geometry: the preparation's Python does not run
+    # again) and replays the recorded copy and GEMM launches: nothing is launched anew.
     monkeypatch.setattr(fastpath, "launch_kernel", lambda *a: pytest.fail("a hit went through launch_kernel"))
+    monkeypatch.setattr(km, "_buffer", lambda *a: pytest.fail("a hit ran the preparation"))
     (entry,) = fastpath._entries.values()
     assert isinstance(entry, fastpath.Entry) and len(entry.preps) == 1 and len(entry.launches) == 2
     for seed in (2, 3):  # new values through the stored copies, not the first call's buffers
