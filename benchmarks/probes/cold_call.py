@@ -16,9 +16,7 @@ patch mode sending it to torch (a stored to-torch site) and a plain Python wrapp
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,7 +37,7 @@ def main(out_dir: str) -> int:
     from alcop_triton import fastpath as fp
     from alcop_triton import ops, patch
     from host_breakdown import stored_matmul
-    from probe_io import run_meta, write
+    from probe_io import cold_calls, conv_operands, run_meta, write
 
     dev = torch.device("cuda")
     h = torch.float16
@@ -47,8 +45,7 @@ def main(out_dir: str) -> int:
     bt = torch.randn(768, 768, device=dev, dtype=h).t()
     a_g = a.clone().requires_grad_()
     a32, bt32 = a.float(), bt.float()  # float32: the signature also holds torch's TF32 switch
-    img = torch.randn(8, 64, 28, 28, device=dev, dtype=h).contiguous(memory_format=torch.channels_last)
-    filt = torch.randn(64, 64, 3, 3, device=dev, dtype=h).contiguous(memory_format=torch.channels_last)
+    img, filt = conv_operands()
     # torch's own functions, taken before patch mode replaces them: the direct rows call these
     matmul_torch, conv_torch = torch.matmul, F.conv2d
 
@@ -75,34 +72,12 @@ def main(out_dir: str) -> int:
         "patched torch.matmul, requires_grad": lambda: torch.matmul(a_g, bt),
         "patched F.conv2d, site sent to torch": lambda: F.conv2d(img, filt, None, 1, 1),
     }
-    flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size // 4 + 1, dtype=torch.int32,
-                        device=dev)
-    times: dict[str, tuple[list[float], list[Any]]] = {k: ([], []) for k in (*rows, *patched_rows)}
     with at.patched():
         # Patch mode's decision for this convolution is stored as torch's, as the records would store it
         # for a layer where cuDNN wins: the row times the to-torch check itself.
         patch._to_torch[ops.conv2d][id(filt)] = (img.shape, img.dtype)
-        every = {**rows, **patched_rows}
-        for fn in every.values():
-            fn()
-        torch.cuda.synchronize()
-        order = list(every.items())
-        for r in range(ROUNDS):
-            for name, fn in order[r % len(order):] + order[:r % len(order)]:
-                flush.zero_()
-                torch.cuda.synchronize()
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                t0 = time.perf_counter_ns()
-                fn()
-                t1 = time.perf_counter_ns()
-                e.record()
-                times[name][0].append((t1 - t0) / 1e3)
-                times[name][1].append((s, e))
-        torch.cuda.synchronize()
+        result = cold_calls({**rows, **patched_rows}, ROUNDS)
         counters = fp.stats()
-    result = [{"row": k, "host_us": statistics.median(h_), "events_us": 1e3 * statistics.median(
-        s.elapsed_time(e) for s, e in ev)} for k, (h_, ev) in times.items()]
     meta = run_meta(TIMER) | {"fastpath": dataclasses.asdict(counters)}
     lines = [f"# Cold eager calls ({meta['device']})", "",
              f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {TIMER}.", "",

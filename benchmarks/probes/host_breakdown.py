@@ -72,9 +72,8 @@ def main(out_dir: str) -> int:
     def closure(f: Any) -> dict[str, Any]:
         return dict(zip(f.__code__.co_freevars, (c.cell_contents for c in f.__closure__ or ())))
     free = closure(run)
-    bound = closure(free["call"])
     tail, stream_of = free["tail"], free["stream_of"]
-    g0, g1, g2 = bound["g0"], bound["g1"], bound["g2"]
+    g0, g1, g2 = free["g0"], free["g1"], free["g2"]
     from alcop_triton import runtime
     compiled = next(k for fn, _ in runtime._LOADED.values() for cache in fn.device_caches.values()
                     for k in cache[0].values())

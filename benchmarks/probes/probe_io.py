@@ -47,3 +47,44 @@ def checked_time(fn: Callable[[], Any], want: Any | None) -> float | str:
         return 1e3 * do_bench_cudagraph(fn)
     except Exception as exc:  # compile failure, out of resources: a result
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+
+
+def cold_calls(calls: dict[str, Callable[[], Any]], rounds: int) -> list[dict[str, Any]]:
+    """Each call timed as the suite's eager timer times one: after an L2 flush and a synchronisation,
+    ``host_us`` = ``time.perf_counter_ns`` around the call, ``events_us`` = CUDA events before and after
+    it (host cost included); the calls take turns (the order turning each round), median of ``rounds``."""
+    import statistics
+    import time
+
+    import torch
+    flush = torch.empty(2 * torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size // 4 + 1,
+                        dtype=torch.int32, device="cuda")
+    for fn in calls.values():
+        fn()
+    torch.cuda.synchronize()
+    order = list(calls.items())
+    host: dict[str, list[float]] = {k: [] for k in calls}
+    events: dict[str, list[Any]] = {k: [] for k in calls}
+    for r in range(rounds):
+        for name, fn in order[r % len(order):] + order[:r % len(order)]:
+            flush.zero_()
+            torch.cuda.synchronize()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            t0 = time.perf_counter_ns()
+            fn()
+            t1 = time.perf_counter_ns()
+            e.record()
+            host[name].append((t1 - t0) / 1e3)
+            events[name].append((s, e))
+    torch.cuda.synchronize()
+    return [{"row": k, "host_us": statistics.median(host[k]),
+             "events_us": 1e3 * statistics.median(s.elapsed_time(e) for s, e in events[k])} for k in calls]
+
+
+def conv_operands() -> tuple[Any, Any]:
+    """The cold-call probes' convolution: an 8x64x28x28 fp16 channels-last input and 64 3x3 filters."""
+    import torch
+    img = torch.randn(8, 64, 28, 28, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    filt = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    return img, filt

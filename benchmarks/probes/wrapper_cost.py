@@ -13,9 +13,8 @@ wrapper. Each call is timed as ``cold_call.py`` times them (after an L2 flush an
 
 from __future__ import annotations
 
-import statistics
+import functools
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROUNDS = 400
 TIMER = ("host µs: time.perf_counter_ns around one call, each after an L2 flush and a synchronisation, rows in "
-         f"turns, median of {ROUNDS}")
+         f"turns, median of {ROUNDS} (probe_io.cold_calls)")
 
 
 def main(out_dir: str) -> int:
@@ -33,72 +32,39 @@ def main(out_dir: str) -> int:
 
     import alcop_triton as at
     from alcop_triton import fastpath, ops, patch
-    from probe_io import run_meta, write
+    from probe_io import cold_calls, conv_operands, run_meta, write
 
-    dev = torch.device("cuda")
-    img = torch.randn(8, 64, 28, 28, device=dev, dtype=torch.float16).contiguous(memory_format=torch.channels_last)
-    filt = torch.randn(64, 64, 3, 3, device=dev, dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    img, filt = conv_operands()
     conv = F.conv2d
     sites = {id(filt): (img.shape, img.dtype)}
     tracing, compiler, counters, tensor = fastpath._dynamo_tracing, fastpath._compiler, fastpath._counters, torch.Tensor
 
-    def plain(*args: Any) -> Any:
-        return conv(*args)
+    def wrapper(checks: int) -> Callable[..., Any]:
+        """A wrapper of F.conv2d with patch mode's first ``checks`` checks of a site stored as torch's (all
+        of them pass): 1 the tracing checks, 2 the site lookup, 3 the input's dtype and shape, 4 the counter."""
+        def call(*args: Any) -> Any:
+            if checks >= 1 and (tracing() or compiler._is_compiling_flag):
+                return None
+            if checks >= 2:
+                seen = sites.get(id(args[1]))
+                if seen is None:
+                    return None
+                if checks >= 3:
+                    a = args[0]
+                    if not (type(a) is tensor and seen[1] is a.dtype and seen[0] == a.shape):
+                        return None
+                    if checks >= 4:
+                        counters.to_torch += 1
+            return conv(*args)
+        return call
 
-    def traced(*args: Any) -> Any:
-        if tracing() or compiler._is_compiling_flag:
-            return None
-        return conv(*args)
-
-    def looked_up(*args: Any) -> Any:
-        if tracing() or compiler._is_compiling_flag:
-            return None
-        seen = sites.get(id(args[1]))
-        return conv(*args) if seen is not None else None
-
-    def compared(*args: Any) -> Any:
-        if tracing() or compiler._is_compiling_flag:
-            return None
-        seen = sites.get(id(args[1]))
-        if seen is not None:
-            a = args[0]
-            if type(a) is tensor and seen[1] is a.dtype and seen[0] == a.shape:
-                return conv(*args)
-        return None
-
-    def counted(*args: Any) -> Any:
-        if tracing() or compiler._is_compiling_flag:
-            return None
-        seen = sites.get(id(args[1]))
-        if seen is not None:
-            a = args[0]
-            if type(a) is tensor and seen[1] is a.dtype and seen[0] == a.shape:
-                counters.to_torch += 1
-                return conv(*args)
-        return None
-
-    rows: dict[str, Callable[..., Any]] = {"F.conv2d": conv, "plain wrapper": plain, "+ tracing checks": traced,
-                                          "+ site lookup": looked_up, "+ dtype and shape compared": compared,
-                                          "+ counter": counted}
-    flush = torch.empty(2 * torch.cuda.get_device_properties(dev).L2_cache_size // 4 + 1, dtype=torch.int32,
-                        device=dev)
-    times: dict[str, list[float]] = {k: [] for k in (*rows, "patch mode's wrapper")}
+    names = ("plain wrapper", "+ tracing checks", "+ site lookup", "+ dtype and shape compared", "+ counter")
     with torch.no_grad(), at.patched():
         patch._to_torch[ops.conv2d][id(filt)] = (img.shape, img.dtype)
-        every = {**rows, "patch mode's wrapper": F.conv2d}  # F.conv2d is the wrapper inside the block
-        for fn in every.values():
-            fn(img, filt, None, 1, 1)
-        torch.cuda.synchronize()
-        order = list(every.items())
-        for r in range(ROUNDS):
-            for name, fn in order[r % len(order):] + order[:r % len(order)]:
-                flush.zero_()
-                torch.cuda.synchronize()
-                t0 = time.perf_counter_ns()
-                fn(img, filt, None, 1, 1)
-                times[name].append((time.perf_counter_ns() - t0) / 1e3)
-        torch.cuda.synchronize()
-    result = [{"row": k, "host_us": statistics.median(v)} for k, v in times.items()]
+        calls: dict[str, Callable[[], Any]] = {"F.conv2d": lambda: conv(img, filt, None, 1, 1)}
+        calls |= {name: functools.partial(wrapper(i), img, filt, None, 1, 1) for i, name in enumerate(names)}
+        calls["patch mode's wrapper"] = lambda: F.conv2d(img, filt, None, 1, 1)  # the wrapper inside the block
+        result = cold_calls(calls, ROUNDS)
     meta = run_meta(TIMER)
     lines = [f"# Patch mode's wrapper, check by check, on a cold call sent to torch ({meta['device']})", "",
              f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {TIMER}. "
