@@ -196,6 +196,14 @@ class Workload:
         return dict(n=n, d=d, h=h, w=w, ci=ci, co=co, kd=kd, kh=kh, kw=kw, stride=stride, pad=pad,
                     dilation=dil, groups=groups, od=od, oh=out(h, kh), ow=out(w, kw))
 
+    def operand_rows(self) -> tuple[int, int]:
+        """A GEMM's (matmul, linear, bmm) elements per unit-stride row of A and of B as stored ('n': A's rows
+        run along K and B's along N; 't': the other way). 16-byte vector loads (cp.async, TMA) read an
+        operand only when its rows are whole vectors."""
+        _, m, n, k = self.gemm_dims()
+        lay = self.layout if len(self.layout) == 2 else "nn"
+        return (k if lay[0] == "n" else m), (n if lay[1] == "n" else k)
+
     def gemm_dims(self) -> tuple[int, int, int, int]:
         """(batch, M, N, K) of the GEMM this workload runs (implicit GEMM for convolutions)."""
         if self.op in ("matmul", "linear"):

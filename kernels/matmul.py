@@ -234,7 +234,7 @@ def aligned_workload(w: at.Workload) -> at.Workload:
     bsz, m, n, k = w.gemm_dims()
     vec = 16 // w.elem_bytes
     lay = w.layout if len(w.layout) == 2 else "nn"
-    row = {"a": k if lay[0] == "n" else m, "b": n if lay[1] == "n" else k}
+    row = dict(zip("ab", w.operand_rows()))
     turn = _turns(w.dtype, bsz * m, n, k, lay[1])
     if (all(r % vec == 0 for r in row.values()) and not turn) or not _copies_pay(bsz * m * n * k, k):
         return w

@@ -141,6 +141,12 @@ def _cdiv(a: Any, b: Any) -> Any:
 Rule = tuple[str, Callable[[Any], Any]]
 
 
+SCALAR_LOADS_MAX = 80
+"""Most operand elements per thread and reduction chunk (``BLOCK_K * (BLOCK_M + BLOCK_N) / threads``) for a
+GEMM whose rows 16-byte loads cannot read (``_shape_rules``): the largest measured to run well (16x64x128
+with 4 warps on 257x263x271, 1.19x cuBLAS, ``benchmarks/results/odd_sizes_pack_h100``); 128 and 192 did not."""
+
+
 @functools.lru_cache(maxsize=64)
 def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
     """``shape_reason``'s rules in order: (reason, test). A test reads a config's knobs as attributes and uses
@@ -190,6 +196,17 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
         ("more warps than the tile can feed", lambda c: c.num_warps > np.maximum(2, c.block_m * c.block_n // 256))]
     if spec is not None and _cc_tuple(spec.cc) < (9, 0):
         rules.append(("tma needs sm90", lambda c: c.async_copy == "tma"))
+    if not conv and any(r % (16 // workload.elem_bytes) for r in workload.operand_rows()):
+        # Rows that 16-byte loads cannot read, used as they are (kernels.matmul.aligned_operands copies
+        # them only for a long reduction): every element is a load of its own, with its own pointer and
+        # predicate in registers, so a tile that aligned shapes run well can spill here, and dispatch's
+        # nearest shapes are aligned ones: 4099x257x263 ran at 0.15x cuBLAS on a 128x128x64 tile with 4
+        # warps (128 loads per thread per chunk) and 1.06x on 64x128x64 with 8 (48;
+        # benchmarks/results/odd_sizes_scalar_h100); 1000^3, before its rows were known aligned, spilled
+        # at 192 (docs/gemm_shapes.md). TMA configs stay: they run as their pointer twins (build falls
+        # back), and their measurements on the neighbours are what dispatch scores them by.
+        rules.append(("more element loads per thread than registers hold",
+                      lambda c: c.block_k * (c.block_m + c.block_n) > SCALAR_LOADS_MAX * 32 * c.num_warps))
     if conv:
         p = workload.conv_params()
         channels = p["ci"] // p["groups"]

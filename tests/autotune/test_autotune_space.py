@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from alcop_triton.autotune import dispatch
+from alcop_triton.autotune import space as space_mod
 from alcop_triton.autotune.space import VARIANTS, ConfigSpace, Knobs, shape_reason, variant_ok
 from alcop_triton.errors import ScheduleError, TuningError
 from alcop_triton.model import analytical
@@ -229,11 +230,25 @@ def _config_first(w: Workload, knobs: Knobs, variant: str, spec=SPEC) -> tuple[l
     return kept, dict(pruned)
 
 
+def test_rows_16_byte_loads_cannot_read_limit_the_loads_per_thread():
+    # Unaligned rows used as they are: each element is a load of its own, so large tiles on few warps spill
+    # (4099x257x263: 0.15x cuBLAS on 128x128x64 with 4 warps, 1.06x on 64x128x64 with 8).
+    odd = Workload("matmul", (4099, 257, 263), "float16", "nt")
+    even = Workload("matmul", (4096, 256, 264), "float16", "nt")
+    spilling = KernelConfig(block_m=128, block_n=128, block_k=64, num_warps=4)
+    assert shape_reason(odd, spilling, SPEC) == "more element loads per thread than registers hold"
+    assert shape_reason(odd, KernelConfig(block_m=64, block_n=128, block_k=64, num_warps=8), SPEC) is None
+    assert shape_reason(even, spilling, SPEC) is None  # rows of whole 16-byte vectors: vector loads
+    for c in ConfigSpace.build(odd, SPEC).configs:
+        assert c.block_k * (c.block_m + c.block_n) <= space_mod.SCALAR_LOADS_MAX * 32 * c.num_warps
+
+
 @pytest.mark.parametrize("workload", [Workload("matmul", (96, 200, 512), "float16", "nt"),
                                       Workload("matmul", (4096, 4096, 64), "float16", "nt"),
+                                      Workload("matmul", (4099, 257, 263), "float16", "nt"),
                                       Workload("conv2d", (8, 28, 28, 64, 64, 3, 3, 1, 1), "float16", "nhwc"),
                                       Workload("conv2d", (8, 28, 28, 48, 64, 3, 3, 2, 1), "float16", "nhwc")],
-                         ids=["matmul-small", "matmul-short-k", "conv-stride1", "conv-stride2"])
+                         ids=["matmul-small", "matmul-short-k", "matmul-unaligned-rows", "conv-stride1", "conv-stride2"])
 @pytest.mark.parametrize("variant", ["full", "smem_multistage", "none"])
 @pytest.mark.parametrize("spec", [SPEC, None], ids=["h100", "no-gpu"])
 def test_space_equals_making_every_config_first(workload, variant, spec):
