@@ -30,7 +30,7 @@ def main(out_dir: str) -> int:
     from alcop_triton import fastpath as fp
     from host_breakdown import per_call_us
     from overhead import host_times_us
-    from probe_io import run_meta, write
+    from probe_io import publish, run_meta, table_head
 
     a = torch.randn(64, 64, dtype=torch.float16, device="cuda").requires_grad_()
     b = torch.randn(64, 64, dtype=torch.float16, device="cuda")
@@ -54,13 +54,10 @@ def main(out_dir: str) -> int:
                "alone_us": statistics.median(host_times_us(f, 3000, 200, sync))} for k, f in rows.items()]
     meta = run_meta("loop: min over 7 loops of 2,000 calls (perf_counter_ns), GPU synchronised between loops; "
                     "alone: overhead.py's (each call timed by itself, median of 3,000, GPU synchronised every 64)")
-    lines = [f"# Host time of a product with requires_grad ({meta['device']})", "",
-             f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timers: {meta['timer']}.", "",
-             "| row | loop µs | alone µs |", "|---|---|---|"]
+    lines = table_head("Host time of a product with requires_grad", meta, "64x64 fp16, A requires grad.",
+                       ["row", "loop µs", "alone µs"])
     lines += [f"| {r['row']} | {r['loop_us']:.2f} | {r['alone_us']:.2f} |" for r in result]
-    write(out_dir, "grad_path", meta, result, lines)
-    print("\n".join(lines))
-    return 0
+    return publish(out_dir, "grad_path", meta, result, lines)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,21 @@ def write(out_dir: str, name: str, meta: dict[str, Any], rows: list[dict[str, An
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
 
 
+def publish(out_dir: str, name: str, meta: dict[str, Any], rows: list[dict[str, Any]], lines: list[str]) -> int:
+    """``write`` the report and print its table; 0, a probe's exit status."""
+    write(out_dir, name, meta, rows, lines)
+    print("\n".join(lines))
+    return 0
+
+
+def table_head(title: str, meta: dict[str, Any], note: str, columns: list[str]) -> list[str]:
+    """A report's first lines: its title with the device, the versions, date and timer (and ``note``), and
+    the head of its table with ``columns``."""
+    return [f"# {title} ({meta['device']})", "",
+            f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta.get('timer', '-')}. {note}",
+            "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def fmt_us(v: Any) -> str:
     """A ``checked_time`` result in a table: µs to one decimal, or "err" for a failure."""
     return f"{v:.1f}" if isinstance(v, float) else "err"
