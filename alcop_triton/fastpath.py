@@ -98,15 +98,19 @@ class _Recording:
         self.torch_preferred = False
 
 
+Replayer = Callable[[Callable[..., Tensor]], Callable[..., Tensor]]
+"""Given a stored no-grad call, the apply of an autograd Function whose forward is that call (``grad_function``)."""
+
+
 class _Applying:
     """A first call on the autograd route (``_first_grad_call``): the autograd Functions it applied
-    (``note_applied``: apply, replay, inputs, output, and the signature of the call its forward made,
+    (``note_applied``: apply, replayer, inputs, output, and the signature of the call its forward made,
     i.e. the last one keyed), the last signature keyed and how many calls were keyed meanwhile."""
 
     __slots__ = ("applied", "last_key", "keyed")
 
     def __init__(self) -> None:
-        self.applied: list[tuple[Callable[..., Tensor], Callable[..., Tensor], tuple[Any, ...], Tensor,
+        self.applied: list[tuple[Callable[..., Tensor], Replayer, tuple[Any, ...], Tensor,
                                  tuple[Any, ...] | None]] = []
         self.last_key: tuple[Any, ...] | None = None
         self.keyed = 0
@@ -221,28 +225,27 @@ class GradEntry:
     on the call's tensors and that call's other arguments. The front end's checks and rewrites are
     skipped (they depend only on the signature). The Function's forward makes one no-grad call, whose
     signature follows from this one. Where the first call stored an ``Entry`` for it (``inner``), a
-    repeat applies the op's replay Function instead (``replay(*tensors, *constants, inner.run)``): its
-    forward runs ``inner`` itself, with none of the forward's own call, cache lookup or bookkeeping.
-    Otherwise the Function is applied as the first call did and its forward's call takes the cache.
-    ``run(tensors)`` is the repeat."""
+    repeat applies a Function made for this signature instead (``replayer(inner.run)``, see
+    ``grad_function``): its forward runs ``inner`` itself, with none of the forward's own call, cache
+    lookup or bookkeeping. Otherwise the Function is applied as the first call did and its forward's
+    call takes the cache. ``run(tensors)`` is the repeat."""
 
-    __slots__ = ("apply", "replay", "constants", "inner", "run")
+    __slots__ = ("inner", "run")
 
-    def __init__(self, apply: Callable[..., Tensor], replay: Callable[..., Tensor], constants: tuple[Any, ...],
+    def __init__(self, apply: Callable[..., Tensor], replayer: Replayer, constants: tuple[Any, ...],
                  inner: Entry | None) -> None:
-        self.apply, self.replay, self.constants, self.inner = apply, replay, constants, inner
-        self.run = _grad_run(apply, replay, constants, inner)
+        self.inner = inner
+        self.run = _grad_run(apply if inner is None else replayer(inner.run), constants, inner is not None)
 
 
-def _grad_run(apply: Callable[..., Tensor], replay: Callable[..., Tensor], constants: tuple[Any, ...],
-              inner: Entry | None) -> Callable[[tuple[Tensor | None, ...]], Tensor]:
-    if inner is None:
+def _grad_run(apply: Callable[..., Tensor], constants: tuple[Any, ...],
+              replays: bool) -> Callable[[tuple[Tensor | None, ...]], Tensor]:
+    if not replays:
         return lambda tensors: apply(*tensors, *constants)
-    inner_run = inner.run
 
     def run(tensors: tuple[Tensor | None, ...]) -> Tensor:
         _counters.hits += 1  # the forward's call: a hit, taken without its lookup
-        return replay(*tensors, *constants, inner_run)
+        return apply(*tensors, *constants)
     return run
 
 
@@ -477,25 +480,25 @@ def _first_grad_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], p
     entry = None
     distinct = len({id(t) for t in tensors if t is not None}) == sum(t is not None for t in tensors)
     if len(applied) == 1 and distinct:
-        apply, replay, inputs, result, inner_key = applied[0]
+        apply, replayer, inputs, result, inner_key = applied[0]
         n = len(tensors)
         constants = inputs[n:]
         if result is out and len(inputs) >= n and all(x is t for x, t in zip(inputs, tensors)) \
                 and not any(isinstance(c, torch.Tensor) for c in constants):
             # The forward's call is known only when it was the route's one keyed call.
             inner = _entries.get(inner_key) if inner_key is not None and applying.keyed == 1 else None
-            entry = GradEntry(apply, replay, constants, inner if type(inner) is Entry else None)
+            entry = GradEntry(apply, replayer, constants, inner if type(inner) is Entry else None)
     _store(key, entry, gen)
     return out
 
 
-def note_applied(apply: Callable[..., Tensor], replay: Callable[..., Tensor], inputs: tuple[Any, ...],
-                 out: Tensor) -> None:
-    """An autograd Function's forward ran (``apply(*inputs)`` gave ``out``; ``replay`` is its op's replay
-    Function, see ``GradEntry``): a first call on the autograd route stores it (``_first_grad_call``)."""
+def note_applied(apply: Callable[..., Tensor], replayer: Replayer, inputs: tuple[Any, ...], out: Tensor) -> None:
+    """An autograd Function's forward ran (``apply(*inputs)`` gave ``out``; ``replayer`` makes its
+    op's Function over a stored call, see ``GradEntry``): a first call on the autograd route stores it
+    (``_first_grad_call``)."""
     applying = _traced_mode().applying
     if applying is not None:  # the forward's own call was the last one keyed
-        applying.applied.append((apply, replay, inputs, out, applying.last_key))
+        applying.applied.append((apply, replayer, inputs, out, applying.last_key))
 
 
 def grad_function(name: str, impl: Callable[..., Tensor], setup_context: Callable[..., None],
@@ -503,41 +506,38 @@ def grad_function(name: str, impl: Callable[..., Tensor], setup_context: Callabl
     """``apply`` of an autograd.Function that runs ``impl`` and differentiates it with a custom op's
     formula (its ``setup_context(ctx, inputs, output)`` and ``backward(ctx, grad)``): an op's ``grad``
     route of ``call``. ``impl``'s first ``tensors`` arguments are the tensors its fast-path call is
-    keyed on; its second Function is what a ``GradEntry`` replays.
+    keyed on.
 
     The context is set up inside ``forward``: a Function with a ``setup_context`` of its own binds its
     arguments through ``inspect.signature`` on every call, which costs more than the rest of the call.
+    A stored signature applies autograd's own apply, below ``Function.apply``'s Python wrapper, whose
+    work is moot there: a stored signature has no functorch transform active (else the call had no
+    signature) and its tensors have storage (the signature read their addresses), so none is a dead
+    functorch wrapper to unwrap; and these Functions have no setup_context to bind for.
     """
+    def function(forward: Callable[..., Tensor]) -> type:
+        # One name for every Function made here: ``grad_fn`` reads the same whichever computed the output.
+        return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
+                                                        "backward": staticmethod(backward)})
+
     def forward(ctx: Any, *inputs: Any) -> Tensor:
         out = impl(*inputs)
         setup_context(ctx, inputs, out)
-        note_applied(stored, replayed, inputs, out)  # a first call stores this apply for its signature
+        note_applied(stored, replayer, inputs, out)  # a first call stores this apply for its signature
         return out
 
-    def replay(ctx: Any, *args: Any) -> Tensor:
-        # A stored signature's repeat (fastpath.GradEntry): the last argument is the stored call ``impl``
-        # makes (last, so that ``ctx.needs_input_grad`` indexes the inputs as ``backward`` expects).
-        inputs = args[:-1]
-        out: Tensor = args[-1](inputs[:tensors])
-        setup_context(ctx, inputs, out)
-        return out
+    def replayer(inner: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        # A stored signature's repeat (GradEntry) applies a Function of its own, whose forward is the
+        # stored call ``inner`` that ``impl`` makes: no argument more to pass, slice or differentiate.
+        def replay(ctx: Any, *inputs: Any) -> Tensor:
+            out: Tensor = inner(inputs[:tensors])
+            setup_context(ctx, inputs, out)
+            return out
+        return super(torch.autograd.Function, function(replay)).apply  # type: ignore[misc]
 
-    def replay_backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
-        return (*backward(ctx, grad), None)   # nothing flows to the entry argument
-
-    fn = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward),
-                                                  "backward": staticmethod(backward)})
-    # Same name: ``grad_fn`` reads the same whichever of the two computed the output.
-    again = type(name, (torch.autograd.Function,), {"forward": staticmethod(replay),
-                                                     "backward": staticmethod(replay_backward)})
-    apply: Callable[..., Tensor] = fn.apply  # type: ignore[attr-defined]
-    # What a stored call repeats: autograd's own apply, below ``Function.apply``'s Python wrapper. The
-    # wrapper's work is moot there: a stored signature has no functorch transform active (else the
-    # call had no signature) and its tensors have storage (the signature read their addresses), so
-    # none is a dead functorch wrapper to unwrap; and these Functions have no setup_context to bind for.
+    fn = function(forward)
     stored: Callable[..., Tensor] = super(torch.autograd.Function, fn).apply  # type: ignore[misc]
-    replayed: Callable[..., Tensor] = super(torch.autograd.Function, again).apply  # type: ignore[misc]
-    return apply
+    return fn.apply  # type: ignore[attr-defined]
 
 
 def span(t: Tensor) -> int:

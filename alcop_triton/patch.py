@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from . import generation, ops
-from .fastpath import _compiler, _dynamo_tracing
+from .fastpath import _DIRECT, _PATCHED, _compiler, _dynamo_tracing
 from .fastpath import _counters as _fastpath_counters
 from .fastpath import _mode as _fastpath_mode
 from .fastpath import patched_mode
@@ -75,7 +75,6 @@ _threads_on = 0  # threads with patch mode on: the wrappers are installed while 
 _wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
 
 
-_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})  # a routed call's tensor arguments, as torch makes them
 _grad_enabled = torch.is_grad_enabled
 
 
@@ -128,15 +127,16 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
         if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
             return original(*args, **kwargs)
         if grad_to_torch and _grad_enabled():
-            for a in args[:3]:  # input, weight, bias: a loop, not any(generator), and no tuple built
-                if type(a) in _TENSORS and a.requires_grad:
-                    return original(*args, **kwargs)
-            for a in kwargs.values():
-                if type(a) in _TENSORS and a.requires_grad:
-                    return original(*args, **kwargs)
+            try:  # input, weight and bias, passed positionally as nn.ConvNd does: three attribute reads
+                trains = args[0].requires_grad or args[1].requires_grad or (
+                    args[2] is not None and args[2].requires_grad)
+            except (AttributeError, IndexError):  # passed by keyword, no bias, or not a tensor
+                trains = any(isinstance(a, tensor) and a.requires_grad for a in (*args[:3], *kwargs.values()))
+            if trains:
+                return original(*args, **kwargs)
         sent = _fastpath_counters.to_torch
         # The drop-in's signatures are patch mode's own (they may send a workload to torch).
-        token = _fastpath_mode.set(patched_mode(mode))
+        token = _fastpath_mode.set(_PATCHED if mode is _DIRECT else patched_mode(mode))
         try:
             out = route(*args, **kwargs) if kwargs else route(*args)
         finally:
