@@ -294,7 +294,7 @@ def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.
 @pytest.mark.parametrize("op", ["linear", "bmm", "conv2d"])
 def test_a_stored_grad_call_replays_with_the_right_tensors_and_gradients(op: str,
                                                                           no_slow_path: Callable[[], None]) -> None:
-    # A repeat applies the op's replay Function on the stored forward entry: each op keys a different
+    # A repeat applies a Function made for its signature over the stored forward entry: each op keys a different
     # number of tensors (bmm: a, b; linear: x, w, bias, residual; conv: x, w, bias), which the replay
     # must pass on.
     def call(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, lib: Any = at) -> torch.Tensor:
@@ -361,6 +361,40 @@ def test_calls_needing_the_dispatcher_do_not_take_the_cache() -> None:
         y = at.matmul(a, b)
     assert fastpath.stats().dispatched >= 1 and any("alcop" in op for op in mode.ops), mode.ops
     assert_close(y, f64(a)[0] @ f64(b)[0])
+
+
+def test_each_stored_grad_signature_replays_a_function_of_its_own(no_slow_path: Callable[[], None]) -> None:
+    # linear's route applies its Function to (x, w, bias) and then its other arguments (no residual: None,
+    # the activation): a repeat passes them on to the signature's own Function, whose backward indexes
+    # needs_input_grad as the route's does. Two shapes, two signatures: two Functions, one name.
+    def step(m: int, seed: int) -> tuple[torch.Tensor, type]:
+        x, w = randn(m, 5, seed=seed).requires_grad_(), randn(6, 5, seed=seed + 1)
+        b = randn(6, seed=seed + 2).requires_grad_()
+        y = at.linear(x, w, b, activation="gelu")
+        y.square().sum().backward()
+        ref = [t.detach().double().requires_grad_(t.requires_grad) for t in (x, w, b)]
+        z = F.gelu(F.linear(*ref))
+        z.square().sum().backward()
+        assert_close(y, z.detach())
+        assert_close(x.grad, ref[0].grad)
+        assert_close(b.grad, ref[2].grad)
+        assert w.grad is None
+        return y, type(y.grad_fn)
+
+    for m in (7, 9):
+        step(m, 1)  # the first call of each signature stores it
+    no_slow_path()
+    before = fastpath.stats().hits
+    kinds: dict[int, set[type]] = {7: set(), 9: set()}
+    for seed in (10, 20):  # repeats on other values: each signature's stored Function
+        for m in (7, 9):
+            y, kind = step(m, seed)
+            assert kind.__name__ == "AlcopLinearBackward"
+            kinds[m].add(kind)
+    assert fastpath.stats().hits >= before + 8  # each repeat: the call and its forward's entry
+    stored = [e for e in fastpath._entries.values() if isinstance(e, fastpath.GradEntry)]
+    assert len(stored) == 2 and all(isinstance(e.inner, fastpath.Entry) for e in stored)
+    assert all(len(k) == 1 for k in kinds.values()) and kinds[7] != kinds[9]
 
 
 @pytest.mark.parametrize("ours, theirs", [

@@ -75,6 +75,23 @@ def test_a_convolution_whose_backward_will_run_stays_torchs() -> None:
         assert "alcop.conv" in _calls_under_patch(lambda: conv(x))
 
 
+@pytest.mark.parametrize("trains", ["input", "weight", "bias", None])
+@pytest.mark.parametrize("spelling", ["positional", "no bias", "bias keyword", "all keywords"])
+def test_the_grad_check_reads_every_spelling_of_a_convolution(trains: str | None, spelling: str) -> None:
+    x, w, b = randn(1, 2, 5, 5, seed=4), randn(3, 2, 3, 3, seed=5), randn(3, seed=6)
+    if spelling == "no bias":
+        b = None
+    if trains is not None and not (trains == "bias" and b is None):
+        {"input": x, "weight": w, "bias": b}[trains].requires_grad_()
+    call = {"positional": lambda: F.conv2d(x, w, b, 1, 1),
+            "no bias": lambda: F.conv2d(x, w, None, 1, 1),
+            "bias keyword": lambda: F.conv2d(x, w, bias=b, padding=1),
+            "all keywords": lambda: F.conv2d(input=x, weight=w, bias=b, padding=1)}[spelling]
+    seen = _calls_under_patch(call)
+    will_train = any(t is not None and t.requires_grad for t in (x, w, b))
+    assert ("aten.convolution" in seen) == will_train and ("alcop.conv" in seen) != will_train, seen
+
+
 def test_results_match_eager_and_torch_is_untouched() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
