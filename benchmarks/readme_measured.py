@@ -43,15 +43,17 @@ LATER_SUITES = ("dispatch_h100/report.json", "h200_dispatch/report.json", "conv_
                 "fastpath_h100/suite/report.json", "resnet_patch_h100/4_one_call/suite/report.json",
                 "suite_tuned_h100/suite_tuned/report.json", "table_h100_nt_w4/suite/report.json",
                 "conv_tma_h100/suite_final/report.json", "conv_tma_h100/suite_bwd_split64/report.json",
-                "host_cold_h100/5_final/suite/report.json")
+                "host_cold_h100/5_final/suite/report.json", "callpath_final_h100/suite/report.json")
 # Host-time and end-to-end runs after the headline run (patch mode changed since): each its own run.
 LATER_OVERHEAD = ("callpath_h100/overhead/overhead.json", "turns_h100/overhead/overhead.json",
                   "tma_h100/overhead/overhead.json", "fastpath_h100/overhead/overhead.json",
-                  "resnet_patch_h100/4_one_call/overhead/overhead.json", "host_cold_h100/5_final/overhead/overhead.json")
+                  "resnet_patch_h100/4_one_call/overhead/overhead.json", "host_cold_h100/5_final/overhead/overhead.json",
+                  "callpath_final_h100/overhead/overhead.json")
 LATER_E2E = ("patch_h100/e2e/e2e.json", "callpath_h100/e2e/e2e.json", "turns_h100/e2e/e2e.json",
              "tma_h100/e2e/e2e.json", "fastpath_h100/e2e/e2e.json", "resnet_patch_h100/3_after_margin/e2e/e2e.json",
              "resnet_patch_h100/4_one_call/e2e/e2e.json", "resnet_patch_h100/6_e2e_process_per_model/e2e/e2e.json",
-             "resnet_patch_h100/7_alternating/e2e/e2e.json", "host_cold_h100/5_final/e2e/e2e.json")
+             "resnet_patch_h100/7_alternating/e2e/e2e.json", "host_cold_h100/5_final/e2e/e2e.json",
+             "callpath_final_h100/e2e/e2e.json")
 HEADLINE_ABLATION, HEADLINE_MODEL = "ablation/pipeline_variants.json", "model/model_eval.json"
 
 
