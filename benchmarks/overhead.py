@@ -18,7 +18,10 @@ DSL kernel ``F.gelu(F.linear(x, w, b))``), ``alcop`` (the drop-in called directl
 ``alcop_patched`` (the torch spelling under ``alcop_triton.patched()``, entered once around the
 timed calls as around a model's forward; what entering and leaving the block costs is reported on
 its own), each with inputs that do not and that do require grad (forward only: what building the
-autograd record costs). The implementations of one op are timed in interleaved rounds.
+autograd record costs). The implementations of one op are timed in interleaved rounds. Patched minus
+direct subtracts the direct call of what patch mode runs: alcop's drop-in, or torch's op where patch
+mode leaves the call to torch (``route``: a float32 workload without records, a convolution that will
+train), which the fast path's counters tell over one call before the timing.
 Writes ``OUT/overhead.json`` and ``OUT/overhead.md``.
 """
 
@@ -150,10 +153,13 @@ def measure(device: str, calls: int, warmup: int, rounds: int = ROUNDS,
         for op, impls in cases(device, grad).items():
             times: dict[str, list[float]] = {i: [] for i, fn in impls.items() if fn is not None}
             errors: dict[str, str] = {}
+            routes: dict[str, str] = {}
             for r in range(rounds):
                 for impl in times:
                     if impl in errors:
                         continue
+                    if impl == "alcop_patched" and r == 0 and impl not in routes:
+                        routes[impl] = patched_route(impls[impl])
                     block = at.patched() if impl == "alcop_patched" else contextlib.nullcontext()
                     try:
                         with block:
@@ -166,11 +172,29 @@ def measure(device: str, calls: int, warmup: int, rounds: int = ROUNDS,
                     row["error"] = errors[impl]
                 elif impl in times:
                     row.update(stats(times[impl]))
+                    if impl in routes:
+                        row["route"] = routes[impl]
                 else:
                     row["error"] = "not applicable"
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     return rows
+
+
+def patched_route(fn: Callable[[], Any]) -> str:
+    """Where patch mode sends ``fn``'s call: "alcop" where the fast path ran alcop's kernels (a hit or a
+    first call), "torch" where it went to torch's function (a workload the records leave to torch counts
+    a call sent to torch; a convolution that will train goes there before the fast path, counting none)."""
+    import alcop_triton as at
+    from alcop_triton import fastpath
+
+    before = fastpath.stats()
+    with at.patched():
+        fn()
+    after = fastpath.stats()
+    ran = (after.hits + after.misses + after.dispatched + after.bypassed + after.uncacheable
+           - before.hits - before.misses - before.dispatched - before.bypassed - before.uncacheable)
+    return "alcop" if ran and after.to_torch == before.to_torch else "torch"
 
 
 def block_cost_us(calls: int, warmup: int) -> dict[str, float]:
@@ -185,18 +209,30 @@ def block_cost_us(calls: int, warmup: int) -> dict[str, float]:
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (op, grad): each implementation's median, alcop / torch, and patched minus direct (µs)."""
+    """Per (op, grad): each implementation's median, alcop / torch, and patched minus direct (µs): minus
+    the direct call of what patch mode runs (``patched_route``: alcop's, or torch's)."""
     by: dict[tuple[str, bool], dict[str, dict[str, Any]]] = {}
     for r in rows:
         by.setdefault((r["op"], r["requires_grad"]), {})[r["impl"]] = r
     out = []
     for (op, grad), impls in by.items():
         med = {i: impls[i]["median_us"] for i in IMPLS if "median_us" in impls.get(i, {})}
+        route = impls.get("alcop_patched", {}).get("route", "alcop")
+        direct = med.get("torch") if route == "torch" else med.get("alcop_unfused", med.get("alcop"))
         out.append({"op": op, "requires_grad": grad, **{f"{i}_us": med.get(i) for i in IMPLS},
                     "alcop_over_torch": med["alcop"] / med["torch"] if {"alcop", "torch"} <= med.keys() else None,
-                    "patched_minus_direct_us": med["alcop_patched"] - med.get("alcop_unfused", med["alcop"])
-                    if {"alcop", "alcop_patched"} <= med.keys() else None})
+                    "patched_route": route if "alcop_patched" in med else None,
+                    "patched_minus_direct_us": med["alcop_patched"] - direct
+                    if "alcop_patched" in med and direct is not None else None})
     return out
+
+
+def patched_minus_direct(s: dict[str, Any]) -> str:
+    """A summary row's patched - direct µs, marked where the direct call is torch's (older reports have no route)."""
+    v = s.get("patched_minus_direct_us")
+    if v is None:
+        return "-"
+    return f"{v:.1f}" + (" (torch)" if s.get("patched_route") == "torch" else "")
 
 
 def markdown(meta: dict[str, Any], rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]]) -> str:
@@ -213,14 +249,16 @@ def markdown(meta: dict[str, Any], rows: Sequence[dict[str, Any]], summary: Sequ
            "`F.gelu(at.linear(x, w, b))`, the direct call that patch mode's linear_gelu equals (patch mode "
            "cannot fuse torch's separate gelu), so patched - direct subtracts it there; alcop_patched = "
            "the torch spelling under `alcop_triton.patched()`, the block entered once around the timed calls "
-           f"(entering and leaving it costs {meta['patched_block_us']['median_us']:.1f} µs, once per block). "
+           f"(entering and leaving it costs {meta['patched_block_us']['median_us']:.1f} µs, once per block); "
+           "where patch mode leaves the call to torch (marked torch: a float32 workload without records, a "
+           "convolution that will train) patched - direct subtracts torch's call. "
            "Sizes: 64x64 fp16 products (bmm: 4 of them), conv2d 1x16x8x8 with 16 3x3 filters.", "",
            "| op | requires_grad | triton µs | torch µs | alcop µs | alcop patched µs | alcop / torch | "
            "patched - direct µs |", "|---|---|---|---|---|---|---|---|"]
     for s in summary:
         ratio = f"**{s['alcop_over_torch']:.2f}x**" if s["alcop_over_torch"] is not None else "-"
         out.append(f"| {s['op']} | {s['requires_grad']} | {us(s['triton_us'])} | {us(s['torch_us'])} | "
-                   f"{us(s['alcop_us'])} | {us(s['alcop_patched_us'])} | {ratio} | {us(s['patched_minus_direct_us'])} |")
+                   f"{us(s['alcop_us'])} | {us(s['alcop_patched_us'])} | {ratio} | {patched_minus_direct(s)} |")
     errs = [r for r in rows if r.get("error") and r["error"] != "not applicable"]
     if errs:
         out += ["", "Errors:", ""] + [f"- {r['op']} {r['impl']} (requires_grad={r['requires_grad']}): {r['error']}"

@@ -22,6 +22,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from overhead import patched_minus_direct  # noqa: E402  (the host-time report's own cell)
+
 BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
 
 # Where each GPU report lives under --results, and the command that writes it there.
@@ -132,7 +136,7 @@ def overhead_section(r: dict[str, Any], path: str, run_id: str | None = None) ->
         return f"{v:.1f}" if v is not None else "-"
     for s in r["summary"]:
         out.append(f"| {s['op']} | {s['requires_grad']} | {us(s['triton_us'])} | {us(s['torch_us'])} | "
-                   f"{us(s['alcop_us'])} | {_x(s['alcop_over_torch'])} | {us(s['patched_minus_direct_us'])} |")
+                   f"{us(s['alcop_us'])} | {_x(s['alcop_over_torch'])} | {patched_minus_direct(s)} |")
     return out + [""]
 
 

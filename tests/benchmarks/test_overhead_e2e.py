@@ -57,11 +57,33 @@ def test_implementations_are_interleaved_and_patch_mode_is_entered_around_the_ti
         fn()
         return [1.0] * calls
 
+    monkeypatch.setattr(oh, "patched_route", lambda fn: "alcop")  # asked once per grad setting, untimed
     rows = oh.measure("cpu", calls=6, warmup=1, rounds=3, timer=timer)
     # per grad setting, three rounds of (torch, alcop, patched); only the patched calls see patch mode on
     assert order == [("torch", False), ("alcop", False), ("patched", True)] * 6
     got = {(r["impl"], r["requires_grad"]): r for r in rows}
     assert got[("alcop", False)]["calls"] == 6 and got[("triton", True)]["error"] == "not applicable"
+    assert got[("alcop_patched", True)]["route"] == "alcop" and "route" not in got[("alcop", True)]
+
+
+def test_patched_route_tells_where_patch_mode_sends_a_call():
+    pytest.importorskip("triton")
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+    a, b = a.half(), b.half()
+    assert oh.patched_route(lambda: torch.matmul(a, b)) == "alcop"
+    from alcop_triton import ops, patch
+    sites = patch._to_torch.setdefault(ops.matmul, {})
+    sites[id(b)] = (a.shape, a.dtype)  # a call site the records left to torch (counted as sent to torch)
+    try:
+        assert oh.patched_route(lambda: torch.matmul(a, b)) == "torch"
+    finally:
+        del sites[id(b)]
+    x = torch.randn(1, 2, 5, 5, generator=g).half()
+    w = torch.randn(3, 2, 3, 3, generator=g).half().requires_grad_()
+    assert oh.patched_route(lambda: F.conv2d(x, w, None, 1, 1)) == "torch"  # it will train
 
 
 def test_overhead_stats_and_summary():
@@ -74,16 +96,19 @@ def test_overhead_stats_and_summary():
             row("matmul", "alcop_patched", False, 31.5), row("matmul", "triton", False, 25.0),
             row("linear_gelu", "alcop", False, 20.0), row("linear_gelu", "alcop_unfused", False, 26.0),
             row("linear_gelu", "alcop_patched", False, 27.0), row("conv2d", "torch", True, 40.0),
-            {"op": "conv2d", "impl": "alcop", "requires_grad": True, "error": "RuntimeError: x"}]
+            {"op": "conv2d", "impl": "alcop", "requires_grad": True, "error": "RuntimeError: x"},
+            row("conv2d", "alcop_patched", True, 41.5) | {"route": "torch"}]
     mm, lin, conv = oh.summarize(rows)
     assert mm["alcop_over_torch"] == 1.5 and mm["patched_minus_direct_us"] == 1.5 and mm["triton_us"] == 25.0
     assert lin["patched_minus_direct_us"] == 1.0   # against the unfused spelling patch mode runs
     assert conv["alcop_over_torch"] is None and conv["alcop_us"] is None
+    assert conv["patched_route"] == "torch" and conv["patched_minus_direct_us"] == 1.5  # against torch's call
     meta = {"device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d", "calls": 3000, "warmup": 200,
             "patched_block_us": oh.stats([2.5] * 10)}
     md = oh.markdown(meta, rows, [mm, lin, conv])
     assert "perf_counter_ns" in md and "| matmul | False | 25.0 | 20.0 | 30.0 | 31.5 | **1.50x** | 1.5 |" in md
     assert "conv2d alcop (requires_grad=True): RuntimeError: x" in md and "costs 2.5 µs, once per block" in md
+    assert "| conv2d | True | - | 40.0 | - | 41.5 | - | 1.5 (torch) |" in md
 
 
 def test_models_have_the_stated_sizes():
