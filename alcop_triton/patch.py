@@ -121,11 +121,8 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
                 if type(a) is tensor and seen[1] is a.dtype and seen[0] == a.shape:
                     _fastpath_counters.to_torch += 1
                     return original(*args)
-        if not _state.on:  # another thread's patch mode installed the wrappers
-            return original(*args, **kwargs)
-        mode = _fastpath_mode.get()
-        if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
-            return original(*args, **kwargs)
+        # A convolution that will train goes to torch's function whoever calls it: checked before the
+        # thread's state and mode, which that answer does not depend on.
         if grad_to_torch and _grad_enabled():
             try:  # input, weight and bias, passed positionally as nn.ConvNd does: three attribute reads
                 trains = args[0].requires_grad or args[1].requires_grad or (
@@ -134,6 +131,11 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
                 trains = any(isinstance(a, tensor) and a.requires_grad for a in (*args[:3], *kwargs.values()))
             if trains:
                 return original(*args, **kwargs)
+        if not _state.on:  # another thread's patch mode installed the wrappers
+            return original(*args, **kwargs)
+        mode = _fastpath_mode.get()
+        if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
+            return original(*args, **kwargs)
         sent = _fastpath_counters.to_torch
         # The drop-in's signatures are patch mode's own (they may send a workload to torch).
         token = _fastpath_mode.set(_PATCHED if mode is _DIRECT else patched_mode(mode))
