@@ -94,8 +94,8 @@ def allow_tf32() -> bool:
 _tf32_read: Callable[[], bool] | None = None
 
 FP32_PRECISIONS = ("ieee", "tf32x3")
-_FP32_KEY = env_key("ALCOP_FP32")
 """What ``ALCOP_FP32`` may ask of a float32 product that torch's TF32 switch keeps off TF32."""
+_FP32_KEY = env_key("ALCOP_FP32")
 
 
 def fp32_precision() -> str:

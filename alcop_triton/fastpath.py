@@ -428,7 +428,7 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         if mode.applying is None and site_key is not None:
             _remember(site_key, tensors, hit.run)
         return hit.run(tensors)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    if _grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         if grad is None:  # no autograd route of its own: the registered op's
             _counters.dispatched += 1
             return (dispatched or eager)(*tensors, *params)
