@@ -348,8 +348,9 @@ _SPLIT_LOCKS: dict[tuple[str, int | None, int], Any] = {}
 
 def _split_buffers(split: int, tiles: int, c: dict[str, int], dev: Any) -> list[Any]:
     """Split-K's float32 workspace (one partial tile per slice and tile, fresh per call from torch's caching
-    allocator) and its per-tile arrival counters (zeros, kept per device and stream: the kernel's last
-    program of each tile resets its counter, so launches on one stream, graph replays included, reuse them)."""
+    allocator) and its arrival counters (``codegen.split_locks_needed``; zeros, kept per device and stream:
+    the kernel's last program of each tile or group resets its counter, so launches on one stream, graph
+    replays included, reuse them)."""
     import torch
     elems = split * tiles * c["BLOCK_M"] * c["BLOCK_N"]
     if elems >= 2 ** 31:
@@ -357,9 +358,10 @@ def _split_buffers(split: int, tiles: int, c: dict[str, int], dev: Any) -> list[
                          "use a smaller split (split-K is meant for few output tiles)")
     stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0
     key = (dev.type, dev.index, stream)
+    need = codegen.split_locks_needed(split, tiles)
     locks = _SPLIT_LOCKS.get(key)
-    if locks is None or locks.numel() < tiles:
-        locks = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=dev)
+    if locks is None or locks.numel() < need:
+        locks = torch.zeros(max(need, 1024), dtype=torch.int32, device=dev)
         _SPLIT_LOCKS[key] = locks
     return [torch.empty(elems, dtype=torch.float32, device=dev), locks]
 

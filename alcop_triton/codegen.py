@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 from . import te
 from .errors import CodegenError, ScheduleError, UnsupportedError
 from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, KSplit, Node, find,
-                      ProgramIds, Rotate, SplitReduce, Store, TileCount, TileIndices, run_extent)
+                      ProgramIds, Rotate, SplitReduce, Store, TileCount, TileIndices, padded_run, run_extent)
 
 TL_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32", "float64": "tl.float64",
             "int32": "tl.int32", "int64": "tl.int64", "bool": "tl.int1"}
@@ -23,10 +23,25 @@ RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid
             "group_size_m", "tile_id", "num_tiles", "num_pid_mn", "acc", "k0", "ks", "tl", "triton", "out", "mask_m",
             "mask_n", "mask_out", "offs_m", "offs_n", "a_desc", "b_desc", "out_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K",
             "REG_SPLIT", "GROUP_M", "SPLIT_K", "pid_s", "k_base", "k_chunks", "k_chunks_all", "k_chunks_per_split",
-            "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "float"}
+            "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "split_g",
+            "split_g_first", "split_g_n", "n_tiles", "float"}
 SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
 """Extra pointer parameters of a split-K kernel, after the output and any descriptors: float32 partial tiles,
-arrival counters."""
+arrival counters (``split_locks_needed``)."""
+SPLIT_GROUP = 8
+"""Split-K slices whose partials one program adds: beyond it the sum runs in two levels (``_split_reduce``)."""
+
+
+def split_groups(split_k: int) -> int:
+    """Groups of ``SPLIT_GROUP`` slices whose sums the last program adds; 1: one level."""
+    return -(-split_k // SPLIT_GROUP) if split_k > SPLIT_GROUP else 1
+
+
+def split_locks_needed(split_k: int, tiles: int) -> int:
+    """Arrival counters a split-K launch of ``tiles`` output tiles uses: one per tile, and one per group
+    of slices of each tile where the sum runs in two levels."""
+    groups = split_groups(split_k)
+    return tiles * (1 + groups) if groups > 1 else tiles
 RESERVED_PREFIXES = ("tile_", "offs_", "mask_", "stride_", "k_start", "k_tap")
 
 
@@ -429,11 +444,32 @@ def _in_one_run(c: Ctx, what: str, start: str, start_name: str, tap: str, mask: 
     c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]} | {mask}
 
 
+def _in_padded_run(c: Ctx, start: str, axes: tuple[tuple[str, str], ...], run: tuple[int, int], width: str,
+                   total: str, sfx: str) -> None:
+    """Indices of a chunk inside one padded run of the innermost reduction axis (``loop_ir.padded_run``):
+    the chunk start counts over the padded extent, the outer axes are scalars of it, the innermost a
+    vector masked past its extent (a weight gradient's output positions past a row's end)."""
+    size, padded = run
+    run_axis = axes[-1][0]
+    c.w.line(f"# rewrite (padded run): chunk inside one run of {run_axis} padded from {size} to {padded}: "
+             f"{', '.join(a for a, _ in axes[:-1])} are scalars per chunk, {run_axis} past {size} is masked")
+    c.w.line(f"k_start{sfx} = {start}")
+    c.w.line(f"k_tap{sfx} = k_start{sfx} // {padded}")
+    c.w.line(f"{run_axis}{sfx} = k_start{sfx} - k_tap{sfx} * {padded} + tl.arange(0, {width})")
+    c.w.line(f"mask_k{sfx} = ({run_axis}{sfx} < {size}) & (k_start{sfx} < {total})")
+    _decompose(c, f"k_tap{sfx}", axes[:-1], sfx)
+    c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]}
+
+
 @emitter(KIndices)
 def _kidx(n: KIndices, c: Ctx) -> None:
     k, sfx = c.k, n.suffix
     axes = tuple((a, k.axis_size[a]) for a in k.axes["k"])
     inner = _run_extent(k, axes, n.extent)
+    run = padded_run(tuple(e for _, e in axes), k.constexprs.get("BLOCK_K"))
+    if run is not None:
+        _in_padded_run(c, _kstart(n.at, c), axes, run, n.extent, k.totals["k"], sfx)
+        return
     if inner is None:
         c.w.line(f"offs_k{sfx} = {_kstart(n.at, c)} + tl.arange(0, {n.extent})")
         c.w.line(f"mask_k{sfx} = offs_k{sfx} < {k.totals['k']}")
@@ -567,7 +603,7 @@ def _ksplit(n: KSplit, c: Ctx) -> None:
 def _split_reduce(n: SplitReduce, c: Ctx) -> None:
     w = c.w
     w.line("# split-K: the partial tile goes to the float32 workspace (slice-major); the last program of this tile")
-    w.line("# to arrive adds the SPLIT_K partials in slice order, so the sum does not depend on arrival order")
+    w.line("# to arrive adds the partials in a fixed order, so the sum does not depend on arrival order")
     w.line("tile_lin = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)")
     w.line("ws_tile = split_ws + tile_lin * (BLOCK_M * BLOCK_N) + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + "
            "tl.arange(0, BLOCK_N)[None, :]")
@@ -576,13 +612,48 @@ def _split_reduce(n: SplitReduce, c: Ctx) -> None:
     w.line("# every thread's partial is written before the arrival is counted (release); the last arrival")
     w.line("# acquires them, reading through L2 (.cg) where the other programs' partials are")
     w.line("tl.debug_barrier()")
+    groups = split_groups(c.k.constexprs["SPLIT_K"])
+    if groups == 1:
+        _last_adds(c, n, "SPLIT_K", "1")
+        return
+    # One program adding 64 partials makes 63 round trips through L2 after the main loop, which every
+    # other program of the tile has left: on a conv weight gradient's 9 tiles x 64 slices that tail
+    # took 40% of the kernel (benchmarks/probes/wgrad_parts.py). In two levels it is 7 + 7.
+    w.line(f"# rewrite (split-K in two levels): the last of each group of {SPLIT_GROUP} slices to arrive adds the "
+           "group's partials in")
+    w.line(f"# slice order into the group's first slot; the last group to finish adds the {groups} group sums "
+           "in group order")
+    w.line("n_tiles = tl.num_programs(0) * tl.num_programs(1)")
+    w.line(f"split_g = pid_s // {SPLIT_GROUP}")
+    w.line(f"split_g_first = split_g * {SPLIT_GROUP}")
+    w.line(f"split_g_n = tl.minimum({SPLIT_GROUP}, SPLIT_K - split_g_first)")
+    w.line(f'arrived = tl.atomic_add(split_locks + n_tiles + tile_lin * {groups} + split_g, 1, sem="acq_rel")')
+    w.line("if arrived == split_g_n - 1:")
+    with w.indent():
+        w.line('acc = tl.load(ws_tile + split_g_first * ws_stride, cache_modifier=".cg")')
+        w.line(f"for split_s in tl.static_range(1, {SPLIT_GROUP}):")
+        with w.indent():
+            w.line("if split_s < split_g_n:")
+            with w.indent():
+                w.line('acc += tl.load(ws_tile + (split_g_first + split_s) * ws_stride, cache_modifier=".cg")')
+        w.line(f"tl.store(split_locks + n_tiles + tile_lin * {groups} + split_g, 0)")
+        w.line("tl.store(ws_tile + split_g_first * ws_stride, acc)")
+        w.line("tl.debug_barrier()")
+        _last_adds(c, n, str(groups), str(SPLIT_GROUP))
+
+
+def _last_adds(c: Ctx, n: SplitReduce, count: str, step: str) -> None:
+    """The tile's last arrival of ``count``: it adds the sums at slots 0, step, 2 * step... in that order,
+    resets the tile's counter and runs the epilogue."""
+    w = c.w
+    slot = "split_s * ws_stride" if step == "1" else f"split_s * {step} * ws_stride"
     w.line('arrived = tl.atomic_add(split_locks + tile_lin, 1, sem="acq_rel")')
-    w.line("if arrived == SPLIT_K - 1:")
+    w.line(f"if arrived == {count} - 1:")
     with w.indent():
         w.line('acc = tl.load(ws_tile, cache_modifier=".cg")')
-        w.line("for split_s in tl.static_range(1, SPLIT_K):")
+        w.line(f"for split_s in tl.static_range(1, {count}):")
         with w.indent():
-            w.line('acc += tl.load(ws_tile + split_s * ws_stride, cache_modifier=".cg")')
+            w.line(f'acc += tl.load(ws_tile + {slot}, cache_modifier=".cg")')
         w.line("tl.store(split_locks + tile_lin, 0)  # counters start at zero again for the next launch")
         for s in n.body:
             emit(s, c)

@@ -37,8 +37,9 @@ class DslKernel:
         m_axes, n_axes: output axes tiled as rows / columns (default: the last two).
         out_order: the output's physical dim order, outermost first (default: row-major).
         config: a fixed config (default: ``choose``'s, else the dispatcher's on the GEMM view as a matmul/bmm).
-        choose: on a GPU, the config for a call from its GEMM view (batch, M, N, K) and the GPU's SM
-            count: a kernel's own rule where the dispatcher's records (GEMMs) say nothing about it.
+        choose: on a GPU, the config for a call from its GEMM view (batch, M, N, K), the GPU's SM
+            count and the call's sizes (size variable -> value): a kernel's own rule where the
+            dispatcher's records (GEMMs) say nothing about it.
         reference: the same computation in torch, used when alcop cannot run the inputs.
         static: size variables compiled in as constants (``build(static=...)``: one variant per
             value, index math by constants, so Triton can prove loads contiguous).
@@ -49,7 +50,7 @@ class DslKernel:
     n_axes: tuple[str, ...] | None = None
     out_order: tuple[int, ...] | None = None
     config: KernelConfig | None = None
-    choose: Callable[[tuple[int, int, int, int], int], KernelConfig] | None = None
+    choose: Callable[[tuple[int, int, int, int], int, Mapping[str, int]], KernelConfig] | None = None
     reference: Callable[[Sequence[torch.Tensor]], torch.Tensor] | None = None
     static: tuple[str, ...] = ()
 
@@ -188,7 +189,8 @@ def _own_choice(spec: DslKernel, out: te.Tensor, env: dict[str, Any], device: to
     if min(view) <= 0:
         return None
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return config_choice.fit_stages(spec.choose(view, sms), Workload("matmul", view[1:], "float16"))
+    sizes = {name: v for name, v in env.items() if isinstance(v, int)}
+    return config_choice.fit_stages(spec.choose(view, sms, sizes), Workload("matmul", view[1:], "float16"))
 
 
 def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> torch.Tensor:

@@ -222,6 +222,29 @@ def run_extent(extents: tuple[str, ...], width: int | None) -> int | None:
     return int(inner)
 
 
+PADDED_RUN_USE = 7 / 8
+"""Least share of a padded run's positions that are real for ``padded_run`` to take it: 56 of 64 (a
+56-wide output row in 64-wide chunks) is in, 28 of 64 is not."""
+
+
+def padded_run(extents: tuple[str, ...], width: int | None) -> tuple[int, int] | None:
+    """(extent, padded extent) of the innermost of fused reduction axes whose ``width``-wide chunks
+    run inside one run of it padded to a multiple of ``width``, or None.
+
+    Where ``run_extent`` does not hold because the innermost extent is a compile-time size that is
+    not a multiple of the chunk (a conv weight gradient's reduction over (n, oh, ow) with 56-wide
+    rows), the reduction can count chunks over the padded extent: each chunk then has one value of
+    every outer axis (scalars, as in ``run_extent``) and a vector of the innermost, masked past its
+    extent, instead of every lane splitting the flat index into all axes by division (the weight
+    gradient's main loop spent 35-45% of its time there; ``benchmarks/probes/wgrad_parts.py``).
+    Taken while at least ``PADDED_RUN_USE`` of the padded positions are real."""
+    inner = extents[-1] if extents else ""
+    if len(extents) < 2 or not inner.isdigit() or not width or int(inner) % width == 0:
+        return None
+    padded = -(-int(inner) // width) * width
+    return (int(inner), padded) if int(inner) >= PADDED_RUN_USE * padded else None
+
+
 @dataclass(frozen=True)
 class Kernel:
     name: str

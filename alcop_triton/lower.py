@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import te
 from .errors import ScheduleError, UnsupportedError
 from .loop_ir import (BatchIndices, Copy, Dot, For, InitAcc, Kernel, KIndices, KRef, KSplit, Node, Operand,
-                      ProgramIds, SplitReduce, Store, TileCount, TileIndices)
+                      ProgramIds, SplitReduce, Store, TileCount, TileIndices, padded_run)
 from .schedule import Buffer, CacheRead, Pipeline, Schedule, Tile, Unroll
 
 
@@ -204,6 +204,13 @@ def lower(s: Schedule, inputs: tuple[te.Tensor, ...], unit_stride: dict[str, int
             for ax in axs[1:]:
                 prod = te.binop("*", prod, extents[ax])
             totals[dim] = size_name(prod, f"size_{dim}")
+    # Chunks inside one padded run of the innermost reduction axis (loop_ir.padded_run) count over the
+    # padded extent: the loop's trip count and its last chunk's mask.
+    run = padded_run(tuple(axis_size[a] for a in k_axes), cfg.block_k)
+    if run is not None:
+        size, padded = run
+        totals["k"] = (str(int(totals["k"]) // size * padded) if totals["k"].isdigit()
+                       else f"({totals['k']} // {size} * {padded})")
     if unrolled and not totals["k"].isdigit():
         raise ScheduleError(f"unroll: the reduction extent {totals['k']} is a runtime size; tl.static_range needs a "
                             "compile-time trip count. Give the reduce_axis a constant extent (or build with "

@@ -11,13 +11,14 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import triton
 
 from alcop_triton import te
 from alcop_triton.dsl_kernels import DslKernel, kernel_key, register_resolver
+from alcop_triton.loop_ir import padded_run
 from alcop_triton.fallback import torch_conv, vjp_fn
 from alcop_triton.records import MAX_SPLIT_K, KernelConfig, dtype_name
 
@@ -83,22 +84,34 @@ def _conv_grad_spec(key: str, p: dict[str, Any]) -> DslKernel:
 register_resolver("alcop::conv_grad", _conv_grad_spec)
 
 
-def weight_grad_config(view: tuple[int, int, int, int], sms: int) -> KernelConfig:
-    """The weight-gradient kernel's config for its GEMM view (groups, CO/g, C/g * K, N * O): few output
-    tiles over a long reduction, so split-K until about four programs per SM (at most MAX_SPLIT_K, at
-    least 8 chunks of 64 per program); 128-wide tiles and 8 warps from 512 output channels, 64 and 4
-    below. On six suite layers (``benchmarks/probes/conv_bwd.py``, H100, sizes compiled in) it chose the
-    fastest of twelve configs on three, was within 3% on a fourth, 13% behind 64 x 128 tiles on the
-    224-wide layer and 27% behind unsplit 64 x 64 tiles on the 7x7 one (whose short reduction goes to
-    the im2col GEMM)."""
+def weight_grad_chunk(row: int | None) -> int:
+    """BLOCK_K of the weight-gradient kernel for output rows ``row`` wide: 64, or 32 where 64-wide chunks
+    cannot run inside one (padded) row and 32-wide ones can (``loop_ir.run_extent``, ``padded_run``),
+    so the reduction's (n, *o) are scalars per chunk instead of divisions per lane. On the H100
+    (``benchmarks/probes/wgrad_configs.py``) 28-wide rows ran 1.26x faster in runs of 32 than flat in
+    chunks of 64 (128 channels), 1.28x (512); 56-wide ones 1.52x in runs of 64."""
+    def runs(width: int) -> bool:
+        return row is not None and (row % width == 0 or padded_run(("", str(row)), width) is not None)
+    return 64 if runs(64) or not runs(32) else 32
+
+
+def weight_grad_config(view: tuple[int, int, int, int], sms: int, sizes: Mapping[str, int] | None = None) -> KernelConfig:
+    """The weight-gradient kernel's config for its GEMM view (groups, CO/g, C/g * K, N * O), the GPU's SM
+    count and the call's sizes (its output rows' width ``OW`` picks BLOCK_K: ``weight_grad_chunk``): few
+    output tiles over a long reduction, so split-K until about eight programs per SM (at most
+    MAX_SPLIT_K, at least 8 chunks per program; the split sums in two levels past 8, so deep splits
+    cost little); 128-wide tiles and 8 warps from 512 output channels, 64 and 4 below. On five suite
+    layers (``benchmarks/probes/wgrad_configs.py``, H100) it picks the fastest of six configs on
+    three and is within 2% on the other two."""
     b, m, n, k = view
     wide = m >= 512
     bm, bn = (min(128 if wide else 64, max(16, triton.next_power_of_2(x))) for x in (m, n))
+    bk = weight_grad_chunk((sizes or {}).get("OW"))
     tiles = b * -(-m // bm) * -(-n // bn)
     split = 1
-    while split < MAX_SPLIT_K and tiles * split < 4 * sms and -(-k // 64) >= 16 * split:
+    while split < MAX_SPLIT_K and tiles * split < 8 * sms and -(-k // bk) >= 16 * split:
         split *= 2
-    return KernelConfig(block_m=bm, block_n=bn, block_k=64, group_m=8, num_warps=8 if wide else 4, smem_stages=4,
+    return KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=8 if wide else 4, smem_stages=4,
                         split_k=split)
 
 

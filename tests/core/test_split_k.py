@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import alcop_triton as at
-from alcop_triton import KernelConfig, Schedule, ScheduleError, te
+from alcop_triton import KernelConfig, Schedule, ScheduleError, codegen, te
 from alcop_triton.build import _SPLIT_LOCKS
 from alcop_triton.kernels import matmul as km
 
@@ -27,7 +27,9 @@ def _counters_are_zero() -> bool:
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("split,k", [(2, 64), (3, 100), (4, 40), (4, 113)], ids=["2x64", "3x100", "4x40_empty_slice", "4x113"])
+@pytest.mark.parametrize("split,k", [(2, 64), (3, 100), (4, 40), (4, 113), (9, 200), (16, 300), (24, 400)],
+                         ids=["2x64", "3x100", "4x40_empty_slice", "4x113", "9x200_two_levels_short_group",
+                              "16x300_empty_groups", "24x400_three_groups"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_split_matmul_matches_torch(split: int, k: int, dtype: str, kit) -> None:
     kern = kit.matmul(dtype, _cfg(split))
@@ -37,7 +39,14 @@ def test_split_matmul_matches_torch(split: int, k: int, dtype: str, kit) -> None
     kern(a, b, out)
     kit.assert_close(out, a.double() @ b.double(), dtype, f"split {split} K {k}")
     assert "SPLIT_K: tl.constexpr" in kern.source and "k_chunks" in kern.source
+    # past SPLIT_GROUP slices the partials are summed in two levels (groups, then the group sums)
+    assert ("split-K in two levels" in kern.source) == (split > codegen.SPLIT_GROUP)
     assert _counters_are_zero()
+
+
+def test_split_lock_counts() -> None:
+    assert [codegen.split_groups(s) for s in (1, 8, 9, 16, 64)] == [1, 1, 2, 2, 8]
+    assert codegen.split_locks_needed(8, 5) == 5 and codegen.split_locks_needed(64, 5) == 5 * 9
 
 
 @pytest.mark.interpreter
@@ -59,8 +68,9 @@ def test_split_with_register_prefetch_and_tma(cfg: KernelConfig, kit) -> None:
                                 km.Epilogue(activation="silu", residual=True, alpha=0.5, beta=2.0)],
                          ids=["bias_gelu", "silu_residual_alpha_beta"])
 @pytest.mark.parametrize("batched", [False, True], ids=["matmul", "bmm"])
-def test_split_epilogues_and_bmm(ep: km.Epilogue, batched: bool, kit) -> None:
-    kern = kit.matmul("float32", _cfg(3), batched=batched, ep=ep)
+@pytest.mark.parametrize("split", [3, 12], ids=["one_level", "two_levels"])
+def test_split_epilogues_and_bmm(ep: km.Epilogue, batched: bool, split: int, kit) -> None:
+    kern = kit.matmul("float32", _cfg(split), batched=batched, ep=ep)
     g = torch.Generator().manual_seed(11)
     bt = (2,) if batched else ()
     m, n, k = 19, 21, 90
@@ -79,8 +89,9 @@ def test_split_epilogues_and_bmm(ep: km.Epilogue, batched: bool, kit) -> None:
 
 
 @pytest.mark.interpreter
-def test_split_results_are_reproducible(kit) -> None:
-    kern = kit.matmul("float32", _cfg(4))
+@pytest.mark.parametrize("split", [4, 12])
+def test_split_results_are_reproducible(split: int, kit) -> None:
+    kern = kit.matmul("float32", _cfg(split))
     g = torch.Generator().manual_seed(3)
     a, b = kit.rand((16, 300), "float32", g), kit.rand((300, 16), "float32", g)
     first = kern(a, b)

@@ -88,11 +88,11 @@ def test_weight_grad_kernel_with_one_window_tap_per_column_tile(stride: int) -> 
 
 @pytest.mark.parametrize("view,sms,want", [
     ((1, 64, 576, 200704), 132, (64, 64, 4, 64)),    # 9 tiles over 3,136 chunks: the largest split
-    ((1, 256, 2304, 12544), 132, (64, 64, 4, 4)),    # 144 tiles: split until about 4 programs per SM
-    ((1, 512, 4608, 50176), 132, (128, 128, 8, 4)),  # 512 channels: wide tiles, 8 warps
+    ((1, 256, 2304, 12544), 132, (64, 64, 4, 8)),    # 144 tiles: split until about 8 programs per SM
+    ((1, 512, 4608, 50176), 132, (128, 128, 8, 8)),  # 512 channels: wide tiles, 8 warps
     ((1, 512, 4608, 50176), 16, (128, 128, 8, 1)),   # a small GPU is full without a split
     ((1, 64, 576, 960), 132, (64, 64, 4, 1)),        # 15 chunks: halves would be under 8 each
-    ((32, 1, 9, 100352), 132, (16, 16, 4, 32)),      # depthwise: one-channel GEMMs, tiles of the least width
+    ((32, 1, 9, 100352), 132, (16, 16, 4, 64)),      # depthwise: one-channel GEMMs, tiles of the least width
 ])
 def test_weight_grad_config_splits_few_tiles_over_long_reductions(view: tuple[int, int, int, int], sms: int,
                                                                   want: tuple[int, int, int, int]) -> None:
@@ -100,6 +100,14 @@ def test_weight_grad_config_splits_few_tiles_over_long_reductions(view: tuple[in
     assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.split_k) == want
     chunks = -(-view[3] // cfg.block_k)
     assert chunks // cfg.split_k >= 8
+
+
+@pytest.mark.parametrize("row,want", [(56, 64), (224, 64), (64, 64), (28, 32), (30, 32), (14, 64), (None, 64)])
+def test_weight_grad_chunk_runs_inside_output_rows(row: int | None, want: int) -> None:
+    # 56 and 224: padded runs of 64; 28 and 30: of 32 (28 of 64 would waste half); 14 fits neither: flat
+    assert conv_grad.weight_grad_chunk(row) == want
+    sizes = {} if row is None else {"OW": row}
+    assert conv_grad.weight_grad_config((1, 128, 1152, 64 * 28 * 28), 132, sizes).block_k == want
 
 
 def test_dsl_kernel_rule_applies_on_a_gpu_unless_a_config_is_forced(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,7 +119,9 @@ def test_dsl_kernel_rule_applies_on_a_gpu_unless_a_config_is_forced(monkeypatch:
     env = {"N": 64, "C": 64, "CO": 64, "H": 56, "W": 56, "OH": 56, "OW": 56, "KH": 3, "KW": 3}
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: SimpleNamespace(multi_processor_count=132))
     got = dsl_kernels._own_choice(spec, out, env, torch.device("cuda", 0))
-    assert got == conv_grad.weight_grad_config((1, 64, 576, 64 * 56 * 56), 132)
+    assert got == conv_grad.weight_grad_config((1, 64, 576, 64 * 56 * 56), 132, env)
+    narrow = dsl_kernels._own_choice(spec, out, env | {"H": 28, "W": 28, "OH": 28, "OW": 28}, torch.device("cuda", 0))
+    assert narrow is not None and narrow.block_k == 32   # the call's sizes reach the rule
     assert dsl_kernels._own_choice(spec, out, env, torch.device("cpu")) is None   # the interpreter's tiles
     with at.use_config(at.KernelConfig()):
         assert dsl_kernels._own_choice(spec, out, env, torch.device("cuda", 0)) is None
