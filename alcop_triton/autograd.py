@@ -114,7 +114,9 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
     its DSL kernel."""
     dx = dw = None
     if input_grad:
-        dx = conv_grad.input_grad_by_conv(CACHED, x, w, dz, stride, pad_left, dilation, groups)
+        dx = conv_grad.input_grad_in_phases(CACHED, x, w, dz, stride, pad_left, dilation, groups)
+        if dx is None:
+            dx = conv_grad.input_grad_by_conv(CACHED, x, w, dz, stride, pad_left, dilation, groups)
     if weight_grad:
         dw = conv_grad.weight_grad_by_gemm(CACHED, x, w, dz, stride, pad_left, dilation, groups)
         if dw is None:

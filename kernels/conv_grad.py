@@ -59,6 +59,36 @@ def _weight_grad_torch(nd: int, stride: tuple[int, ...], pad: tuple[int, ...], d
     return vjp_fn(fn, w)(dy)[0].unflatten(0, (groups, w.shape[0] // groups))
 
 
+def conv_input_grad_te(nd: int, dtype: str, stride: tuple[int, ...],
+                       pad: tuple[int, ...]) -> tuple[list[te.Tensor], te.Tensor]:
+    """dX of a strided convolution (no dilation, no groups), every input phase in one kernel:
+
+        dX[n, c, s * q + ph] = sum_{j, co} dY[n, co, q + (ph + p) // s - j] * Wp[ph, j, co, c]
+
+    per dim, where ``Wp[ph, j] = W[r0 + s * j]`` (r0 = (ph + p) % s) are the taps that reach phase ph, zero
+    past the window (``phase_weights``). The phases are the kernel's batch axes (one program's phase is a
+    scalar); dX's rows come out as (n, ph, c, q) and are stored where dX keeps s * q + ph (``out_order``
+    of the resolver). X is passed for its shape only (the phases' extents Q = ceil(S / s))."""
+    sp = SPATIAL[nd]
+    S, O, J = ([te.var(f"{p}{x.upper()}") for x in sp] for p in ("", "O", "J"))
+    N, C, CO = te.var("N"), te.var("C"), te.var("CO")
+    dy = te.placeholder((N, CO, *O), dtype, "dY")
+    wp = te.placeholder((*(te.Const(s) for s in stride), *J, CO, C), dtype, "Wp")
+    x = te.placeholder((N, C, *S), dtype, "X")
+    rj = [te.reduce_axis(J[i], f"rj{x}") for i, x in enumerate(sp)]
+    rco = te.reduce_axis(CO, "rco")
+    Q = [te.binop("//", S[i] + (stride[i] - 1), stride[i]) for i in range(nd)]
+
+    def body(n: te.Expr, *rest: te.Expr) -> te.Expr:
+        ph, c, q = rest[:nd], rest[nd], rest[nd + 1:]
+        yi = [q[i] + te.binop("//", ph[i] + pad[i], stride[i]) - rj[i] for i in range(nd)]
+        return te.sum(dy[(n, rco, *yi)] * wp[(*ph, *rj, rco, c)], axis=[*rj, rco])
+
+    out = te.compute((N, *(te.Const(s) for s in stride), C, *Q), body, "dX",
+                     axis_names=["n", *(f"p{x}" for x in sp), "c", *(f"q{x}" for x in sp)])
+    return [dy, wp, x], out
+
+
 def weight_grad_static(nd: int, spatial: bool = True) -> tuple[str, ...]:
     """Size variables the weight-gradient kernel compiles in: channels and window, as kernels/conv.py does
     for the forward, and (``spatial``) the input's and output's extents, so that splitting its reduction
@@ -68,11 +98,19 @@ def weight_grad_static(nd: int, spatial: bool = True) -> tuple[str, ...]:
 
 
 def _conv_grad_spec(key: str, p: dict[str, Any]) -> DslKernel:
-    nd, dt, groups = p["nd"], p["dtype"], p["groups"]
-    s, pad, d = tuple(p["stride"]), tuple(p["pad"]), tuple(p["dilation"])
+    nd, dt = p["nd"], p["dtype"]
+    s, pad = tuple(p["stride"]), tuple(p["pad"])
+    sp = SPATIAL[nd]
+    if p["grad"] == "input":
+        # Rows (n, *q) and columns c of each phase; stored as dX's (n, *(q, ph), c): channels last.
+        return DslKernel(
+            key, functools.partial(conv_input_grad_te, nd, dt, s, pad),
+            m_axes=("n",) + tuple(f"q{x}" for x in sp), n_axes=("c",),
+            out_order=(0, *(x for i in range(nd) for x in (nd + 2 + i, 1 + i)), nd + 1),
+            choose=input_grad_config, static=("C", "CO") + tuple(f"J{x.upper()}" for x in sp))
     if p["grad"] != "weight":
-        raise RuntimeError(f"alcop::conv_grad: no kernel for gradient {p['grad']!r} (key {key!r}); the input "
-                           "gradient runs on the forward convolution kernel (input_grad_by_conv)")
+        raise RuntimeError(f"alcop::conv_grad: no kernel for gradient {p['grad']!r} (key {key!r})")
+    groups, d = p["groups"], tuple(p["dilation"])
     return DslKernel(
         key, functools.partial(conv_weight_grad_te, nd, dt, s, pad, d, groups), choose=weight_grad_config,
         # Columns (kh, kw, c), the channel innermost: with channels a multiple of BLOCK_N each column
@@ -163,6 +201,90 @@ def _every(t: torch.Tensor, starts: Sequence[int], steps: Sequence[int], sizes: 
     st = t.stride()
     offset = t.storage_offset() + sum(a * st[2 + i] for i, a in enumerate(starts))
     return t.as_strided((*t.shape[:2], *sizes), (*st[:2], *(st[2 + i] * k for i, k in enumerate(steps))), offset)
+
+
+PHASE_KERNEL_WASTE = 2.5
+"""Most multiply-adds ``input_grad_in_phases`` may do per useful one: phases' taps padded to the most any
+phase has (3x3 stride 2: 16 for 9) times positions past the input's end (7 rows in phases of 4: 8 / 7)."""
+
+
+PHASE_KERNEL_MIN_CHANNELS = 64
+"""Fewest input channels (the kernel's columns) for ``input_grad_in_phases``: the 7x7 stem's 16 left its
+tiles mostly empty, 13% slower than a convolution per phase (``benchmarks/probes/dx_phases.py``)."""
+
+
+def phase_taps(k: int, s: int) -> int:
+    """The most window taps one input phase receives along a dim of window ``k``, stride ``s``."""
+    return max(1, -(-k // s))
+
+
+def phase_weights(w: torch.Tensor, stride: Sequence[int], pad: Sequence[int]) -> torch.Tensor:
+    """``Wp`` of ``conv_input_grad_te``: (*S, *J, CO, C), the taps r0 + s * j of each phase (zero past the
+    window), channels innermost."""
+    nd = w.dim() - 2
+    ks = w.shape[2:]
+    taps = [phase_taps(ks[i], stride[i]) for i in range(nd)]
+    wf = w.movedim(1, -1).movedim(0, -2)   # (*K, CO, C)
+    # zero taps past the window: index r0 + s * j reaches s * J - 1
+    wf = torch.nn.functional.pad(wf, [0, 0, 0, 0] + [x for i in reversed(range(nd)) for x in (0, stride[i] * taps[i] - ks[i])])
+    return wf[_phase_index(tuple(stride), tuple(pad), tuple(taps), w.device)]
+
+
+def input_grad_config(view: tuple[int, int, int, int], sms: int, sizes: Mapping[str, int] | None = None) -> KernelConfig:
+    """The phased input-gradient kernel's config for its GEMM view (phases, N * Q, C, J * CO): 128-row tiles,
+    as wide as the input's channels up to 256 (8 warps from 128 columns, 3 stages at 256). Its reduction is
+    short (a few taps of the output channels), so wide tiles amortise the pipeline's start; on the H100
+    (``benchmarks/probes/dx_phases.py``) the GEMM records' configs ran it up to 25x slower than these."""
+    bn = min(256, max(16, triton.next_power_of_2(view[2])))
+    return KernelConfig(block_m=128, block_n=bn, block_k=64, group_m=8, num_warps=8 if bn >= 128 else 4,
+                        smem_stages=3 if bn > 128 else 4)
+
+
+@functools.lru_cache(maxsize=64)
+def _phase_index(stride: tuple[int, ...], pad: tuple[int, ...], taps: tuple[int, ...],
+                 device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Per dim, the window tap r0 + s * j of phase ph (r0 = (ph + p) % s), shaped to broadcast over (*S, *J)."""
+    nd = len(stride)
+    index = []
+    for i in range(nd):
+        ph = torch.arange(stride[i], device=device)
+        at = (ph[:, None] + pad[i]) % stride[i] + stride[i] * torch.arange(taps[i], device=device)[None, :]
+        shape = [1] * (2 * nd)
+        shape[i], shape[nd + i] = stride[i], taps[i]
+        index.append(at.reshape(shape))
+    return tuple(index)
+
+
+def conv_input_grad_kernel(nd: int, dtype: torch.dtype, stride: Sequence[int], pad: Sequence[int]) -> str:
+    """The ``alcop::dsl_call`` key of the phased input-gradient kernel (``conv_input_grad_te``)."""
+    return kernel_key("alcop::conv_grad", dict(grad="input", nd=nd, dtype=dtype_name(dtype), stride=list(stride),
+                                               pad=list(pad)))
+
+
+def input_grad_in_phases(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+                         pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
+    """dX of a strided convolution as one kernel over all input phases (``conv_input_grad_te``: one
+    launch where ``input_grad_by_conv`` runs a convolution per phase and copies each into dX), or None
+    where that does not apply: stride 1, dilation, groups, an input not stored channels last, fewer
+    than ``PHASE_KERNEL_MIN_CHANNELS`` channels, or more than ``PHASE_KERNEL_WASTE`` multiply-adds per
+    useful one. The result is channels last; where the input's extent is not a multiple of the stride,
+    a view of the first rows."""
+    nd = x.dim() - 2
+    if groups != 1 or any(d != 1 for d in dilation) or all(s == 1 for s in stride) or \
+            memory_format_of(x) is torch.contiguous_format or x.shape[1] < PHASE_KERNEL_MIN_CHANNELS:
+        return None
+    ks, sizes = w.shape[2:], x.shape[2:]
+    waste = math.prod(stride[i] * phase_taps(ks[i], stride[i]) / ks[i]
+                      * -(-sizes[i] // stride[i]) * stride[i] / sizes[i] for i in range(nd))
+    if waste > PHASE_KERNEL_WASTE:
+        return None
+    key = conv_input_grad_kernel(nd, x.dtype, stride, pad)
+    out = alcop.dsl_call(key, [dy, phase_weights(w, stride, pad), x])   # (N, *S, C, *Q), stored (N, *(Q, S), C)
+    order = [0, nd + 1] + [d for i in range(nd) for d in (nd + 2 + i, 1 + i)]
+    dx = out.permute(order).reshape(x.shape[0], x.shape[1], *(out.shape[nd + 2 + i] * stride[i] for i in range(nd)))
+    for i in range(nd):
+        dx = dx.narrow(2 + i, 0, sizes[i])
+    return dx
 
 
 def input_grad_by_conv(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
