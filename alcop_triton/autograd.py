@@ -2,7 +2,7 @@
 
 Gradients: dA = dZ @ B^T and dB = A^T @ dZ are ``alcop::mm``/``bmm``/``gemm`` calls on transposed *views*
 (strides, no copies). A convolution's input gradient runs on the forward convolution kernel (one
-convolution of dZ per input phase), its weight gradient as an alcop GEMM over im2col rows that torch
+convolution of dZ per input phase) or, strided, in one kernel over the phases; its weight gradient as an alcop GEMM over im2col rows that torch
 copies out of X (short reductions, no groups) or as a DSL kernel of its own (``kernels/conv_grad.py``). What torch computes in a backward: bias gradients (a sum over rows),
 ``beta * grad`` for a residual, and the activation's derivative (an elementwise product); with an
 activation other than relu the pre-activation is recomputed by one more alcop kernel rather than
@@ -109,12 +109,15 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
                weight_grad: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """A convolution's input and weight gradients from the output gradient ``dz`` (what a backward pass
     through ``alcop::conv`` runs; None where not asked), each on the fastest kernel that computes it
-    (``kernels/conv_grad.py``): the input gradient on the forward convolution kernel, the weight
-    gradient as a GEMM over im2col rows where the reduction is short and there are no groups, else on
-    its DSL kernel."""
+    (``kernels/conv_grad.py``): a strided convolution's input gradient in one kernel over its input
+    phases where that applies, else on the forward convolution kernel; the weight gradient as a GEMM
+    over im2col rows where the reduction is short and there are no groups, else on its DSL kernel."""
     dx = dw = None
     if input_grad:
-        dx = conv_grad.input_grad_in_phases(CACHED, x, w, dz, stride, pad_left, dilation, groups)
+        # The phases' single kernel has no derivative of its own: under create_graph (a double backward
+        # to come) the per-phase convolutions run, which differentiate again.
+        dx = None if torch.is_grad_enabled() else \
+            conv_grad.input_grad_in_phases(CACHED, x, w, dz, stride, pad_left, dilation, groups)
         if dx is None:
             dx = conv_grad.input_grad_by_conv(CACHED, x, w, dz, stride, pad_left, dilation, groups)
     if weight_grad:

@@ -1,7 +1,8 @@
 """A strided convolution's input gradient as one kernel over every input phase (``conv_grad.input_grad_in_phases``).
 
 Checked in Triton's CPU interpreter against torch's gradient in float32 from fp16 inputs (even and odd
-extents, a 7x7 stem, stride 3, 3-D) and through autograd; where it does not apply (stride 1, groups,
+extents, a 7x7 stem, stride 3, 3-D) and through autograd (a double backward takes the per-phase
+convolutions, which differentiate again); where it does not apply (stride 1, groups,
 dilation, channels-first input, a 1x1 window that most phases never see, few channels) the
 phase-by-phase path runs.
 """
@@ -83,3 +84,17 @@ def test_strided_conv_backward_through_autograd() -> None:
 def test_input_grad_config_tiles_as_wide_as_the_channels(channels: int, want: tuple[int, int, int, int]) -> None:
     cfg = cg.input_grad_config((4, 64 * 14 * 14, channels, 4 * 256), 132)
     assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.smem_stages) == want
+
+
+@pytest.mark.interpreter
+def test_double_backward_of_a_strided_conv_takes_the_differentiable_path() -> None:
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(1, 64, 6, 6, generator=g).to(memory_format=torch.channels_last).requires_grad_()
+    w = (torch.randn(16, 64, 3, 3, generator=g) / 8).to(memory_format=torch.channels_last).requires_grad_()
+    (gx,) = torch.autograd.grad(ops.conv2d(x, w, padding=1, stride=2).square().sum(), x, create_graph=True)
+    (gw,) = torch.autograd.grad(gx.sum(), w)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    (gx64,) = torch.autograd.grad(F.conv2d(x64, w64, padding=1, stride=2).square().sum(), x64, create_graph=True)
+    (gw64,) = torch.autograd.grad(gx64.sum(), w64)
+    for got, want in ((gx, gx64), (gw, gw64)):
+        assert float((got.double() - want).norm() / want.norm()) < 1e-4
