@@ -232,10 +232,16 @@ def phase_weights(w: torch.Tensor, stride: Sequence[int], pad: Sequence[int]) ->
 
 def input_grad_config(view: tuple[int, int, int, int], sms: int, sizes: Mapping[str, int] | None = None) -> KernelConfig:
     """The phased input-gradient kernel's config for its GEMM view (phases, N * Q, C, J * CO): 128-row tiles,
-    as wide as the input's channels up to 256 (8 warps from 128 columns, 3 stages at 256). Its reduction is
-    short (a few taps of the output channels), so wide tiles amortise the pipeline's start; on the H100
-    (``benchmarks/probes/dx_phases.py``) the GEMM records' configs ran it up to 25x slower than these."""
-    bn = min(256, max(16, triton.next_power_of_2(view[2])))
+    as wide as the input's channels up to 256 (8 warps from 128 columns, 3 stages at 256), half as wide
+    while that leaves fewer programs than half the SMs. Its reduction is short (a few taps of the output
+    channels), so wide tiles amortise the pipeline's start. On the H100 (``benchmarks/probes/dx_phases.py``)
+    it picks the fastest of four fixed configs on each of the six layers it was made from, where the GEMM
+    records' configs ran it up to 25x slower; the 7x7, 512-channel layer (64 programs at 256 columns) ran
+    1.23x faster at 128."""
+    b, m, n, _ = view
+    bn = min(256, max(16, triton.next_power_of_2(n)))
+    while bn > 128 and b * -(-m // 128) * -(-n // bn) < sms // 2:
+        bn //= 2
     return KernelConfig(block_m=128, block_n=bn, block_k=64, group_m=8, num_warps=8 if bn >= 128 else 4,
                         smem_stages=3 if bn > 128 else 4)
 
