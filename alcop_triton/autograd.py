@@ -106,17 +106,17 @@ def _conv_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None
 
 def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple[int, ...],
                pad_left: tuple[int, ...], dilation: tuple[int, ...], groups: int, input_grad: bool = True,
-               weight_grad: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+               weight_grad: bool = True, differentiable: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """A convolution's input and weight gradients from the output gradient ``dz`` (what a backward pass
     through ``alcop::conv`` runs; None where not asked), each on the fastest kernel that computes it
     (``kernels/conv_grad.py``): a strided convolution's input gradient in one kernel over its input
     phases where that applies, else on the forward convolution kernel; the weight gradient as a GEMM
-    over im2col rows where the reduction is short and there are no groups, else on its DSL kernel."""
+    over im2col rows where the reduction is short and there are no groups, else on its DSL kernel.
+    ``differentiable`` (a backward under create_graph): the input gradient through calls that differentiate
+    again (the phases' single kernel does not)."""
     dx = dw = None
     if input_grad:
-        # The phases' single kernel has no derivative of its own: under create_graph (a double backward
-        # to come) the per-phase convolutions run, which differentiate again.
-        dx = None if torch.is_grad_enabled() else \
+        dx = None if differentiable else \
             conv_grad.input_grad_in_phases(CACHED, x, w, dz, stride, pad_left, dilation, groups)
         if dx is None:
             dx = conv_grad.input_grad_by_conv(CACHED, x, w, dz, stride, pad_left, dilation, groups)
@@ -134,7 +134,8 @@ def _conv_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     need = ctx.needs_input_grad
     dz = activation_grad(ctx.activation, grad, out, lambda: CACHED.conv(
         x, w, bias, stride, pad_left, pad_right, dilation, groups, None))
-    dx, dw = conv_grads(x, w, dz, stride, pad_left, dilation, groups, need[0], need[1])
+    # grad mode is on in a backward exactly when it runs under create_graph (a double backward to come)
+    dx, dw = conv_grads(x, w, dz, stride, pad_left, dilation, groups, need[0], need[1], torch.is_grad_enabled())
     dbias = dz.sum(dim=[0] + list(range(2, dz.dim()))) if need[2] else None
     return dx, dw, dbias, None, None, None, None, None, None
 

@@ -102,3 +102,18 @@ def test_double_backward_of_a_strided_conv_takes_the_differentiable_path() -> No
     (gw64,) = torch.autograd.grad(gx64.sum(), w64)
     for got, want in ((gx, gx64), (gw, gw64)):
         assert float((got.double() - want).norm() / want.norm()) < 1e-4
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("differentiable", [False, True])
+def test_conv_grads_takes_the_phases_kernel_unless_asked_to_differentiate(differentiable: bool,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from alcop_triton.autograd import conv_grads
+    calls: list[str] = []
+    for name in ("input_grad_in_phases", "input_grad_by_conv"):
+        real = getattr(cg, name)
+        monkeypatch.setattr(cg, name, lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    x, w, dy, want = _operands(2, 1, 64, 16, (6, 6), 3, 2, 1, seed=4)
+    dx, _ = conv_grads(x, w, dy, (2, 2), (1, 1), (1, 1), 1, True, False, differentiable)   # grad mode on here
+    assert dx is not None and float((dx.float() - want).norm() / want.norm()) < 1e-2
+    assert calls == (["input_grad_by_conv"] if differentiable else ["input_grad_in_phases"])
