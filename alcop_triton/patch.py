@@ -57,9 +57,9 @@ ROUTES: tuple[tuple[Any, str, Callable[..., Any]], ...] = (
 GRAD_TO_TORCH: frozenset[Callable[..., Any]] = frozenset({ops.conv1d, ops.conv2d, ops.conv3d})
 """Drop-ins whose calls patch mode leaves to torch when autograd will run their backward (grad mode on and
 a tensor argument requiring grad): alcop's convolution gradients measured slower than cuDNN's on every
-conv2d layer of the ALCOP suite, 0.17-0.85x eagerly and 0.27-0.89x under CUDA graphs, and forward plus
-backward slower on every layer too, 0.33-0.96x under CUDA graphs (``benchmarks/results/conv_tma_h100/
-suite_final``). The drop-ins themselves, called directly, still differentiate through alcop's kernels."""
+conv2d layer of the ALCOP suite, 0.27-0.88x eagerly and 0.33-0.96x under CUDA graphs (``benchmarks/
+results/wgrad_h100/suite_conv_final``). The drop-ins themselves, called directly, still differentiate
+through alcop's kernels."""
 
 
 class _State(threading.local):

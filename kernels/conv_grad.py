@@ -127,7 +127,8 @@ def weight_grad_chunk(row: int | None) -> int:
     cannot run inside one (padded) row and 32-wide ones can (``loop_ir.run_extent``, ``padded_run``),
     so the reduction's (n, *o) are scalars per chunk instead of divisions per lane. On the H100
     (``benchmarks/probes/wgrad_configs.py``) 28-wide rows ran 1.26x faster in runs of 32 than flat in
-    chunks of 64 (128 channels), 1.28x (512); 56-wide ones 1.52x in runs of 64."""
+    chunks of 64 (128 channels), 1.28x (512); 56-wide ones 1.52x in runs of 64 (with split-K's sum in
+    two levels)."""
     def runs(width: int) -> bool:
         return row is not None and (row % width == 0 or padded_run(("", str(row)), width) is not None)
     return 64 if runs(64) or not runs(32) else 32
@@ -139,8 +140,8 @@ def weight_grad_config(view: tuple[int, int, int, int], sms: int, sizes: Mapping
     output tiles over a long reduction, so split-K until about eight programs per SM (at most
     MAX_SPLIT_K, at least 8 chunks per program; the split sums in two levels past 8, so deep splits
     cost little); 128-wide tiles and 8 warps from 512 output channels, 64 and 4 below. On five suite
-    layers (``benchmarks/probes/wgrad_configs.py``, H100) it picks the fastest of six configs on
-    three and is within 2% on the other two."""
+    layers (``benchmarks/probes/wgrad_configs.py``, H100) it picks the fastest of six configs on four
+    and is within 2% on the fifth."""
     b, m, n, k = view
     wide = m >= 512
     bm, bn = (min(128 if wide else 64, max(16, triton.next_power_of_2(x))) for x in (m, n))
@@ -235,9 +236,8 @@ def input_grad_config(view: tuple[int, int, int, int], sms: int, sizes: Mapping[
     as wide as the input's channels up to 256 (8 warps from 128 columns, 3 stages at 256), half as wide
     while that leaves fewer programs than half the SMs. Its reduction is short (a few taps of the output
     channels), so wide tiles amortise the pipeline's start. On the H100 (``benchmarks/probes/dx_phases.py``)
-    it picks the fastest of four fixed configs on each of the six layers it was made from, where the GEMM
-    records' configs ran it up to 25x slower; the 7x7, 512-channel layer (64 programs at 256 columns) ran
-    1.23x faster at 128."""
+    it picks the fastest of four fixed configs on each of the six layers it was made from; the 7x7,
+    512-channel layer (64 programs at 256 columns) ran 1.23x faster at 128."""
     b, m, n, _ = view
     bn = min(256, max(16, triton.next_power_of_2(n)))
     while bn > 128 and b * -(-m // 128) * -(-n // bn) < sms // 2:
