@@ -5,11 +5,11 @@
 For 3x3, pad-1, stride-1 layers of the suite (channels-last fp16, batch 64): cuDNN's weight gradient
 (``aten.convolution_backward``, weight only), alcop's as its backward runs it (``autograd.conv_grads``),
 and the weight-gradient DSL kernel (``kernels.conv_grad.conv_weight_grad_te``, sizes compiled in) at
-64 x 64 tiles with 4 warps (128 x 128 with 8 from 512 output channels), BLOCK_K 32 and 64, each at
-three split factors around "about four programs per SM". Every result is checked against cuDNN's
-first. Timer: ``triton.testing.do_bench_cudagraph`` (one call, one set of inputs). The configs are
-made here, not by the package's rule, so one script times two versions of the package alike (run
-it from each tree). Writes ``OUT_DIR/wgrad_configs.{json,md}``.
+64 x 64 tiles with 4 warps (128 x 128 with 8 from 512 output channels), BLOCK_K 32 and 64 (and 16 for
+rows under 32 wide), each at three split factors around "about four programs per SM". Every result is
+checked against cuDNN's first. Timer: ``triton.testing.do_bench_cudagraph`` (one call, one set of
+inputs). The configs are made here, not by the package's rule, so one script times two versions of
+the package alike (run it from each tree). Writes ``OUT_DIR/wgrad_configs.{json,md}``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 LAYERS = ((64, 56, 56, 64, 64), (64, 28, 28, 128, 128), (64, 14, 14, 256, 256), (64, 28, 28, 512, 512),
-          (64, 224, 224, 64, 64))
+          (64, 224, 224, 64, 64), (64, 7, 7, 512, 512))
 """(N, H, W, C, CO) of 3x3, pad-1, stride-1 layers from the suite."""
 
 
@@ -66,7 +66,7 @@ def main(out_dir: str, tag: str) -> int:
                                                                            False, True)[1], want), "dsl": []}
         wide = co >= 512
         bm = bn = 128 if wide else 64
-        for bk in (32, 64):
+        for bk in (16, 32, 64) if w < 32 else (32, 64):
             tiles = -(-co // bm) * -(-9 * c // bn)
             for split in splits(tiles, -(-nb * h * w // bk), sms):
                 cfg = KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=8 if wide else 4,
