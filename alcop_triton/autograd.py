@@ -2,11 +2,12 @@
 
 Gradients: dA = dZ @ B^T and dB = A^T @ dZ are ``alcop::mm``/``bmm``/``gemm`` calls on transposed *views*
 (strides, no copies). A convolution's input gradient runs on the forward convolution kernel (one
-convolution of dZ per input phase) or, strided, in one kernel over the phases; its weight gradient as an alcop GEMM over im2col rows that torch
-copies out of X (short reductions, no groups) or as a DSL kernel of its own (``kernels/conv_grad.py``). What torch computes in a backward: bias gradients (a sum over rows),
-``beta * grad`` for a residual, and the activation's derivative (an elementwise product); with an
-activation other than relu the pre-activation is recomputed by one more alcop kernel rather than
-kept from the forward.
+convolution of dZ per input phase) or, strided, in one kernel over the phases; its weight gradient as
+an alcop GEMM over im2col rows that torch copies out of X (short reductions, no groups) or as a DSL
+kernel of its own (``kernels/conv_grad.py``). What torch computes in a backward: bias gradients (a sum
+over rows), ``beta * grad`` for a residual, and the activation's derivative (an elementwise product);
+with an activation other than relu the pre-activation is recomputed by one more alcop kernel rather
+than kept from the forward.
 
 The same formulas also make ``GRAD``: ``torch.autograd.Function``s (``fastpath.grad_function``) over the
 cached implementations, for eager calls that need autograd but no tracing. Their per-call cost is a fraction of torch.library's
@@ -106,7 +107,8 @@ def _conv_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None
 
 def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple[int, ...],
                pad_left: tuple[int, ...], dilation: tuple[int, ...], groups: int, input_grad: bool = True,
-               weight_grad: bool = True, differentiable: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+               weight_grad: bool = True,
+               differentiable: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """A convolution's input and weight gradients from the output gradient ``dz`` (what a backward pass
     through ``alcop::conv`` runs; None where not asked), each on the fastest kernel that computes it
     (``kernels/conv_grad.py``): a strided convolution's input gradient in one kernel over its input

@@ -134,7 +134,8 @@ def weight_grad_chunk(row: int | None) -> int:
     return 64 if runs(64) or not runs(32) else 32
 
 
-def weight_grad_config(view: tuple[int, int, int, int], sms: int, sizes: Mapping[str, int] | None = None) -> KernelConfig:
+def weight_grad_config(view: tuple[int, int, int, int], sms: int,
+                       sizes: Mapping[str, int] | None = None) -> KernelConfig:
     """The weight-gradient kernel's config for its GEMM view (groups, CO/g, C/g * K, N * O), the GPU's SM
     count and the call's sizes (its output rows' width ``OW`` picks BLOCK_K: ``weight_grad_chunk``): few
     output tiles over a long reduction, so split-K until about eight programs per SM (at most
@@ -210,8 +211,8 @@ phase has (3x3 stride 2: 16 for 9) times positions past the input's end (7 rows 
 
 
 PHASE_KERNEL_MIN_CHANNELS = 64
-"""Fewest input channels (the kernel's columns) for ``input_grad_in_phases``: the 7x7 stem's 16 left its
-tiles mostly empty, 13% slower than a convolution per phase (``benchmarks/probes/dx_phases.py``)."""
+"""Fewest input channels (the kernel's columns) for ``input_grad_in_phases``: below it most of a tile's
+columns are empty (the 7x7 stem's 16), and a convolution per phase keeps that layer."""
 
 
 def phase_taps(k: int, s: int) -> int:
@@ -227,11 +228,13 @@ def phase_weights(w: torch.Tensor, stride: Sequence[int], pad: Sequence[int]) ->
     taps = [phase_taps(ks[i], stride[i]) for i in range(nd)]
     wf = w.movedim(1, -1).movedim(0, -2)   # (*K, CO, C)
     # zero taps past the window: index r0 + s * j reaches s * J - 1
-    wf = torch.nn.functional.pad(wf, [0, 0, 0, 0] + [x for i in reversed(range(nd)) for x in (0, stride[i] * taps[i] - ks[i])])
+    grow = [x for i in reversed(range(nd)) for x in (0, stride[i] * taps[i] - ks[i])]
+    wf = torch.nn.functional.pad(wf, [0, 0, 0, 0] + grow)
     return wf[_phase_index(tuple(stride), tuple(pad), tuple(taps), w.device)]
 
 
-def input_grad_config(view: tuple[int, int, int, int], sms: int, sizes: Mapping[str, int] | None = None) -> KernelConfig:
+def input_grad_config(view: tuple[int, int, int, int], sms: int,
+                      sizes: Mapping[str, int] | None = None) -> KernelConfig:
     """The phased input-gradient kernel's config for its GEMM view (phases, N * Q, C, J * CO): 128-row tiles,
     as wide as the input's channels up to 256 (8 warps from 128 columns, 3 stages at 256), half as wide
     while that leaves fewer programs than half the SMs. Its reduction is short (a few taps of the output
