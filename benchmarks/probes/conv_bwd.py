@@ -35,7 +35,7 @@ WGRAD_TILES = ((64, 64, 64, 4, 4, 1), (64, 64, 64, 4, 4, 4), (64, 64, 64, 4, 4, 
 
 
 def main(out_dir: str, quick: bool = False) -> int:
-    from probe_io import checked_time, fmt_us, run_meta, write
+    from probe_io import checked_time, fastest, fmt_us, run_meta, write
     import torch
 
     import alcop_triton as at
@@ -102,7 +102,7 @@ def main(out_dir: str, quick: bool = False) -> int:
              "| layer (N, H, W, C, CO, stride) | fwd cuDNN / alcop | dX cuDNN / alcop | dW cuDNN / alcop (im2col GEMM) | "
              "dW DSL dispatched | dW DSL best (config) |", "|---|---|---|---|---|---|"]
     for r in rows:
-        best = min((d for d in r["wgrad_dsl"] if isinstance(d["us"], float)), key=lambda d: d["us"], default=None)
+        best = fastest(r["wgrad_dsl"])
         lines.append(f"| {r['layer']} | {fmt_us(r['forward_cudnn_us'])} / {fmt_us(r['forward_alcop_us'])} | "
                      f"{fmt_us(r['cudnn_dx_us'])} / {fmt_us(r['alcop_dx_us'])} | {fmt_us(r['cudnn_dw_us'])} / {fmt_us(r['alcop_dw_us'])} | "
                      f"{fmt_us(r['dsl_dw_dispatched_us'])} | "

@@ -31,7 +31,7 @@ CONFIGS = ((64, 64, 64, 4, 4), (128, 64, 64, 4, 4), (128, 128, 64, 8, 4), (128, 
 
 
 def main(out_dir: str) -> int:
-    from probe_io import checked_time, fmt_us, run_meta, write
+    from probe_io import checked_time, fastest, fmt_us, publish, run_meta, table_head
     import torch
 
     import alcop_triton as at
@@ -70,19 +70,16 @@ def main(out_dir: str) -> int:
         print(json.dumps(row), flush=True)
 
     meta = run_meta()
-    lines = [f"# Strided conv2d input gradient: one kernel over the phases ({meta['device']})", "",
-             f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. µs, fp16, "
-             "channels-last, batch 64.", "",
-             "| layer | cuDNN | a convolution per phase | one kernel (dispatched) | one kernel, best fixed config |",
-             "|---|---|---|---|---|"]
+    lines = table_head("Strided conv2d input gradient: one kernel over the phases", meta,
+                       "µs, fp16, channels-last, batch 64.",
+                       ["layer", "cuDNN", "a convolution per phase", "one kernel (dispatched)",
+                        "one kernel, best fixed config"])
     for r in rows:
-        best = min((d for d in r["configs"] if isinstance(d["us"], float)), key=lambda d: d["us"], default=None)
+        best = fastest(r["configs"])
         phases = r["in_phases_us"] if r["in_phases_us"] == "declined" else fmt_us(r["in_phases_us"])
         lines.append(f"| {r['layer']} | {fmt_us(r['cudnn_us'])} | {fmt_us(r['by_conv_us'])} | {phases} | "
                      f"{fmt_us(best['us']) if best else '-'} ({best['config'] if best else '-'}) |")
-    write(out_dir, "dx_phases", meta, rows, lines)
-    print("\n".join(lines))
-    return 0
+    return publish(out_dir, "dx_phases", meta, rows, lines)
 
 
 if __name__ == "__main__":

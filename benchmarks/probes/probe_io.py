@@ -44,6 +44,11 @@ def table_head(title: str, meta: dict[str, Any], note: str, columns: list[str]) 
             "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
 
 
+def fastest(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The entry (a dict with ``"us"``) of least time among those that ran (``checked_time`` a float), or None."""
+    return min((d for d in entries if isinstance(d["us"], float)), key=lambda d: d["us"], default=None)
+
+
 def fmt_us(v: Any) -> str:
     """A ``checked_time`` result in a table: µs to one decimal, or "err" for a failure."""
     return f"{v:.1f}" if isinstance(v, float) else "err"

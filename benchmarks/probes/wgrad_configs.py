@@ -37,7 +37,7 @@ def splits(tiles: int, chunks: int, sms: int) -> list[int]:
 
 
 def main(out_dir: str, tag: str) -> int:
-    from probe_io import checked_time, fmt_us, run_meta, write
+    from probe_io import checked_time, fastest, fmt_us, publish, run_meta, table_head
     import torch
 
     from alcop_triton.autograd import conv_grads
@@ -83,20 +83,17 @@ def main(out_dir: str, tag: str) -> int:
         print(json.dumps(row), flush=True)
 
     meta = run_meta() | {"tag": tag}
-    lines = [f"# Conv2d weight gradient's DSL kernel by config ({meta['device']}, {tag})", "",
-             f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. µs, fp16, "
-             "channels-last, 3x3, pad 1, stride 1.", "",
-             "| layer | cuDNN | alcop (as backward runs it) | DSL best (config) |", "|---|---|---|---|"]
+    lines = table_head(f"Conv2d weight gradient's DSL kernel by config ({tag})", meta,
+                       "µs, fp16, channels-last, 3x3, pad 1, stride 1.",
+                       ["layer", "cuDNN", "alcop (as backward runs it)", "DSL best (config)"])
     for r in rows:
-        best = min((d for d in r["dsl"] if isinstance(d["us"], float)), key=lambda d: d["us"], default=None)
+        best = fastest(r["dsl"])
         lines.append(f"| {r['layer']} | {fmt_us(r['cudnn_us'])} | {fmt_us(r['alcop_us'])} | "
                      f"{fmt_us(best['us']) if best else 'err'} ({best['config'] if best else '-'}) |")
     lines += ["", "Every config (µs):", ""]
     for r in rows:
         lines.append(f"- {r['layer']}: " + ", ".join(f"{d['config']} {fmt_us(d['us'])}" for d in r["dsl"]))
-    write(out_dir, "wgrad_configs", meta, rows, lines)
-    print("\n".join(lines))
-    return 0
+    return publish(out_dir, "wgrad_configs", meta, rows, lines)
 
 
 if __name__ == "__main__":

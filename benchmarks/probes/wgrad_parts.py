@@ -104,7 +104,7 @@ def _load(src: str, name: str, tmp: Path) -> Any:
 
 
 def main(out_dir: str) -> int:
-    from probe_io import checked_time, fmt_us, run_meta, write
+    from probe_io import checked_time, fastest, fmt_us, publish, run_meta, table_head
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -184,14 +184,13 @@ def main(out_dir: str) -> int:
         print(json.dumps(row), flush=True)
 
     meta = run_meta()
-    lines = [f"# Conv2d weight gradient by parts ({meta['device']})", "",
-             f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. Timer: {meta['timer']}. µs, fp16, "
-             "channels-last, 3x3, pad 1, stride 1; variants in the probe's docstring.", "",
-             "| layer | cuDNN | alcop (as backward runs it) | DSL generated | no_reduce | no_x_mask | no_decode | "
-             "rows TMA best (config) |", "|---|---|---|---|---|---|---|---|"]
+    lines = table_head("Conv2d weight gradient by parts", meta,
+                       "µs, fp16, channels-last, 3x3, pad 1, stride 1; variants in the probe's docstring.",
+                       ["layer", "cuDNN", "alcop (as backward runs it)", "DSL generated", "no_reduce", "no_x_mask",
+                        "no_decode", "rows TMA best (config)"])
     for r in rows:
         p = r["dsl_parts_us"]
-        best = min((d for d in r["rows_tma"] if isinstance(d["us"], float)), key=lambda d: d["us"], default=None)
+        best = fastest(r["rows_tma"])
         lines.append(f"| {r['layer']} | {fmt_us(r['cudnn_us'])} | {fmt_us(r['alcop_us'])} | {fmt_us(p['generated'])} | "
                      f"{fmt_us(p['no_reduce'])} | {fmt_us(p['no_x_mask'])} | {fmt_us(p['no_decode'])} | "
                      f"{fmt_us(best['us']) if best else 'err'} ({best['config'] if best else '-'}) |")
@@ -199,9 +198,7 @@ def main(out_dir: str) -> int:
     for r in rows:
         lines.append(f"- {r['layer']} (DSL config {r['config']}): "
                      + ", ".join(f"{d['config']} {fmt_us(d['us'])}" for d in r["rows_tma"]))
-    write(out_dir, "wgrad_parts", meta, rows, lines)
-    print("\n".join(lines))
-    return 0
+    return publish(out_dir, "wgrad_parts", meta, rows, lines)
 
 
 if __name__ == "__main__":
