@@ -18,7 +18,9 @@ Workloads are keyed as the drop-ins and patch mode key their calls (``kernels.ma
 * ``models``: ``benchmarks/suite.py``'s set of LLM and vision GEMMs (``benchmarks/workloads/models.json``);
 * ``bert``, ``gpt2``, ``llama``, ``decode``, ``vit``, ``odd``: the GEMMs of BERT-base/large at 8 x 512,
   GPT-2 small at 8 x 1024 and decode, Llama-7B/70B (prefill and decode, M = 1, 8, 16, 64),
-  Llama-3-8B-sized decode, ViT-B/L at batch 32, and odd sizes.
+  Llama-3-8B-sized decode, ViT-B/L at batch 32, and odd sizes;
+* ``train``: backward products ("nn" and "tn" layouts) of BERT-base / GPT-2 linears and of the conv
+  weight gradients that run as GEMMs over im2col rows.
 
 Any shape listed in ``benchmarks/workloads/heldout.json`` is left out, in every dtype and layout, so
 the held-out evaluation stays unseen. A GEMM whose operand rows 16-byte loads cannot read is measured
@@ -79,6 +81,12 @@ PREFILL_TOKENS = 2048
 def _linear_set(tokens: Iterable[int], nk: Iterable[tuple[int, int]]) -> list[Shape]:
     """Linear layers on ``tokens`` rows: weights stored N x K, as nn.Linear keeps them (layout "nt")."""
     return [("matmul", (m, n, k), "nt") for m in tokens for n, k in nk]
+
+
+def _linear_backward_set(rows: int, nk: Iterable[tuple[int, int]]) -> list[Shape]:
+    """The two products of a linear layer's backward on ``rows`` rows (``autograd``'s formulas, weight N x K):
+    dX = dY W, layout "nn", and dW = dY^T X, layout "tn" (dY^T a transposed view)."""
+    return [s for n, k in nk for s in (("matmul", (rows, k, n), "nn"), ("matmul", (n, k, rows), "tn"))]
 
 
 def _conv_out(size: int, k: int, stride: int, pad: int) -> int:
@@ -165,6 +173,11 @@ WORKLOAD_SETS: dict[str, list[Shape]] = {
     "odd": [("matmul", s, "nt") for s in [(333, 777, 1111), (999, 999, 999), (1531, 1531, 1531), (2049, 2049, 2049),
                                           (4095, 4095, 4095), (511, 3001, 767), (3007, 1003, 509), (259, 5003, 2051)]]
     + [("bmm", (12, 511, 511, 65), "nt"), ("bmm", (7, 1001, 999, 257), "nt")],
+    # Training: the backward products of BERT-base's / GPT-2's linears on e2e.py's 8,192 rows and of the
+    # LM head, and the weight gradients that run as a GEMM over im2col rows ("tn": CO, K * C, N * O) of
+    # the suite's convolutions with 7x7 outputs at batch 64.
+    "train": _linear_backward_set(8192, _BERT_BASE + [(50257, 768)])
+    + [("matmul", (512, 4608, 3136), "tn"), ("matmul", (512, 2304, 3136), "tn"), ("matmul", (512, 4608, 1024), "tn")],
 }
 SUITE_SETS = ("suite", "conv2d", "conv3d")
 OPS = {"matmul", "bmm", "conv2d", "conv3d"}
@@ -173,7 +186,7 @@ OPS = {"matmul", "bmm", "conv2d", "conv3d"}
 MODELS = ROOT / "benchmarks" / "workloads" / "models.json"
 """``benchmarks/suite.py``'s ``models`` set (each workload with its layout)."""
 SETS: tuple[str, ...] = ("suite", "e2e", "conv2d", "conv3d", "resnet50", "models", "bert", "gpt2", "llama", "decode",
-                         "vit", "odd")
+                         "vit", "odd", "train")
 """Every set, most valuable first (the default order of ``--sets``)."""
 
 

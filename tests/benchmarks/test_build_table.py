@@ -47,7 +47,8 @@ def test_workload_list_covers_the_sets_in_both_dtypes_without_duplicates(bt, tmp
     plan, skipped = bt.workload_list(bt.SETS, ["float16", "bfloat16"], SUITE, tmp_path / "absent.json")
     called = [c for c, _ in plan]
     assert len(called) == len(set(called)) and not skipped
-    assert {w.dtype for w in called} == {"float16", "bfloat16"} and {w.layout for w in called} == {"nt", "nn", "nhwc"}
+    assert {w.dtype for w in called} == {"float16", "bfloat16"} and \
+        {w.layout for w in called} == {"nt", "nn", "tn", "nhwc"}
     keys = {w.key() for w in called}
     for must in ("matmul:1024x768x768:float16:nt", "bmm:32x2048x2048x128:bfloat16:nt",
                  "matmul:16x4096x14336:float16:nt", "matmul:2048x28672x8192:float16:nt",
@@ -62,7 +63,10 @@ def test_workload_list_covers_the_sets_in_both_dtypes_without_duplicates(bt, tmp
                  "conv2d:64x224x224x16x64x7x7x2x3x1x1:float16:nhwc",
                  "conv3d:64x112x56x56x64x64x3x3x3x1x1x1x1:float16:nhwc",
                  # benchmarks/suite.py's models set, layouts as listed there
-                 "matmul:2048x15360x5120:float16:nt", "bmm:96x1024x64x1024:bfloat16:nn"):
+                 "matmul:2048x15360x5120:float16:nt", "bmm:96x1024x64x1024:bfloat16:nn",
+                 # training: a linear's input and weight gradients, a conv weight gradient's im2col GEMM
+                 "matmul:8192x768x3072:float16:nn", "matmul:3072x768x8192:float16:tn",
+                 "matmul:512x4608x3136:float16:tn"):
         assert must in keys, must
     odd = dict(plan)[Workload("matmul", (999, 999, 999), "float16", "nt")]
     assert odd == Workload("matmul", (999, 999, 1000), "float16", "nt")  # measured as the drop-ins run it
