@@ -16,8 +16,9 @@ For every workload of the named sets it times each implementation both ways user
 
 Implementations: ``torch`` (cuBLAS / cuDNN), ``alcop`` (the drop-ins ``alcop_triton.matmul``, ``bmm``,
 ``conv2d``, ``conv3d`` with a fresh tuning database, so configs come from the shipped table, the
-nearest tuned shape or the model; on the ``conv2d_bwd`` set, the input and weight gradient kernels a
-backward pass through alcop's convolution runs, against cuDNN's ``convolution_backward`` as torch),
+nearest tuned shape or the model; on the ``conv2d_bwd`` and ``conv3d_bwd`` sets, the input and weight
+gradient kernels a backward pass through alcop's convolution runs, against cuDNN's
+``convolution_backward`` as torch),
 ``triton_tutorial`` (``benchmarks/tutorial_matmul.py``: Triton's
 tutorial kernel with its autotune configs; GEMMs only), ``inductor`` (``torch.compile`` in
 ``max-autotune-no-cudagraphs`` mode with Triton GEMM templates only, default search space; sets
@@ -73,7 +74,7 @@ TIMER_TEXT = {"eager": "eager call, CUDA events after an L2 flush, host cost inc
               "wall": "wall clock, CPU interpreter (dry run: not a measurement)"}
 UNSTABLE = 0.10
 TOLERANCE = 1e-2
-SETS = ("alcop", "heldout", "models", "decode", "conv2d", "conv2d_bwd", "conv3d", "smoke")
+SETS = ("alcop", "heldout", "models", "decode", "conv2d", "conv2d_bwd", "conv3d", "conv3d_bwd", "smoke")
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class Case:
 def load_set(name: str) -> list[Case]:
     """The workloads of a named set: the ALCOP suite's (``tests/data/alcop_suite.json``) or a JSON
     file in ``benchmarks/workloads/`` (each workload with its reason)."""
-    if name in ("alcop", "conv2d", "conv2d_bwd", "conv3d"):
+    if name in ("alcop", "conv2d", "conv2d_bwd", "conv3d", "conv3d_bwd"):
         suite = json.loads(ALCOP_SUITE.read_text())
         src = "ALCOP artifact's single-operator suite"
         if name == "alcop":

@@ -319,3 +319,9 @@ def test_conv_backward_case_matches_torch_in_the_interpreter():
     assert [tuple(o.shape) for o in out] == [(1, 8, 5, 5), (8, 8, 3, 3)] and su.rel_error(out, ref) <= su.TOLERANCE
     assert su.rel_error(out[:1], ref) == math.inf and su.impl_fn("triton_tutorial", case) is None
     assert [c.backward for c in su.load_set("conv2d_bwd")] == [True] * len(su.load_set("conv2d"))
+    bwd3 = su.load_set("conv3d_bwd")
+    assert [(c.op, c.shape, c.backward) for c in bwd3] == [(c.op, c.shape, True) for c in su.load_set("conv3d")]
+    # a strided 3-D layer: the input gradient's phases in one kernel, the weight gradient's padded runs
+    case3 = su.Case("conv3d_bwd", "conv3d", (1, 4, 6, 6, 64, 16, 3, 3, 3, 2, 1), "ndhwc", "test", backward=True)
+    inputs3 = su.make_inputs(case3, "cpu")
+    assert su.rel_error(su.impl_fn("alcop", case3)(*inputs3), su.reference(case3, inputs3)) <= su.TOLERANCE
