@@ -27,3 +27,25 @@ def test_conv2d_gradients_match_torch(stride: int, pad: int, dilation: int, grou
     for got, want in ((dx, x64.grad), (dw, w64.grad)):
         assert got is not None and got.shape == want.shape and got.dtype == torch.float16
         assert ((got.double() - want).norm() / want.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("n,size,c,stride", [(6, (19, 21), 64, 2), (16, (56, 56), 64, 1), (2, (9, 28, 28), 64, 2)],
+                         ids=["strided_odd", "long_reduction", "conv3d_strided"])
+def test_phased_input_gradient_and_split_weight_gradient_match_torch(n: int, size: tuple[int, ...], c: int,
+                                                                     stride: int) -> None:
+    # channels-last, 64 channels: a strided input gradient in one kernel over the phases; 56-wide rows
+    # in padded runs of 64, the 50,176-row reduction split past 8 ways (summed in two levels)
+    nd = len(size)
+    fmt = torch.channels_last if nd == 2 else torch.channels_last_3d
+    conv = F.conv2d if nd == 2 else F.conv3d
+    g = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randn(n, c, *size, device="cuda", generator=g).half().contiguous(memory_format=fmt)
+    w = (torch.randn(64, c, *(3,) * nd, device="cuda", generator=g) * 0.05).half().contiguous(memory_format=fmt)
+    y = conv(x, w, stride=stride, padding=1)
+    dy = torch.randn_like(y)
+    dx, dw = conv_grads(x, w, dy, (stride,) * nd, (1,) * nd, (1,) * nd, 1)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    conv(x64, w64, stride=stride, padding=1).backward(dy.double())
+    for got, want in ((dx, x64.grad), (dw, w64.grad)):
+        assert got is not None and got.shape == want.shape
+        assert ((got.double() - want).norm() / want.norm()).item() < 1e-2
