@@ -5,7 +5,8 @@
 For the suite's strided conv2d layers (channels-last fp16, batch 64): cuDNN's input gradient
 (``aten.convolution_backward``, input only), ``kernels.conv_grad.input_grad_by_conv`` (a convolution per
 input phase on the forward kernel, each copied into dX) and ``input_grad_in_phases`` (one DSL kernel,
-``conv_input_grad_te``) with its config as dispatched and at a few fixed ones (``use_config``). Every
+``conv_input_grad_te``) with its config as dispatched and at a few fixed ones (``use_config``; two of them
+persistent, programs looping over tiles). Every
 result is checked against cuDNN's first. Timer: ``triton.testing.do_bench_cudagraph`` (one call, one
 set of inputs). Writes ``OUT_DIR/dx_phases.{json,md}``.
 """
@@ -26,8 +27,9 @@ LAYERS = ((64, 28, 28, 128, 128, 3, 2, 1), (64, 14, 14, 256, 256, 3, 2, 1), (64,
           (64, 224, 224, 16, 64, 7, 2, 3))
 """(N, H, W, C, CO, window, stride, pad) of the suite's strided conv2d layers."""
 
-CONFIGS = ((64, 64, 64, 4, 4), (128, 64, 64, 4, 4), (128, 128, 64, 8, 4), (128, 256, 64, 8, 3))
-"""(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) tried besides the dispatched config."""
+CONFIGS = ((64, 64, 64, 4, 4, False), (128, 64, 64, 4, 4, False), (128, 128, 64, 8, 4, False),
+           (128, 256, 64, 8, 3, False), (128, 64, 64, 4, 4, True), (128, 128, 64, 8, 4, True))
+"""(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent) tried besides the dispatched config."""
 
 
 def main(out_dir: str) -> int:
@@ -59,8 +61,9 @@ def main(out_dir: str) -> int:
             "by_conv_us": checked_time(lambda: input_grad_by_conv(CACHED, *args), want),
             "in_phases_us": checked_time(lambda: input_grad_in_phases(CACHED, *args), want) if taken else "declined",
             "configs": []}
-        for bm, bn, bk, warps, stages in CONFIGS if taken else ():
-            cfg = at.KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, smem_stages=stages)
+        for bm, bn, bk, warps, stages, persistent in CONFIGS if taken else ():
+            cfg = at.KernelConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, smem_stages=stages,
+                                  persistent=persistent)
 
             def forced(cfg: Any = cfg) -> Any:
                 with at.use_config(cfg):
