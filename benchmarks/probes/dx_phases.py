@@ -6,9 +6,8 @@ For the suite's strided conv2d layers (channels-last fp16, batch 64): cuDNN's in
 (``aten.convolution_backward``, input only), ``kernels.conv_grad.input_grad_by_conv`` (a convolution per
 input phase on the forward kernel, each copied into dX) and ``input_grad_in_phases`` (one DSL kernel,
 ``conv_input_grad_te``) with its config as dispatched and at a few fixed ones (``use_config``; two of them
-persistent, programs looping over tiles). Every
-result is checked against cuDNN's first. Timer: ``triton.testing.do_bench_cudagraph`` (one call, one
-set of inputs). Writes ``OUT_DIR/dx_phases.{json,md}``.
+persistent, programs looping over tiles). Every result is checked against cuDNN's first. Timer:
+``triton.testing.do_bench_cudagraph`` (one call, one set of inputs). Writes ``OUT_DIR/dx_phases.{json,md}``.
 """
 
 from __future__ import annotations
