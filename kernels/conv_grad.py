@@ -1,9 +1,12 @@
 """Convolution gradients: the input and weight gradients of ``alcop::conv``.
 
-The input gradient runs on the forward convolution kernel, one convolution per input phase
-(``input_grad_by_conv``). The weight gradient is a DSL kernel, a registered kind of ``alcop::dsl_call``
-key (``conv_weight_grad_kernel`` gives the key of one parameter set) with torch's gradient as the
-reference for inputs alcop cannot run, or an alcop GEMM over im2col rows (``weight_grad_by_gemm``).
+The input gradient of a strided convolution runs as one DSL kernel over all input phases
+(``input_grad_in_phases``, ``conv_input_grad_te``) where that applies, else on the forward convolution
+kernel, one convolution per input phase (``input_grad_by_conv``). The weight gradient is a DSL kernel
+(``conv_weight_grad_te``) or an alcop GEMM over im2col rows (``weight_grad_by_gemm``). Both DSL kernels
+are registered kinds of ``alcop::dsl_call`` key (``conv_input_grad_kernel``, ``conv_weight_grad_kernel``
+give the key of one parameter set), the weight gradient's with torch's gradient as the reference for
+inputs alcop cannot run.
 """
 
 from __future__ import annotations
