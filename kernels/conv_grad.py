@@ -22,7 +22,7 @@ import triton
 from alcop_triton import te
 from alcop_triton.dsl_kernels import DslKernel, kernel_key, register_resolver
 from alcop_triton.loop_ir import padded_run
-from alcop_triton.fallback import torch_conv, vjp_fn
+from alcop_triton.fallback import runtime_reason, torch_conv, vjp_fn
 from alcop_triton.records import MAX_SPLIT_K, KernelConfig, dtype_name
 
 from .conv import SPATIAL, memory_format_of
@@ -278,8 +278,9 @@ def input_grad_in_phases(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch
     """dX of a strided convolution as one kernel over all input phases (``conv_input_grad_te``: one
     launch where ``input_grad_by_conv`` runs a convolution per phase and copies each into dX), or None
     where that does not apply: stride 1, dilation, groups, an input not stored channels last, fewer
-    than ``PHASE_KERNEL_MIN_CHANNELS`` channels, or more than ``PHASE_KERNEL_WASTE`` multiply-adds per
-    useful one. The result is channels last; where the input's extent is not a multiple of the stride,
+    than ``PHASE_KERNEL_MIN_CHANNELS`` channels, more than ``PHASE_KERNEL_WASTE`` multiply-adds per
+    useful one, or tensors alcop's kernels cannot run (``fallback.runtime_reason``: the kernel has no
+    torch reference of its own; the per-phase convolutions fall back to torch's). The result is channels last; where the input's extent is not a multiple of the stride,
     a view of the first rows."""
     nd = x.dim() - 2
     if groups != 1 or any(d != 1 for d in dilation) or all(s == 1 for s in stride) or \
@@ -288,7 +289,7 @@ def input_grad_in_phases(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch
     ks, sizes = w.shape[2:], x.shape[2:]
     waste = math.prod(stride[i] * phase_taps(ks[i], stride[i]) / ks[i]
                       * -(-sizes[i] // stride[i]) * stride[i] / sizes[i] for i in range(nd))
-    if waste > PHASE_KERNEL_WASTE:
+    if waste > PHASE_KERNEL_WASTE or runtime_reason(x, w, dy) is not None:
         return None
     key = conv_input_grad_kernel(nd, x.dtype, stride, pad)
     out = alcop.dsl_call(key, [dy, phase_weights(w, stride, pad), x])   # (N, *S, C, *Q), stored (N, *(Q, S), C)

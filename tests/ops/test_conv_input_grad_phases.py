@@ -54,15 +54,17 @@ def test_input_grad_in_phases_matches_torch(nd: int, size: tuple[int, ...], k: i
     assert dx.is_contiguous(memory_format=FMT[nd]) or any(e % s for e in size)
 
 
-@pytest.mark.parametrize("case", ["stride1", "groups", "dilation", "channels_first", "1x1_stride2", "few_channels"])
+@pytest.mark.parametrize("case", ["stride1", "groups", "dilation", "channels_first", "1x1_stride2", "few_channels",
+                                  "float64"])
 def test_input_grad_in_phases_declines(case: str) -> None:
     s, k, groups, dil = (1 if case == "stride1" else 2), (1 if case == "1x1_stride2" else 3), \
         (2 if case == "groups" else 1), (2 if case == "dilation" else 1)
     c = 16 if case == "few_channels" else 64
-    x = torch.randn(1, c, 8, 8).half()
+    dt = torch.float64 if case == "float64" else torch.float16   # no kernel: the per-phase path falls back
+    x = torch.randn(1, c, 8, 8, dtype=dt)
     x = x if case == "channels_first" else x.to(memory_format=torch.channels_last)
-    w = torch.randn(16, c // groups, k, k).half()
-    dy = torch.randn(1, 16, 4, 4).half()
+    w = torch.randn(16, c // groups, k, k, dtype=dt)
+    dy = torch.randn(1, 16, 4, 4, dtype=dt)
     assert cg.input_grad_in_phases(CACHED, x, w, dy, [s, s], [1, 1], [dil, dil], groups) is None
 
 
