@@ -54,9 +54,10 @@ def _weight_grad(nb: int, h: int, w: int, c: int, co: int, stride: int, bk: int,
     (2, 6, 14, 1, 16, 1, True),     # 14 of 16
     (3, 5, 15, 1, 16, 3, True),     # 15 of 16, split in one level
     (2, 4, 30, 1, 32, 2, True),     # 30 of 32
+    (2, 3, 30, 1, 16, 3, True),     # 30 of 32 in chunks of 16: two chunks per row
     (2, 9, 28, 2, 16, 10, True),    # stride 2: 14-wide output rows; split in two levels
     (2, 6, 10, 1, 16, 2, False),    # 10 of 16: the flat form
-], ids=["14of16", "15of16_split3", "30of32", "stride2_split10", "10of16_flat"])
+], ids=["14of16", "15of16_split3", "30of32", "30of32_two_chunks", "stride2_split10", "10of16_flat"])
 def test_weight_gradient_in_padded_runs_matches_torch(nb: int, h: int, w: int, stride: int, bk: int, split: int,
                                                       padded: bool) -> None:
     src, err = _weight_grad(nb, h, w, 16, 16, stride, bk, split)
