@@ -455,12 +455,7 @@ def _in_padded_run(c: Ctx, start: str, axes: tuple[tuple[str, str], ...], run: t
              f"{', '.join(a for a, _ in axes[:-1])} are scalars per chunk, {run_axis} past {size} is masked")
     c.w.line(f"k_start{sfx} = {start}")
     c.w.line(f"k_tap{sfx} = k_start{sfx} // {padded}")
-    if padded == c.k.constexprs.get(width):
-        # one chunk per run: the run's lanes, their masks and offsets are the same in every chunk, so the
-        # compiler can keep them out of the loop
-        c.w.line(f"{run_axis}{sfx} = tl.arange(0, {width})")
-    else:
-        c.w.line(f"{run_axis}{sfx} = k_start{sfx} - k_tap{sfx} * {padded} + tl.arange(0, {width})")
+    c.w.line(f"{run_axis}{sfx} = k_start{sfx} - k_tap{sfx} * {padded} + tl.arange(0, {width})")
     c.w.line(f"mask_k{sfx} = ({run_axis}{sfx} < {size}) & (k_start{sfx} < {total})")
     _decompose(c, f"k_tap{sfx}", axes[:-1], sfx)
     c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]}
