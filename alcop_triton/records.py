@@ -54,7 +54,8 @@ class KernelConfig:
             the next tile's first copies are in flight during this tile's epilogue.
         split_k: programs per output tile, each reducing one contiguous slice of the K chunks (split-K);
             partial tiles meet in a float32 workspace and the last program of a tile to arrive adds them
-            in split order (deterministic) and applies the epilogue. 1 = off. Not with ``persistent``.
+            in a fixed order (deterministic; in two levels past 8 slices) and applies the epilogue. 1 = off.
+            Not with ``persistent``.
     """
 
     block_m: int = 64

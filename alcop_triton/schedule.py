@@ -256,8 +256,9 @@ class Schedule:
         For few output tiles and a long K (decode, tall-skinny, small-N GEMMs) the GPU would idle:
         each program reduces one contiguous slice of the K chunks into a float32 partial tile; the
         last program of a tile to arrive (a per-tile arrival counter) adds the partials in split
-        order, so the result does not depend on which program finished first, and applies the
-        epilogue. ``factor`` 1 is the plain kernel.
+        order (past 8 slices in two levels: groups of 8, then the groups), so the result does not
+        depend on which program finished first, and applies the epilogue. ``factor`` 1 is the plain
+        kernel.
         """
         from .records import MAX_SPLIT_K
         if not isinstance(factor, int) or isinstance(factor, bool) or not 1 <= factor <= MAX_SPLIT_K:
