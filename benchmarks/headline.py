@@ -12,8 +12,8 @@ Runs, each in a process of its own, into ``OUT``:
    wgmma and, with ``DISABLE_MMA_V3=1``, mma.sync), its report over both paths
    (``report_pipeline.py``) and the model evaluation on the wgmma grid (``eval_model.py``), in
    ``OUT/ablation/`` and ``OUT/model/``; not in a dry run (the grids need a GPU);
-4. ``suite``: ``benchmarks/suite.py`` over the alcop, heldout, models, conv2d, conv2d_bwd and conv3d sets, with
-   Inductor on the alcop and heldout sets (``OUT/suite/``; resumable by workload).
+4. ``suite``: ``benchmarks/suite.py`` over the alcop, heldout, models, conv2d, conv2d_bwd, conv3d and
+   conv3d_bwd sets, with Inductor on the alcop and heldout sets (``OUT/suite/``; resumable by workload).
 
 A stage whose results are complete in ``OUT`` is skipped, so the same command, repeated, finishes
 the run within calls of limited length: ``--budget-s`` bounds one call, a stage is started only when
@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SUITE_SETS = "alcop,heldout,models,conv2d,conv2d_bwd,conv3d"
+SUITE_SETS = "alcop,heldout,models,conv2d,conv2d_bwd,conv3d,conv3d_bwd"
 INDUCTOR_SETS = "alcop,heldout"
 E2E_MODELS = ("bert", "gpt2", "resnet50")
 ABLATION_MMAS = ("wgmma", "mma_sync")
