@@ -422,15 +422,22 @@ def _run_extent(k: Kernel, axes: tuple[tuple[str, str], ...], width: str) -> int
 
 
 def _in_one_run(c: Ctx, what: str, start: str, start_name: str, tap: str, mask: str, axes: tuple[tuple[str, str], ...],
-                inner: int, width: str, total: str, sfx: str) -> None:
+                inner: int, width: str, total: str, sfx: str, size: int | None = None) -> None:
     """Indices of a block inside one run of its innermost axis (``_run_extent``): that axis a vector,
-    the outer ones and the mask scalars of the block's start."""
-    c.w.line(f"# {what} inside one run of {axes[-1][0]} ({inner} is a multiple of {width}): "
-             f"{', '.join(a for a, _ in axes[:-1])} and the mask are scalars per {what}")
-    c.w.line(f"{start_name} = {start}")
-    c.w.line(f"{mask} = {start_name} < {total}")
-    c.w.line(f"{tap} = {start_name} // {inner}")
+    the outer ones and the mask scalars of the block's start. ``size``: the run's real extent where
+    ``inner`` pads it (``loop_ir.padded_run``): the mask is then a vector, the run masked past ``size``."""
     run = axes[-1][0]
+    outer = ", ".join(a for a, _ in axes[:-1])
+    if size is None:
+        c.w.line(f"# {what} inside one run of {run} ({inner} is a multiple of {width}): "
+                 f"{outer} and the mask are scalars per {what}")
+    else:
+        c.w.line(f"# rewrite (padded run): {what} inside one run of {run} padded from {size} to {inner}: "
+                 f"{outer} are scalars per {what}, {run} past {size} is masked")
+    c.w.line(f"{start_name} = {start}")
+    if size is None:
+        c.w.line(f"{mask} = {start_name} < {total}")
+    c.w.line(f"{tap} = {start_name} // {inner}")
     if inner > c.k.constexprs[width]:
         # NOTE: not start % inner: Triton's alignment analysis gives a scalar remainder no divisibility,
         # and the loads would lose their 16-byte vectors; a difference keeps the start's.
@@ -440,25 +447,10 @@ def _in_one_run(c: Ctx, what: str, start: str, start_name: str, tap: str, mask: 
     else:
         c.w.line(f"{run}{sfx} = tl.arange(0, {width})")
         c.axis_starts[run] = "0"
+    if size is not None:
+        c.w.line(f"{mask} = ({run}{sfx} < {size}) & ({start_name} < {total})")
     _decompose(c, tap, axes[:-1], sfx)
-    c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]} | {mask}
-
-
-def _in_padded_run(c: Ctx, start: str, axes: tuple[tuple[str, str], ...], run: tuple[int, int], width: str,
-                   total: str, sfx: str) -> None:
-    """Indices of a chunk inside one padded run of the innermost reduction axis (``loop_ir.padded_run``):
-    the chunk start counts over the padded extent, the outer axes are scalars of it, the innermost a
-    vector masked past its extent (a weight gradient's output positions past a row's end)."""
-    size, padded = run
-    run_axis = axes[-1][0]
-    c.w.line(f"# rewrite (padded run): chunk inside one run of {run_axis} padded from {size} to {padded}: "
-             f"{', '.join(a for a, _ in axes[:-1])} are scalars per chunk, {run_axis} past {size} is masked")
-    c.w.line(f"k_start{sfx} = {start}")
-    c.w.line(f"k_tap{sfx} = k_start{sfx} // {padded}")
-    c.w.line(f"{run_axis}{sfx} = k_start{sfx} - k_tap{sfx} * {padded} + tl.arange(0, {width})")
-    c.w.line(f"mask_k{sfx} = ({run_axis}{sfx} < {size}) & (k_start{sfx} < {total})")
-    _decompose(c, f"k_tap{sfx}", axes[:-1], sfx)
-    c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]}
+    c.chunk_scalars |= {a + sfx for a, _ in axes[:-1]} | ({mask} if size is None else set())
 
 
 @emitter(KIndices)
@@ -466,9 +458,11 @@ def _kidx(n: KIndices, c: Ctx) -> None:
     k, sfx = c.k, n.suffix
     axes = tuple((a, k.axis_size[a]) for a in k.axes["k"])
     inner = _run_extent(k, axes, n.extent)
-    run = padded_run(tuple(e for _, e in axes), k.constexprs.get("BLOCK_K"))
-    if run is not None:
-        _in_padded_run(c, _kstart(n.at, c), axes, run, n.extent, k.totals["k"], sfx)
+    padded = padded_run(tuple(e for _, e in axes), k.constexprs.get("BLOCK_K"))
+    if padded is not None:
+        size, extent = padded
+        _in_one_run(c, "chunk", _kstart(n.at, c), f"k_start{sfx}", f"k_tap{sfx}", f"mask_k{sfx}", axes, extent,
+                    n.extent, k.totals["k"], sfx, size)
         return
     if inner is None:
         c.w.line(f"offs_k{sfx} = {_kstart(n.at, c)} + tl.arange(0, {n.extent})")
