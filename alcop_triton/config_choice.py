@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 import torch
@@ -23,7 +24,8 @@ INTERPRETER_CONFIG = KernelConfig(block_m=32, block_n=32, block_k=32, group_m=1,
 forced: contextvars.ContextVar[KernelConfig | None] = contextvars.ContextVar("alcop_config", default=None)
 """``use_config``'s config while its block runs (the fast path steps aside then)."""
 
-_CONFIGS: dict[tuple[Workload, int], tuple[KernelConfig, bool]] = {}  # (config, torch preferred)
+# (workload, device index, torch's workload) -> (config, torch preferred)
+_CONFIGS: dict[tuple[Workload, int, Workload | None], tuple[KernelConfig, bool]] = {}
 generation.on_bump(_CONFIGS.clear)
 
 
@@ -60,13 +62,17 @@ def gpu_spec(index: int) -> Any:
 
 
 def choose_config(device: torch.device, workload: Callable[[], Workload | None],
-                  torch_comparable: bool = True) -> KernelConfig:
+                  torch_comparable: bool = True,
+                  torch_workload: Callable[[], Workload | None] | None = None) -> KernelConfig:
     """The config for a call: ``use_config``'s, else the dispatcher's for this workload on this GPU.
 
     On CPU (the interpreter) there is no GPU to tune for: a small fixed config. Where the records
     do not show the chosen config saving enough against torch (``Decision.torch_preferred``), the fast path hears of it
     (``fastpath.note_torch_preferred``): patch mode leaves such calls to torch. Not where
     ``torch_comparable`` is False: the call's operands are not what the records timed torch on.
+    ``torch_workload``: what torch runs for the same call where that is another workload (a pointwise
+    convolution runs alcop's GEMM, torch's the convolution): its recorded torch time is the one
+    compared where records hold one.
     """
     cfg = forced.get()
     if cfg is not None:
@@ -77,21 +83,36 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None],
     if w is None:  # an empty reduction: nothing to tune, any valid config computes the zeros
         return KernelConfig()
     index = device_index(device)
-    known = _CONFIGS.get((w, index))
+    tw = torch_workload() if torch_workload is not None else None
+    known = _CONFIGS.get((w, index, tw))
     if known is None:
         gen = generation.current()
         with torch.cuda.device(index):
             if torch.cuda.is_current_stream_capturing():
                 raise capture_error(f"choosing a config for {w.key()} (first call of this shape)")
-        from .autotune.dispatch import dispatcher
-        decision = dispatcher().decide(w, gpu_spec(index))
-        known = (fit_stages(decision.config, w), decision.torch_preferred)
+        known = decide(w, gpu_spec(index), tw)
         if gen == generation.current():
-            _CONFIGS[(w, index)] = known
+            _CONFIGS[(w, index, tw)] = known
     if known[1] and torch_comparable:
         from .fastpath import note_torch_preferred
         note_torch_preferred()
     return known[0]
+
+
+def decide(w: Workload, spec: Any, torch_workload: Workload | None = None,
+           dispatch: Any = None) -> tuple[KernelConfig, bool]:
+    """``w``'s config on ``spec`` and whether patch mode leaves the call to torch
+    (``Decision.torch_preferred``), torch's time read off ``torch_workload``'s records where they hold
+    one (``choose_config``). ``dispatch``: the ``Dispatcher`` asked (None: the shared one)."""
+    if dispatch is None:
+        from .autotune.dispatch import dispatcher
+        dispatch = dispatcher()
+    decision = dispatch.decide(w, spec)
+    if torch_workload is not None:
+        torch_ms = dispatch.torch_ms(torch_workload, spec)
+        if torch_ms is not None:
+            decision = replace(decision, torch_ms=torch_ms)
+    return fit_stages(decision.config, w), decision.torch_preferred
 
 
 def fit_stages(cfg: KernelConfig, w: Workload | None) -> KernelConfig:

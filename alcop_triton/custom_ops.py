@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import types
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -113,8 +113,10 @@ def _check_epilogue(op: str, shape: tuple[int, ...], names: tuple[str, str], ope
 # ----------------------------------------------------------------------------- GEMM
 
 def run_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
-             activation: str | None, alpha: float, beta: float, out: torch.Tensor | None) -> torch.Tensor:
-    """``act(alpha * a @ b + bias) + beta * residual`` through the DSL matmul kernel (or torch)."""
+             activation: str | None, alpha: float, beta: float, out: torch.Tensor | None,
+             torch_workload: Callable[[], Workload | None] | None = None) -> torch.Tensor:
+    """``act(alpha * a @ b + bias) + beta * residual`` through the DSL matmul kernel (or torch).
+    ``torch_workload``: what torch would run instead where that is not this GEMM (``choose_config``)."""
     shape = tuple(a.shape[:-1]) + (b.shape[-1],)
     if out is None:
         out = a.new_empty(shape)
@@ -131,7 +133,7 @@ def run_gemm(op: str, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
     # The records time torch's bmm on contiguous operands, but torch.matmul copies these first: the
     # records' torch time is no measure of what torch would cost here, so it sends nothing to torch.
     cfg = config_choice.choose_config(a.device, lambda: kmatmul.workload_of(a, b) if k > 0 else None,
-                                      torch_comparable=a.dim() < 4)
+                                      torch_comparable=a.dim() < 4, torch_workload=torch_workload)
     ep = kmatmul.Epilogue(bias is not None, activation, residual is not None, float(alpha), float(beta))
     kern = kmatmul.compiled(dtype_name(a.dtype), a.dim() - 2, ep, cfg)
     if a.dim() == 2:
@@ -332,9 +334,12 @@ def _conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: S
         return out
     gemm = kconv.pointwise_gemm(x, w, out, stride, pad_left, pad_right, groups)
     if gemm is not None:
-        # Its config and its patch-mode decision are the GEMM's: records of the GEMM against cuBLAS,
-        # which runs these products about as fast as cuDNN runs the convolutions.
-        run_gemm("conv", *gemm[:2], bias, None, activation, 1.0, 1.0, gemm[2])
+        # Its config is the GEMM's; patch mode weighs the GEMM's recorded time against cuDNN's on the
+        # convolution where records hold that, else against cuBLAS's on the GEMM: cuBLAS is no stand-in
+        # for cuDNN (ResNet-50's 14x14 1024 -> 512 layer at batch 64, shipped H100 table: alcop's GEMM
+        # 24.6 µs, cuBLAS's 62.0, cuDNN's convolution 25.6).
+        run_gemm("conv", *gemm[:2], bias, None, activation, 1.0, 1.0, gemm[2],
+                 lambda: _conv_workload(x, w, stride, pad_left, pad_right, dilation, groups))
         return out
     cfg = config_choice.choose_config(
         x.device, lambda: _conv_workload(x, w, stride, pad_left, pad_right, dilation, groups) if w[0].numel() > 0 else None)

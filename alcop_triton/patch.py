@@ -15,7 +15,10 @@ convolution whose backward will run stays torch's (``GRAD_TO_TORCH``).
 
 How: while patch mode is on in some thread, those attributes of ``torch``, ``torch.nn.functional`` and
 ``torch.Tensor`` are thin wrappers; in a thread with patch mode on they call the drop-in, in every
-other thread torch's own function. The originals are put back when the last thread leaves patch mode.
+other thread torch's own function. The ``forward`` of ``nn.Conv1d``/``2d``/``3d`` is replaced as well
+(``CONV_MODULES``): torch's calls ``_conv_forward``, which calls ``F.convNd``; patch mode's makes the
+functional call itself, one Python call fewer, and a call site left to torch calls torch's function with
+no Python call of alcop's at all (see ``_conv_module_forward``). The originals are put back when the last thread leaves patch mode.
 Every other torch call meets no alcop code at all: a ``TorchFunctionMode`` would put a Python dispatch
 (~2 µs) on each of them, which made host-bound models (ResNet-50: a thousand batch norms, relus and
 adds per pass) slower under patch mode than without. The price of wrappers: code that took its own
@@ -34,6 +37,7 @@ import threading
 from typing import Any, Callable, Iterator
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from . import generation, ops
@@ -54,6 +58,11 @@ ROUTES: tuple[tuple[Any, str, Callable[..., Any]], ...] = (
 )
 """(owner, attribute, drop-in): what patch mode replaces while it is on."""
 
+CONV_MODULES: tuple[tuple[type[nn.Module], str], ...] = (
+    (nn.Conv1d, "conv1d"), (nn.Conv2d, "conv2d"), (nn.Conv3d, "conv3d"))
+"""Convolution modules whose ``forward`` patch mode replaces while it is on, each with the function of
+``torch.nn.functional`` that its own forward calls (a route of ``ROUTES``)."""
+
 GRAD_TO_TORCH: frozenset[Callable[..., Any]] = frozenset({ops.conv1d, ops.conv2d, ops.conv3d})
 """Drop-ins whose calls patch mode leaves to torch when autograd will run their backward (grad mode on and
 a tensor argument requiring grad): alcop's convolution gradients measured slower than cuDNN's on every
@@ -73,6 +82,8 @@ _lock = threading.Lock()
 _threads_on = 0  # threads with patch mode on: the wrappers are installed while it is above zero
 # (owner id, attribute) -> (torch's function, its wrapper): the wrapper made once, the original put back
 _wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
+# module class id -> (its forward, the functional wrapper it calls, its wrapper): made anew when either changed
+_module_wrappers: dict[int, tuple[Any, Callable[..., Any], Callable[..., Any]]] = {}
 
 
 _grad_enabled = torch.is_grad_enabled
@@ -152,6 +163,34 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
     return routed
 
 
+def _conv_module_forward(cls: type[nn.Module], torch_fn: Callable[..., Any],
+                         functional: Callable[..., Any]) -> Callable[..., Any]:
+    """``cls.forward`` in patch mode: the call ``F.convNd``'s wrapper (``functional``) would get, made
+    here; at a call site stored as torch's, torch's function (``torch_fn``) called from here."""
+    # A host-bound network spends its time between calls: ResNet-50's 53 convolutions, left to cuDNN by
+    # the records, each cost a Python call of patch mode's on top of torch's two (forward, then
+    # _conv_forward), measured at 4-6% of a pass where the host is slower than the GPU. This forward
+    # takes the place of torch's two and makes the site check inline (a helper would be a call again).
+    route = getattr(functional, "__alcop_route__")
+    sites = _to_torch.setdefault(route, {})
+    original, own_conv_forward, tensor = cls.forward, getattr(cls, "_conv_forward"), torch.Tensor
+
+    def forward(self: Any, input: Any) -> Any:
+        if type(self)._conv_forward is not own_conv_forward or self.padding_mode != "zeros":
+            return original(self, input)  # a subclass's own _conv_forward, or padding by torch first
+        weight, bias = self.weight, self.bias
+        # The functional wrapper's check of a site stored as torch's, in the order it makes it (tracing first)
+        if not (_dynamo_tracing() or _compiler._is_compiling_flag) and sites:
+            seen = sites.get(id(weight))
+            if seen is not None and type(input) is tensor and seen[1] is input.dtype and seen[0] == input.shape:
+                _fastpath_counters.to_torch += 1
+                return torch_fn(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+        return functional(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+    forward.__doc__ = original.__doc__
+    setattr(forward, "__alcop_route__", route)
+    return forward
+
+
 def _install() -> None:
     # Dynamo, on import, maps torch's functions by identity to its in-graph rules. Imported while the
     # wrappers stand in for them, it would take the wrappers for torch's functions and put them in
@@ -163,11 +202,20 @@ def _install() -> None:
         if key not in _wrappers or _wrappers[key][0] is not original:  # made anew if someone else replaced it
             _wrappers[key] = (original, _wrapper(original, route))
         setattr(owner, name, _wrappers[key][1])
+    for cls, name in CONV_MODULES:
+        torch_fn, functional = _wrappers[(id(F), name)]
+        made = _module_wrappers.get(id(cls))
+        if made is None or made[0] is not cls.forward or made[1] is not functional:
+            made = _module_wrappers[id(cls)] = (cls.forward, functional,
+                                                _conv_module_forward(cls, torch_fn, functional))
+        cls.forward = made[2]
 
 
 def _restore() -> None:
     for owner, name, _ in ROUTES:
         setattr(owner, name, _wrappers[(id(owner), name)][0])
+    for cls, _ in CONV_MODULES:
+        cls.forward = _module_wrappers[id(cls)][0]
 
 
 def _set(enabled: bool, blocks: int) -> None:

@@ -262,6 +262,12 @@ class Dispatcher:
                 self._cache[key] = hit
         return hit
 
+    def torch_ms(self, workload: Workload, gpu_spec: Any) -> float | None:
+        """torch's recorded time on ``workload``: the user's database's, else the shipped tables'
+        (None: not measured), as ``decide`` reads it for its own workload."""
+        mine = torch_time(self._db_records(workload=workload, gpu=gpu_spec), workload, gpu_spec)
+        return mine if mine is not None else torch_time(self._default_records(), workload, gpu_spec)
+
     def _db_records(self, **query: Any) -> list[TuningRecord]:
         if not self.db.path.exists():
             return []

@@ -178,6 +178,25 @@ def test_decision_prefers_torch_unless_alcop_saves_enough(tmp_path, no_defaults,
     assert (d.alcop_ms, d.torch_ms, d.torch_preferred) == (alcop_ms, torch_ms, prefer)
 
 
+def test_a_pointwise_convolution_weighs_its_gemm_against_cudnns_convolution(tmp_path, no_defaults):
+    # ResNet-50's 14x14 1024 -> 512 layer at batch 64 (shipped H100 table): alcop's GEMM beats cuBLAS
+    # on the product, not cuDNN on the convolution; patch mode compares what torch would run.
+    import dataclasses
+    from alcop_triton.config_choice import decide
+    gemm = Workload("matmul", (12544, 512, 1024), "float16", "nt")
+    conv = Workload("conv2d", (64, 14, 14, 1024, 512, 1, 1, 1, 0, 1, 1), "float16", "nhwc")
+    db = Database(tmp_path / "t.sqlite")
+    db.add(dataclasses.replace(rec(gemm, KernelConfig(), 0.0246), torch_ms=0.0620))
+    d = Dispatcher(db)
+    assert d.torch_ms(conv, SPEC) is None
+    assert decide(gemm, SPEC, conv, d) == (KernelConfig(), False)  # no cuDNN record: cuBLAS's time decides
+    db.add(dataclasses.replace(rec(conv, KernelConfig(block_m=64), 0.0330), torch_ms=0.0256))
+    d = Dispatcher(db)
+    assert d.torch_ms(conv, SPEC) == 0.0256
+    assert decide(gemm, SPEC, conv, d) == (KernelConfig(), True)
+    assert decide(gemm, SPEC, None, d) == (KernelConfig(), False)
+
+
 def test_an_unmeasured_float32_workload_is_left_to_torch_in_patch_mode(tmp_path, no_defaults):
     # float32 kernels measured slower than cuBLAS almost everywhere (TORCH_UNLESS_MEASURED): without records
     # patch mode keeps torch's; half precision without records still runs alcop; records decide either way.

@@ -147,6 +147,34 @@ def _routed_attributes() -> tuple[object, ...]:
             torch.Tensor.matmul, torch.Tensor.__matmul__)
 
 
+CONV_FORWARDS = (nn.Conv1d.forward, nn.Conv2d.forward, nn.Conv3d.forward)
+
+
+def test_convolution_modules_forward_through_patch_mode_only_while_it_is_on() -> None:
+    with patch.patched():
+        now = (nn.Conv1d.forward, nn.Conv2d.forward, nn.Conv3d.forward)
+        assert all(getattr(f, "__alcop_route__", None) is not None for f in now), now
+        assert nn.Conv2d.forward.__doc__ == CONV_FORWARDS[1].__doc__
+    assert (nn.Conv1d.forward, nn.Conv2d.forward, nn.Conv3d.forward) == CONV_FORWARDS
+
+
+def test_a_subclass_with_its_own_conv_forward_keeps_it() -> None:
+    calls: list[int] = []
+
+    class Scaled(nn.Conv2d):
+        def _conv_forward(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+            calls.append(1)
+            return super()._conv_forward(input, 2 * weight, bias)
+    conv = Scaled(2, 3, 3, padding=1)
+    x = randn(1, 2, 5, 5)
+    with torch.no_grad():
+        want = F.conv2d(x.double(), 2 * conv.weight.double(), conv.bias.double(), padding=1)
+        with OpRecorder() as rec, patch.patched():
+            got = conv(x)
+    assert calls == [1] and "alcop.conv" in rec.ops
+    assert_close(got, want)
+
+
 def test_a_reference_taken_before_patch_mode_keeps_calling_torch() -> None:
     # the documented price of wrappers over a TorchFunctionMode
     mm = torch.mm
@@ -206,6 +234,34 @@ def test_a_call_site_left_to_torch_goes_straight_to_torch(torch_measured_faster:
         assert fastpath.stats().hits == hits
 
 
+def test_a_convolution_module_at_a_site_left_to_torch_runs_no_python_of_alcops_but_its_forward(
+        torch_measured_faster: None) -> None:
+    # The host cost patch mode adds to a host-bound network's convolutions left to cuDNN: the module's
+    # forward calls torch's function itself, no functional wrapper, drop-in or fast path in between.
+    from alcop_triton import fastpath
+    fastpath.invalidate()
+    conv = nn.Conv2d(3, 4, 3, padding=1, bias=False)
+    x = randn(2, 3, 6, 6)
+    called: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        code = frame.f_code  # type: ignore[attr-defined]
+        if event == "call" and "alcop_triton" in code.co_filename:
+            called.append(code.co_name)
+    with torch.no_grad(), patch.patched():
+        conv(x)
+        conv(x)  # stored as a call to torch by the drop-in
+        sys.setprofile(profile)
+        try:
+            got = conv(x)
+        finally:
+            sys.setprofile(None)
+        other = conv(randn(1, 3, 6, 6))  # another input shape: decided again, by the drop-in
+    assert called == ["forward"], called
+    assert_close(got, F.conv2d(x.double(), conv.weight.double(), padding=1))
+    assert other.shape == (1, 4, 6, 6)
+
+
 def test_a_patched_function_traced_by_torch_compile_becomes_alcops_op(monkeypatch: pytest.MonkeyPatch) -> None:
     # Under Dynamo the wrapper takes its traced branch: the drop-in's registered op becomes the node,
     # whatever eager calls at the same site decided (here: a site eager calls sent to torch).
@@ -222,6 +278,26 @@ def test_a_patched_function_traced_by_torch_compile_becomes_alcops_op(monkeypatc
         out = fn(a, b)
     assert "alcop.mm" in targets
     assert_close(out, (a.double() @ b.double()) * 2)
+
+
+def test_a_convolution_module_traced_by_torch_compile_becomes_alcops_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The replaced forward takes the functional wrapper's traced branch too, stored sites or not.
+    conv = nn.Conv2d(2, 3, 3, padding=1)
+    x = randn(1, 2, 5, 5)
+    monkeypatch.setitem(patch._to_torch.setdefault(patch.ops.conv2d, {}), id(conv.weight), (x.shape, x.dtype))
+    targets: list[str] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    fn = torch.compile(conv, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        want = F.conv2d(x.double(), conv.weight.double(), conv.bias.double(), padding=1)
+        with patch.patched():
+            out = fn(x)
+    assert "alcop.conv" in targets, targets
+    assert_close(out, want)
 
 
 def test_torch_compile_first_used_inside_patch_mode_still_traces_the_wrappers() -> None:
