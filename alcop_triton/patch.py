@@ -34,14 +34,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from . import generation, ops
-from .fastpath import _DIRECT, _PATCHED, _compiler, _dynamo_tracing
+from .fastpath import _DIRECT, _PATCHED, _compiler, _dispatch_modes, _dynamo_tracing, _transforms
 from .fastpath import _counters as _fastpath_counters
 from .fastpath import _mode as _fastpath_mode
 from .fastpath import patched_mode
@@ -89,14 +89,49 @@ _module_wrappers: dict[int, tuple[Any, Callable[..., Any], Callable[..., Any]]] 
 _grad_enabled = torch.is_grad_enabled
 
 
-_to_torch: dict[Callable[..., Any], dict[int, tuple[torch.Size, torch.dtype]]] = {}
+_to_torch: dict[Callable[..., Any], dict[int, tuple[torch.Size, torch.dtype, bool]]] = {}
 """Per route, the call sites whose signature patch mode stored as a call to torch (its records do not
 show alcop faster): the identity of the call's second argument (a module's weight) -> the first one's
-shape and dtype at the last such call. A repeat goes to torch's function at once, without the drop-in's
+shape and dtype at the last such call, and whether that call was one cuDNN convolution
+(``_runs_as_cudnn``). A repeat goes to torch's function at once, without the drop-in's
 front end and signature (which cost a host-bound model such as ResNet-50, most convolutions left to
 cuDNN, more than its kernels saved). The key is weaker than the signature, which is safe only because
 torch computes any call right: a stale entry can cost speed, never a wrong result. Forgotten when
 records change."""
+
+
+# cuDNN's convolution op and the switches torch passes it (None where this torch lacks them: see _runs_as_cudnn)
+_cudnn_conv: Callable[..., Any] | None = getattr(torch, "cudnn_convolution", None)
+_select_conv_backend: Callable[..., Any] | None = getattr(torch._C, "_select_conv_backend", None)
+_CUDNN = getattr(getattr(torch._C, "_ConvBackend", None), "Cudnn", None)
+_cudnn_benchmark = torch._C._get_cudnn_benchmark
+_cudnn_deterministic = torch._C._get_cudnn_deterministic
+_cudnn_tf32 = torch._C._get_cudnn_allow_tf32
+_autocast = torch._C._is_any_autocast_enabled
+
+
+def _runs_as_cudnn(args: tuple[Any, ...], out: Any) -> bool:
+    """Whether ``F.convNd(*args)``, a call patch mode left to torch that returned ``out``, is one cuDNN
+    convolution that ``torch.cudnn_convolution`` makes alone: positional arguments as ``nn.ConvNd`` passes
+    them, no bias, torch's own choice of backend cuDNN, and cuDNN's op, called with torch's switches,
+    returning the same tensor (values and strides). A convolution module at such a site calls that op
+    directly (``_conv_module_forward``): torch's front end (argument parsing, the backend choice,
+    parameter checks) costs a host-bound network more than the op itself."""
+    if _cudnn_conv is None or _select_conv_backend is None or _CUDNN is None or len(args) != 7:
+        return False
+    input, weight, bias, stride, padding, dilation, groups = args
+    if bias is not None or type(padding) is str or type(out) is not torch.Tensor:
+        return False
+    try:
+        backend = _select_conv_backend(input, weight, None, list(stride), list(padding), list(dilation), False,
+                                       [0] * (input.dim() - 2), groups)
+        if backend != _CUDNN:
+            return False
+        direct = _cudnn_conv(input, weight, padding, stride, dilation, groups, _cudnn_benchmark(),
+                             _cudnn_deterministic(), _cudnn_tf32())
+    except (RuntimeError, TypeError):  # ints where torch's sequences go, TF32 switched per op (the
+        return False                    # convolution's and the RNN's differ), an op whose signature changed
+    return bool(direct.stride() == out.stride() and torch.equal(direct, out))
 
 
 def _forget_sites() -> None:
@@ -114,7 +149,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
     # this thread's state is read: a site left to torch goes to torch's function whoever calls it (a
     # thread without patch mode, a drop-in's own torch call, a convolution that will train all would too).
     sites = _to_torch.setdefault(route, {})
-    grad_to_torch = route in GRAD_TO_TORCH
+    grad_to_torch = route in GRAD_TO_TORCH  # the convolutions
     tensor = torch.Tensor
 
     @functools.wraps(original)
@@ -157,7 +192,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
         if _fastpath_counters.to_torch != sent and not kwargs and len(args) > 1:
             a = args[0]
             if type(a) is torch.Tensor:
-                sites[id(args[1])] = (a.shape, a.dtype)
+                sites[id(args[1])] = (a.shape, a.dtype, grad_to_torch and _runs_as_cudnn(args, out))
         return out
     setattr(routed, "__alcop_route__", route)  # marks it as patch mode's
     return routed
@@ -167,13 +202,16 @@ def _conv_module_forward(cls: type[nn.Module], torch_fn: Callable[..., Any],
                          functional: Callable[..., Any]) -> Callable[..., Any]:
     """``cls.forward`` in patch mode: the call ``F.convNd``'s wrapper (``functional``) would get, made
     here; at a call site stored as torch's, torch's function (``torch_fn``) called from here."""
-    # A host-bound network spends its time between calls: ResNet-50's 53 convolutions, left to cuDNN by
+    # A host-bound network spends its time between calls: ResNet-50's convolutions, left to cuDNN by
     # the records, each cost a Python call of patch mode's on top of torch's two (forward, then
-    # _conv_forward), measured at 4-6% of a pass where the host is slower than the GPU. This forward
-    # takes the place of torch's two and makes the site check inline (a helper would be a call again).
+    # _conv_forward) and torch's front end. This forward takes the place of torch's two, makes the
+    # site check inline (a helper would be a call again) and, where the site's call was one cuDNN
+    # convolution (``_runs_as_cudnn``) and nothing else must see it (autograd, a dispatch mode, a
+    # functorch transform, autocast), calls cuDNN's op as torch's front end would.
     route = getattr(functional, "__alcop_route__")
     sites = _to_torch.setdefault(route, {})
     original, own_conv_forward, tensor = cls.forward, getattr(cls, "_conv_forward"), torch.Tensor
+    cudnn_conv = cast(Callable[..., Any], _cudnn_conv)  # called only at sites _runs_as_cudnn found it at
 
     def forward(self: Any, input: Any) -> Any:
         if type(self)._conv_forward is not own_conv_forward or self.padding_mode != "zeros":
@@ -184,6 +222,13 @@ def _conv_module_forward(cls: type[nn.Module], torch_fn: Callable[..., Any],
             seen = sites.get(id(weight))
             if seen is not None and type(input) is tensor and seen[1] is input.dtype and seen[0] == input.shape:
                 _fastpath_counters.to_torch += 1
+                if (seen[2] and bias is None and not _grad_enabled() and not _dispatch_modes() and not _transforms()
+                        and not _autocast()):
+                    try:
+                        return cudnn_conv(input, weight, self.padding, self.stride, self.dilation, self.groups,
+                                          _cudnn_benchmark(), _cudnn_deterministic(), _cudnn_tf32())
+                    except RuntimeError:  # TF32 switched per op (torch's call reads the convolution's), or
+                        pass              # a failure torch's own call reports in its words
                 return torch_fn(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
         return functional(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
     forward.__doc__ = original.__doc__

@@ -75,7 +75,7 @@ def main(out_dir: str) -> int:
     with at.patched():
         # Patch mode's decision for this convolution is stored as torch's, as the records would store it
         # for a layer where cuDNN wins: the row times the to-torch check itself.
-        patch._to_torch[ops.conv2d][id(filt)] = (img.shape, img.dtype)
+        patch._to_torch[ops.conv2d][id(filt)] = (img.shape, img.dtype, False)
         result = cold_calls({**rows, **patched_rows}, ROUNDS)
         counters = fp.stats()
     meta = run_meta(TIMER) | {"fastpath": dataclasses.asdict(counters)}

@@ -59,14 +59,14 @@ def main(out_dir: str) -> int:
     model, x, src = build("resnet50", "cuda", tiny=False)
     sync = torch.cuda.synchronize
     convs: dict[tuple[Any, ...], tuple[torch.nn.Conv2d, torch.Tensor, int]] = {}
-    conv_sites: dict[int, tuple[Any, Any]] = {}  # patch mode's to-torch entry of every convolution's call site
+    conv_sites: dict[int, tuple[Any, Any, bool]] = {}  # patch mode's to-torch entry of every convolution's call site
 
     def grab(mod: torch.nn.Conv2d, args: tuple[Any, ...]) -> None:
         inp = args[0]
         key = (tuple(inp.shape), tuple(mod.weight.shape), mod.stride, mod.padding)
         n = convs[key][2] + 1 if key in convs else 1
         convs[key] = (mod, inp.clone(), n)
-        conv_sites[id(mod.weight)] = (inp.shape, inp.dtype)
+        conv_sites[id(mod.weight)] = (inp.shape, inp.dtype, False)
 
     def patched_pass() -> Any:
         with at.patched():

@@ -36,7 +36,7 @@ def main(out_dir: str) -> int:
 
     img, filt = conv_operands()
     conv = F.conv2d
-    sites = {id(filt): (img.shape, img.dtype)}
+    sites = {id(filt): (img.shape, img.dtype, False)}
     tracing, compiler, counters, tensor = fastpath._dynamo_tracing, fastpath._compiler, fastpath._counters, torch.Tensor
 
     def wrapper(checks: int) -> Callable[..., Any]:
@@ -60,7 +60,7 @@ def main(out_dir: str) -> int:
 
     names = ("plain wrapper", "+ tracing checks", "+ site lookup", "+ dtype and shape compared", "+ counter")
     with torch.no_grad(), at.patched():
-        patch._to_torch[ops.conv2d][id(filt)] = (img.shape, img.dtype)
+        patch._to_torch[ops.conv2d][id(filt)] = (img.shape, img.dtype, False)
         calls: dict[str, Callable[[], Any]] = {"F.conv2d": lambda: conv(img, filt, None, 1, 1)}
         calls |= {name: functools.partial(wrapper(i), img, filt, None, 1, 1) for i, name in enumerate(names)}
         calls["patch mode's wrapper"] = lambda: F.conv2d(img, filt, None, 1, 1)  # the wrapper inside the block

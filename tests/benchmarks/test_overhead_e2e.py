@@ -76,7 +76,7 @@ def test_patched_route_tells_where_patch_mode_sends_a_call():
     assert oh.patched_route(lambda: torch.matmul(a, b)) == "alcop"
     from alcop_triton import ops, patch
     sites = patch._to_torch.setdefault(ops.matmul, {})
-    sites[id(b)] = (a.shape, a.dtype)  # a call site the records left to torch (counted as sent to torch)
+    sites[id(b)] = (a.shape, a.dtype, False)  # a call site the records left to torch (counted as sent to torch)
     try:
         assert oh.patched_route(lambda: torch.matmul(a, b)) == "torch"
     finally:

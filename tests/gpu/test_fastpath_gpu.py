@@ -163,3 +163,37 @@ def test_grad_calls_repeat_their_autograd_function() -> None:
     F.linear(xr, wr).square().sum().backward()
     for got, ref in ((x.grad, xr.grad), (w.grad, wr.grad)):
         assert ((got.float() - ref).norm() / ref.norm()).item() < 2e-2
+
+
+def test_patch_mode_hands_a_convolution_left_to_cudnn_to_cudnns_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A ResNet-like layer (fp16, channels-last, no bias) whose records prefer cuDNN: after the site is
+    # stored, the module calls torch.cudnn_convolution itself, with torch's result to the bit.
+    import sys
+
+    from alcop_triton import config_choice, patch
+    real = config_choice.choose_config
+
+    def measured_slower(*args: Any, **kwargs: Any) -> Any:
+        fastpath.note_torch_preferred()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).cuda().half().to(memory_format=torch.channels_last)
+    x = _rand(8, 64, 28, 28).to(memory_format=torch.channels_last)
+    builtins: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call":
+            builtins.append(getattr(arg, "__name__", ""))
+    with torch.inference_mode():
+        want = conv(x)
+        with at.patched():
+            conv(x)
+            conv(x)
+            assert patch._to_torch[patch.ops.conv2d][id(conv.weight)][2] is True
+            sys.setprofile(profile)
+            try:
+                got = conv(x)
+            finally:
+                sys.setprofile(None)
+    assert "cudnn_convolution" in builtins and "conv2d" not in builtins, builtins
+    assert got.stride() == want.stride() and torch.equal(got, want)

@@ -266,7 +266,7 @@ def test_a_patched_function_traced_by_torch_compile_becomes_alcops_op(monkeypatc
     # Under Dynamo the wrapper takes its traced branch: the drop-in's registered op becomes the node,
     # whatever eager calls at the same site decided (here: a site eager calls sent to torch).
     a, b = randn(5, 6), randn(6, 3, seed=1)
-    monkeypatch.setitem(patch._to_torch.setdefault(patch.ops.matmul, {}), id(b), (a.shape, a.dtype))
+    monkeypatch.setitem(patch._to_torch.setdefault(patch.ops.matmul, {}), id(b), (a.shape, a.dtype, False))
     targets: list[str] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
@@ -280,11 +280,56 @@ def test_a_patched_function_traced_by_torch_compile_becomes_alcops_op(monkeypatc
     assert_close(out, (a.double() @ b.double()) * 2)
 
 
+def test_a_convolution_module_left_to_cudnn_calls_cudnns_op_where_torchs_front_end_would(
+        torch_measured_faster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # cuDNN stands in for torch's backend choice here (CPU): the site's call is checked against torch's
+    # own result once, then the module calls the op itself, unless something must see torch's call.
+    calls: list[tuple[object, ...]] = []
+
+    def cudnn(input: torch.Tensor, weight: torch.Tensor, padding: object, stride: object, dilation: object,
+              groups: int, benchmark: bool, deterministic: bool, tf32: bool) -> torch.Tensor:
+        calls.append((padding, stride, dilation, groups))
+        return torch._C._VariableFunctions.conv2d(input, weight, None, stride, padding, dilation, groups)
+    monkeypatch.setattr(patch, "_select_conv_backend", lambda *args: patch._CUDNN)
+    monkeypatch.setattr(patch, "_cudnn_conv", cudnn)
+    monkeypatch.setattr(patch, "_cudnn_tf32", lambda: False)  # this process may have set TF32 per op
+    monkeypatch.setattr(patch, "_module_wrappers", {})  # forwards made with this op
+    from alcop_triton import fastpath
+    fastpath.invalidate()
+    conv, biased = nn.Conv2d(3, 4, 3, padding=1, stride=2, bias=False), nn.Conv2d(3, 4, 3, padding=1)
+    x = randn(2, 3, 7, 7)
+    with torch.no_grad(), patch.patched():
+        for _ in range(2):  # alcop while deciding, then stored as torch's: checked against cuDNN's op once
+            conv(x)
+            biased(x)
+        assert patch._to_torch[patch.ops.conv2d][id(conv.weight)][2] is True
+        assert patch._to_torch[patch.ops.conv2d][id(biased.weight)][2] is False
+        assert calls == [((1, 1), (2, 2), (1, 1), 1)]
+        got = conv(x)
+        biased(x)
+        assert len(calls) == 2
+
+        def mixed_tf32_switches() -> bool:
+            raise RuntimeError("cuDNN conv and cuDNN RNN have different TF32 flags")
+        with monkeypatch.context() as m:
+            m.setattr(patch, "_cudnn_tf32", mixed_tf32_switches)
+            assert_close(conv(x), got.double())  # torch's call, which reads the convolution's own switch
+        assert len(calls) == 2
+        with torch.autocast("cpu"):
+            conv(x)
+    assert len(calls) == 2  # autocast must see torch's call
+    conv.weight.requires_grad_()
+    with patch.patched():
+        conv(x).sum().backward()  # autograd too
+    assert len(calls) == 2 and conv.weight.grad is not None
+    assert_close(got, F.conv2d(x.double(), conv.weight.double(), stride=2, padding=1))
+
+
 def test_a_convolution_module_traced_by_torch_compile_becomes_alcops_op(monkeypatch: pytest.MonkeyPatch) -> None:
     # The replaced forward takes the functional wrapper's traced branch too, stored sites or not.
     conv = nn.Conv2d(2, 3, 3, padding=1)
     x = randn(1, 2, 5, 5)
-    monkeypatch.setitem(patch._to_torch.setdefault(patch.ops.conv2d, {}), id(conv.weight), (x.shape, x.dtype))
+    monkeypatch.setitem(patch._to_torch.setdefault(patch.ops.conv2d, {}), id(conv.weight), (x.shape, x.dtype, False))
     targets: list[str] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
