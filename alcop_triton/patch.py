@@ -106,7 +106,15 @@ _select_conv_backend: Callable[..., Any] | None = getattr(torch._C, "_select_con
 _CUDNN = getattr(getattr(torch._C, "_ConvBackend", None), "Cudnn", None)
 _cudnn_benchmark = torch._C._get_cudnn_benchmark
 _cudnn_deterministic = torch._C._get_cudnn_deterministic
-_cudnn_tf32 = torch._C._get_cudnn_allow_tf32
+_fp32_precision = getattr(torch._C, "_get_fp32_precision_getter", None)
+
+
+def _cudnn_tf32() -> bool:
+    """The TF32 switch torch's convolution passes cuDNN: the convolution's own (``torch.backends.cudnn.conv.
+    fp32_precision``, resolved as torch resolves it), or on a torch before that switch its one flag."""
+    if _fp32_precision is None:
+        return bool(torch._C._get_cudnn_allow_tf32())
+    return bool(_fp32_precision("cuda", "conv") == "tf32")
 _autocast = torch._C._is_any_autocast_enabled
 
 
@@ -129,8 +137,8 @@ def _runs_as_cudnn(args: tuple[Any, ...], out: Any) -> bool:
             return False
         direct = _cudnn_conv(input, weight, padding, stride, dilation, groups, _cudnn_benchmark(),
                              _cudnn_deterministic(), _cudnn_tf32())
-    except (RuntimeError, TypeError):  # ints where torch's sequences go, TF32 switched per op (the
-        return False                    # convolution's and the RNN's differ), an op whose signature changed
+    except (RuntimeError, TypeError):  # ints where torch's sequences go, an op whose signature changed
+        return False
     return bool(direct.stride() == out.stride() and torch.equal(direct, out))
 
 
@@ -227,8 +235,8 @@ def _conv_module_forward(cls: type[nn.Module], torch_fn: Callable[..., Any],
                     try:
                         return cudnn_conv(input, weight, self.padding, self.stride, self.dilation, self.groups,
                                           _cudnn_benchmark(), _cudnn_deterministic(), _cudnn_tf32())
-                    except RuntimeError:  # TF32 switched per op (torch's call reads the convolution's), or
-                        pass              # a failure torch's own call reports in its words
+                    except RuntimeError:  # a failure torch's own call reports in its words
+                        pass
                 return torch_fn(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
         return functional(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
     forward.__doc__ = original.__doc__

@@ -142,11 +142,11 @@ def _captured(model_call) -> set[Workload]:
     seen: list[Workload] = []
     real = config_choice.choose_config
 
-    def recording(device, workload, torch_comparable=True):
+    def recording(device, workload, torch_comparable=True, torch_workload=None):
         w = workload()
         if w is not None:
             seen.append(w)
-        return real(device, workload, torch_comparable)
+        return real(device, workload, torch_comparable, torch_workload)
 
     fastpath.invalidate()  # no signature stored by an earlier test may skip the config choice
     with pytest.MonkeyPatch.context() as mp:
@@ -327,7 +327,8 @@ def test_a_torch_timing_in_the_table_sends_patch_mode_to_torch(bt, tmp_path, mon
     monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     real = config_choice.choose_config
-    monkeypatch.setattr(config_choice, "choose_config", lambda device, workload, torch_comparable=True: real(_FakeCuda(), workload, torch_comparable))
+    monkeypatch.setattr(config_choice, "choose_config", lambda device, workload, torch_comparable=True, torch_workload=None:
+                        real(_FakeCuda(), workload, torch_comparable, torch_workload))
     fastpath.invalidate()
     assert dmod.dispatcher().decide(slow, SPEC).torch_preferred
     assert not dmod.dispatcher().decide(fast, SPEC).torch_preferred

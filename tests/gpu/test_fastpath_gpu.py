@@ -112,7 +112,8 @@ def test_hits_of_a_tma_kernel_encode_each_buffers_descriptors(monkeypatch: pytes
     from alcop_triton import config_choice
     from alcop_triton.records import KernelConfig
     cfg = KernelConfig(128, 128, 64, group_m=8, num_warps=8, smem_stages=3, async_copy="tma", persistent=True)
-    monkeypatch.setattr(config_choice, "choose_config", lambda device, workload, torch_comparable=True: cfg)
+    monkeypatch.setattr(config_choice, "choose_config",
+                        lambda device, workload, torch_comparable=True, torch_workload=None: cfg)
     a, b = _rand(512, 256), _rand(256, 384, seed=1)
     first = at.matmul(a, b)
     ys = [at.matmul(a, b) for _ in range(3)]
