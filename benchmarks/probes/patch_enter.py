@@ -11,7 +11,11 @@ taking turns pass by pass (e2e.py's order):
   own functions and back (what installing and removing the wrappers does to torch's classes and modules,
   without any wrapper being called);
 * ``reassign_modules_per_pass``: the same for the module attributes only (``torch``, ``torch.nn.functional``),
-  ``torch.Tensor``'s left alone.
+  ``torch.Tensor``'s left alone;
+* ``empty_block_then_eager``: an empty ``patched()`` block entered and left, then an eager pass, timed together
+  (what entering and leaving costs a pass with no call routed);
+* ``enabled_before_pass``: ``enable()`` before the timer starts, ``disable()`` after it stops (the routed
+  calls without the entering and leaving).
 
 Then, in blocks of passes (``--rounds`` rounds of ``eager_block`` and ``patched_once_block``): eager passes, and
 passes inside one ``enable()`` made before the block (the wrappers installed once, as for a model served
@@ -73,15 +77,32 @@ def main(argv: list[str] | None = None) -> int:
                     setattr(owner, name, fn)
         return block
 
+    @contextlib.contextmanager
+    def after_empty_block() -> Iterator[None]:
+        with at.patched():
+            pass
+        yield
+
     per_pass: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
         "eager": contextlib.nullcontext, "patched_per_pass": at.patched,
         "reassign_per_pass": reassigning(lambda owner: True),
-        "reassign_modules_per_pass": reassigning(lambda owner: owner is not torch.Tensor)}
+        "reassign_modules_per_pass": reassigning(lambda owner: owner is not torch.Tensor),
+        "empty_block_then_eager": after_empty_block, "enabled_before_pass": contextlib.nullcontext}
+    # modes whose patch mode is switched outside the timed interval: (before, after)
+    outside: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {"enabled_before_pass": (at.enable, at.disable)}
     modes = [*per_pass, "eager_block", "patched_once_block"]
     events: dict[str, list[float]] = {m: [] for m in modes}
     host: dict[str, list[float]] = {m: [] for m in modes}
 
     def timed(mode: str, ctx: Callable[[], contextlib.AbstractContextManager[None]]) -> None:
+        before, after = outside.get(mode, (_nothing, _nothing))
+        before()
+        try:
+            _timed(mode, ctx)
+        finally:
+            after()
+
+    def _timed(mode: str, ctx: Callable[[], contextlib.AbstractContextManager[None]]) -> None:
         torch.cuda.synchronize()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0 = time.perf_counter()
@@ -94,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         events[mode].append(s.elapsed_time(e))
 
     with torch.inference_mode():
-        for ctx in per_pass.values():  # warm-up: every mode's first calls (alcop's kernels built)
+        for mode, ctx in per_pass.items():  # warm-up: every mode's first calls (alcop's kernels built)
             for _ in range(3):
-                with ctx():
-                    model(x)
+                timed(mode, ctx)
+        for m in modes:
+            events[m].clear()
+            host[m].clear()
         for _ in range(a.passes):
             for mode, ctx in per_pass.items():
                 timed(mode, ctx)
@@ -120,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"| {r['mode']} | {r['events_ms']:.2f} | {r['host_ms']:.2f} | {eager / r['events_ms']:.3f}x |"
               for r in rows]
     return publish(a.out_dir, "patch_enter", meta, rows, lines)
+
+
+def _nothing() -> None:
+    pass
 
 
 if __name__ == "__main__":
