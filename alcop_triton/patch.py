@@ -17,8 +17,9 @@ How: while patch mode is on in some thread, those attributes of ``torch``, ``tor
 ``torch.Tensor`` are thin wrappers; in a thread with patch mode on they call the drop-in, in every
 other thread torch's own function. The ``forward`` of ``nn.Conv1d``/``2d``/``3d`` is replaced as well
 (``CONV_MODULES``): torch's calls ``_conv_forward``, which calls ``F.convNd``; patch mode's makes the
-functional call itself, one Python call fewer, and a call site left to torch calls torch's function with
-no Python call of alcop's at all (see ``_conv_module_forward``). The originals are put back when the last thread leaves patch mode.
+functional call itself, one Python call fewer, and a call site left to torch calls torch's function (or
+cuDNN's op, where that is torch's call) with no Python call of alcop's at all (``_conv_module_forward``).
+The originals are put back when the last thread leaves patch mode.
 Every other torch call meets no alcop code at all: a ``TorchFunctionMode`` would put a Python dispatch
 (~2 µs) on each of them, which made host-bound models (ResNet-50: a thousand batch norms, relus and
 adds per pass) slower under patch mode than without. The price of wrappers: code that took its own
@@ -107,6 +108,7 @@ _CUDNN = getattr(getattr(torch._C, "_ConvBackend", None), "Cudnn", None)
 _cudnn_benchmark = torch._C._get_cudnn_benchmark
 _cudnn_deterministic = torch._C._get_cudnn_deterministic
 _fp32_precision = getattr(torch._C, "_get_fp32_precision_getter", None)
+_autocast = torch._C._is_any_autocast_enabled
 
 
 def _cudnn_tf32() -> bool:
@@ -115,7 +117,6 @@ def _cudnn_tf32() -> bool:
     if _fp32_precision is None:
         return bool(torch._C._get_cudnn_allow_tf32())
     return bool(_fp32_precision("cuda", "conv") == "tf32")
-_autocast = torch._C._is_any_autocast_enabled
 
 
 def _runs_as_cudnn(args: tuple[Any, ...], out: Any) -> bool:
@@ -129,6 +130,8 @@ def _runs_as_cudnn(args: tuple[Any, ...], out: Any) -> bool:
         return False
     input, weight, bias, stride, padding, dilation, groups = args
     if bias is not None or type(padding) is str or type(out) is not torch.Tensor:
+        return False
+    if input.is_cuda and torch.cuda.is_current_stream_capturing():  # comparing results would synchronise
         return False
     try:
         backend = _select_conv_backend(input, weight, None, list(stride), list(padding), list(dilation), False,
