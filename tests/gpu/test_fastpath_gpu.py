@@ -198,3 +198,26 @@ def test_patch_mode_hands_a_convolution_left_to_cudnn_to_cudnns_op(monkeypatch: 
                 sys.setprofile(None)
     assert "cudnn_convolution" in builtins and "conv2d" not in builtins, builtins
     assert got.stride() == want.stride() and torch.equal(got, want)
+
+
+def test_a_site_left_to_cudnn_first_stored_inside_a_cuda_graph_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check against torch's result would synchronise: inside a capture the site keeps torch's call.
+    from alcop_triton import config_choice, patch
+    real = config_choice.choose_config
+
+    def measured_slower(*args: Any, **kwargs: Any) -> Any:
+        fastpath.note_torch_preferred()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+    conv = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False).cuda().half().to(memory_format=torch.channels_last)
+    x = _rand(4, 32, 16, 16).to(memory_format=torch.channels_last)
+    graph = torch.cuda.CUDAGraph()
+    with torch.inference_mode(), at.patched():
+        conv(x)  # the signature's first call (alcop's, while deciding), before the capture
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            y = conv(x)  # stored as torch's here
+        assert patch._to_torch[patch.ops.conv2d][id(conv.weight)][2] is False
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, conv(x))
