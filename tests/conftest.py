@@ -105,6 +105,19 @@ def _no_tf32() -> Iterator[None]:
 
 
 @pytest.fixture
+def torch_measured_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every workload's records say torch runs it faster (the config choice says so,
+    as the dispatcher's ``Decision.torch_preferred`` does on a GPU): patch mode leaves every call to torch."""
+    from alcop_triton import config_choice, fastpath
+    real = config_choice.choose_config
+
+    def measured_slower(*args: Any, **kwargs: Any) -> Any:
+        fastpath.note_torch_preferred()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+
+
+@pytest.fixture
 def grids(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
     """The launch grids of the generated kernels called in the test, in call order."""
     import importlib

@@ -166,18 +166,12 @@ def test_grad_calls_repeat_their_autograd_function() -> None:
         assert ((got.float() - ref).norm() / ref.norm()).item() < 2e-2
 
 
-def test_patch_mode_hands_a_convolution_left_to_cudnn_to_cudnns_op(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_patch_mode_hands_a_convolution_left_to_cudnn_to_cudnns_op(torch_measured_faster: None) -> None:
     # A ResNet-like layer (fp16, channels-last, no bias) whose records prefer cuDNN: after the site is
     # stored, the module calls torch.cudnn_convolution itself, with torch's result to the bit.
     import sys
 
-    from alcop_triton import config_choice, patch
-    real = config_choice.choose_config
-
-    def measured_slower(*args: Any, **kwargs: Any) -> Any:
-        fastpath.note_torch_preferred()
-        return real(*args, **kwargs)
-    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+    from alcop_triton import patch
     conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).cuda().half().to(memory_format=torch.channels_last)
     x = _rand(8, 64, 28, 28).to(memory_format=torch.channels_last)
     builtins: list[str] = []
@@ -200,15 +194,9 @@ def test_patch_mode_hands_a_convolution_left_to_cudnn_to_cudnns_op(monkeypatch: 
     assert got.stride() == want.stride() and torch.equal(got, want)
 
 
-def test_a_site_left_to_cudnn_first_stored_inside_a_cuda_graph_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_site_left_to_cudnn_first_stored_inside_a_cuda_graph_capture(torch_measured_faster: None) -> None:
     # The check against torch's result would synchronise: inside a capture the site keeps torch's call.
-    from alcop_triton import config_choice, patch
-    real = config_choice.choose_config
-
-    def measured_slower(*args: Any, **kwargs: Any) -> Any:
-        fastpath.note_torch_preferred()
-        return real(*args, **kwargs)
-    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+    from alcop_triton import patch
     conv = torch.nn.Conv2d(32, 32, 3, padding=1, bias=False).cuda().half().to(memory_format=torch.channels_last)
     x = _rand(4, 32, 16, 16).to(memory_format=torch.channels_last)
     graph = torch.cuda.CUDAGraph()

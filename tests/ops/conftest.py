@@ -92,15 +92,3 @@ def fallbacks(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -
     if "fallbacks" not in inspect.signature(request.function).parameters:
         assert not calls, f"ops fell back to torch: {calls}"
 
-
-@pytest.fixture
-def torch_measured_faster(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every workload's records say torch runs it faster (on a GPU the dispatcher's
-    ``Decision.torch_preferred`` says so; here the config choice says it)."""
-    from alcop_triton import config_choice, fastpath
-    real = config_choice.choose_config
-
-    def measured_slower(*args: Any, **kwargs: Any) -> Any:
-        fastpath.note_torch_preferred()
-        return real(*args, **kwargs)
-    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
