@@ -19,6 +19,11 @@ from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
 
+DEPENDENT_LAUNCH_CC = (9, 0)
+"""Programmatic dependent launch (``griddepcontrol``) exists from Hopper on. Over the ALCOP dense + bmm suite
+on an H100 it took the dispatched kernels from 0.982x to 1.011x cuBLAS's time under CUDA graphs
+(``benchmarks/results/pdl_h100``): each launch overlaps the tail of the kernel before it."""
+
 INTERPRETER_PROGRAMS = 2
 """Programs of a persistent kernel in the interpreter, which runs them one after another: two still
 make each program loop over several tiles, as on a GPU."""
@@ -37,6 +42,12 @@ class Variant:
     sizes: tuple[tuple[str, Any], ...]
     descriptors: tuple[Descriptor, ...]
     m_box: tuple[tuple[str, str], ...] = ()  # (M axis, box extent) when the M tile is a box (TileIndices.box)
+    dependent_launch: bool = False           # Kernel.dependent_launch: launched with launch_pdl
+
+    def options(self) -> dict[str, Any]:
+        """Triton's launch options for this variant."""
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages} | (
+            {"launch_pdl": True} if self.dependent_launch else {})
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,9 @@ class CompiledKernel:
                                               "aligned; copied with pointers",))
         # rewrite: async-copy mechanism, register prefetch, shared-memory num_stages
         k = apply_pipeline(k, plan)
+        # launch: on Hopper, programs start during the previous kernel's tail and wait for it before memory
+        if device_type == "cuda" and spec is not None and spec.cc >= DEPENDENT_LAUNCH_CC:
+            k = k.replace(dependent_launch=True, passes=k.passes + ("DependentLaunch(gdc_wait first)",))
         # codegen: loop nest -> Triton source, checked by compile()
         src = codegen.generate(k, self._header(k, plan, spec))
         fn, path = load_kernel(src, k.name)
@@ -150,7 +164,8 @@ class CompiledKernel:
                 log.warning("alcop %s: %s", k.name, n)
         ti = next((n for n, _ in find(k.body, lambda x: isinstance(x, TileIndices) and x.dim == "m")), None)
         box = tuple(zip(k.axes["m"], ti.box)) if isinstance(ti, TileIndices) and ti.box else ()
-        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes, k.descriptors, box)
+        v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes, k.descriptors, box,
+                    k.dependent_launch)
         self._variants[(key, device_type)] = v
         return v
 
@@ -274,14 +289,13 @@ class CompiledKernel:
         args: list[Any] = list(all_x) + [tma_descriptor(all_x[i], dims, block) for i, dims, block in descs]
         args += _split_buffers(split, tiles * tot["b"], c, dev) if split > 1 else []
         args += [value for _, value in scalars]
-        nw, ns = v.num_warps, v.num_stages
         if self.config.persistent:
             grid: tuple[int, ...] = (min(tiles * tot["b"], self._resident(v, dev, args, c)),)
         else:
             grid = (tiles, tot["b"]) + ((split,) if split > 1 else ())
             if grid[1] > 65535:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
-        return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args), c | {"num_warps": nw, "num_stages": ns},
+        return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args), c | v.options(),
                       len(all_x), dev, descs), out
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
@@ -291,7 +305,7 @@ class CompiledKernel:
             return INTERPRETER_PROGRAMS
         key = (v.path, dev.index)
         if key not in self._slots:
-            compiled = v.fn.warmup(*args, **c, num_warps=v.num_warps, num_stages=v.num_stages, grid=(1,))
+            compiled = v.fn.warmup(*args, **c, **v.options(), grid=(1,))
             self._slots[key] = resident_programs(compiled, v.num_warps, dev)
         return self._slots[key]
 

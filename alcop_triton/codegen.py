@@ -24,7 +24,7 @@ RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid
             "mask_n", "mask_out", "offs_m", "offs_n", "a_desc", "b_desc", "out_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K",
             "REG_SPLIT", "GROUP_M", "SPLIT_K", "pid_s", "k_base", "k_chunks", "k_chunks_all", "k_chunks_per_split",
             "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "split_g",
-            "split_g_first", "split_g_n", "n_tiles", "float"}
+            "split_g_first", "split_g_n", "n_tiles", "float", "gdc_wait"}
 SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
 """Extra pointer parameters of a split-K kernel, after the output and any descriptors: float32 partial tiles,
 arrival counters (``split_locks_needed``)."""
@@ -703,6 +703,8 @@ def generate(k: Kernel, header: str) -> str:
     w.line('"""')
     w.line("import triton")
     w.line("import triton.language as tl")
+    if k.dependent_launch:
+        w.line("from triton.language.extra.cuda import gdc_wait")
     w.line()
     w.line()
     w.line("@triton.jit")
@@ -710,6 +712,10 @@ def generate(k: Kernel, header: str) -> str:
     w.line(f"def {k.name}({', '.join(signature(k))}, {consts}):")
     c = Ctx(k, w)
     with w.indent():
+        if k.dependent_launch:
+            w.line("# programmatic dependent launch: this program may start while the kernel before it on the stream")
+            w.line("# still runs; it waits here for that kernel to finish, before its first memory access")
+            w.line("gdc_wait()")
         if k.multiple_of:
             w.line("# alignment known at launch (Triton itself only specialises multiples of 16), stated as x // d * d")
             w.line("# (tl.multiple_of does not reach scalar arguments): masked loads and strided rows then use")

@@ -273,6 +273,9 @@ class Kernel:
     # halves makes every masked load scalar (2-byte loads, no cp.async, register spills).
     multiple_of: dict[str, int] = field(default_factory=dict)
     descriptors: tuple[Descriptor, ...] = ()  # host-side TMA descriptors, kernel parameters after the output
+    # Launched with programmatic dependent launch (Hopper): programs may start while the previous kernel on
+    # the stream finishes, so the kernel waits for it (``gdc_wait``) before its first memory access.
+    dependent_launch: bool = False
 
     def replace(self, **kw: Any) -> Kernel:
         return dataclasses.replace(self, **kw)

@@ -168,3 +168,23 @@ def test_signature_specialises_unit_strides_away() -> None:
     kern = lower(Schedule.from_config(C, CFG), (A, B), unit_stride={"A": 0, "B": None})
     assert codegen.signature(kern) == ["A", "B", "C", "M", "K", "N", "stride_A_1", "stride_B_0", "stride_B_1",
                                        "stride_C_0"]
+
+
+@pytest.mark.parametrize("gpu, dependent", [("H100", True), ("A100", False)])
+def test_hopper_kernels_wait_for_the_previous_kernel_before_any_memory_access(gpu: str, dependent: bool) -> None:
+    """A CUDA variant for a GPU with programmatic dependent launch calls ``gdc_wait()`` as its first statement
+    (a program may start while the kernel before it still runs) and is launched with ``launch_pdl``; the CPU
+    variant of the same build, and a GPU without it, have neither."""
+    inputs, out = km.matmul_te("float16", False)
+    k = at.build(Schedule.from_config(out, KernelConfig(64, 64, 32, smem_stages=3)), inputs + [out], gpu=gpu)
+    key = k._default_key()
+    cuda, cpu = k._variant(key, "cuda"), k._variant(key, "cpu")
+    assert cuda.dependent_launch is dependent and not cpu.dependent_launch
+    assert ("launch_pdl" in cuda.options()) is dependent and "launch_pdl" not in cpu.options()
+    assert cuda.options()["num_warps"] == 4 and cuda.options()["num_stages"] == cuda.num_stages
+    body = cuda.source.split("def alcop_c(")[1].splitlines()[1:]
+    code = [ln.strip() for ln in body if ln.strip() and not ln.strip().startswith("#")]
+    assert (code[0] == "gdc_wait()") is dependent
+    assert ("from triton.language.extra.cuda import gdc_wait" in cuda.source) is dependent
+    assert ("DependentLaunch" in _header(cuda.source)) is dependent
+    assert "gdc_wait" not in cpu.source

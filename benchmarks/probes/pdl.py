@@ -1,0 +1,138 @@
+"""Programmatic dependent launch: does a GEMM launched to overlap its predecessor's tail run faster?
+
+    python benchmarks/probes/pdl.py OUT_DIR [--shapes all|weak]
+
+Hopper can start a kernel's programs while the kernel before it on the stream is still finishing
+(``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``, Triton's ``launch_pdl``); the started
+programs must wait (``griddepcontrol.wait``, Triton's ``gdc_wait``) before touching memory the
+predecessor may write. For each ALCOP suite GEMM, the kernel of the config the dispatcher picks is
+timed as generated, and again from the same source with ``gdc_wait()`` as its first statement and
+launched with ``launch_pdl=True`` ("wait"), and with ``gdc_launch_dependents()`` after the wait as well
+("wait+trigger": the next kernel may start as soon as every program of this one has started). Both
+timers: the suite's graph timer, and eager calls after an L2 flush (each call's predecessor is the
+flush). Outputs are checked against the generated kernel's. Writes ``OUT_DIR/pdl.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from probe_io import publish, run_meta, table_head  # noqa: E402
+
+TIMER = ("graph: triton.testing.do_bench_cudagraph on one set of inputs (the suite's graph timer); eager: CUDA "
+         "events around one launch after an L2 flush, host synchronised first (median of 200)")
+WEAK = {(4096, 64, 4096), (4096, 64, 512), (50176, 128, 64), (1024, 2304, 768), (12544, 256, 1024),
+        (3136, 512, 2048), (512, 3072, 1024), (12544, 256, 128), (3136, 512, 1024), (512, 2304, 768)}
+"""(M, N, K) of the suite GEMMs furthest below cuBLAS in ``results/callpath_final_h100/suite`` (graph)."""
+
+
+def pdl_source(src: str, trigger: bool) -> str:
+    """``src`` (a generated kernel module) with ``gdc_wait()`` (and ``gdc_launch_dependents()``) first in
+    the kernel's body."""
+    lines = src.splitlines()
+    at = next(i for i, s in enumerate(lines) if s.startswith("def "))
+    body = ["    gdc_wait()  # nothing above reads or writes global memory"]
+    if trigger:
+        body.append("    gdc_launch_dependents()")
+    imports = ["from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait"]
+    first_import = next(i for i, s in enumerate(lines) if s.startswith("import triton"))
+    out = lines[:first_import] + imports + lines[first_import:at + 1] + body + lines[at + 1:]
+    return "\n".join(out) + "\n"
+
+
+def eager_us(fn: Any, flush: Any, reps: int = 200) -> float:
+    import statistics
+
+    import torch
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(1e3 * start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--shapes", choices=("all", "weak"), default="all")
+    a = ap.parse_args(argv)
+
+    import torch
+    from triton.testing import do_bench_cudagraph
+
+    import alcop_triton as at
+    from alcop_triton.config_choice import choose_config
+    from alcop_triton.runtime import load_kernel
+    from kernels.runner import make_runner
+    from suite import load_set
+
+    dev = torch.device("cuda")
+    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4 + 1, dtype=torch.int32, device=dev)
+    rows: list[dict[str, Any]] = []
+    for case in load_set("alcop"):
+        if a.shapes == "weak" and tuple(case.shape) not in WEAK:
+            continue
+        wl = at.Workload(case.op, tuple(case.shape), "float16", "nt")
+        cfg = choose_config(dev, lambda wl=wl: wl)
+        runner = make_runner(wl, cfg, "cuda")
+        inputs = runner.inputs(0)
+        launch, out = runner.bind(inputs)
+        assert launch is not None
+        src = Path(launch.jit.fn.__code__.co_filename).read_text()
+        name = launch.jit.fn.__name__
+        want = runner.run(inputs).clone()
+        x0, x1 = inputs
+        row: dict[str, Any] = {"workload": case.id, "config": str(cfg)}
+        variants = {"generated": launch}
+        for tag, trigger in (("wait", False), ("wait+trigger", True)):
+            fn, _ = load_kernel(pdl_source(src, trigger), name)
+            variants[tag] = (lambda fn=fn: fn[launch.grid](*launch.args, **launch.kwargs, launch_pdl=True))
+        for tag, call in variants.items():
+            out.fill_(float("nan"))
+            call()
+            torch.cuda.synchronize()
+            row[f"{tag}_equal"] = bool(torch.equal(out, want))
+            row[f"{tag}_graph_us"] = 1e3 * do_bench_cudagraph(call)
+            row[f"{tag}_eager_us"] = eager_us(call, flush)
+        tm = (lambda: torch.bmm(x0, x1)) if case.op == "bmm" else (lambda: torch.matmul(x0, x1))
+        row["torch_graph_us"] = 1e3 * do_bench_cudagraph(tm)
+        row["torch_eager_us"] = eager_us(tm, flush)
+        rows.append(row)
+        print(row, flush=True)
+    meta = run_meta(TIMER)
+    lines = table_head("Programmatic dependent launch of the dispatched GEMM kernels", meta,
+                       "fp16, B stored N x K, ALCOP dense + bmm suite; µs; 'equal': output bit-equal to the "
+                       "generated kernel's.",
+                       ["workload", "cuBLAS graph", "generated", "wait", "wait+trigger", "cuBLAS eager",
+                        "generated eager", "wait eager", "wait+trigger eager", "equal"])
+    for r in rows:
+        eq = all(r[f"{t}_equal"] for t in ("wait", "wait+trigger"))
+        lines.append(f"| {r['workload']} | {r['torch_graph_us']:.2f} | {r['generated_graph_us']:.2f} | "
+                     f"{r['wait_graph_us']:.2f} | {r['wait+trigger_graph_us']:.2f} | {r['torch_eager_us']:.2f} | "
+                     f"{r['generated_eager_us']:.2f} | {r['wait_eager_us']:.2f} | {r['wait+trigger_eager_us']:.2f} | "
+                     f"{'yes' if eq else 'NO'} |")
+
+    def gm(key: str, timer: str) -> float:
+        import math
+        return math.exp(sum(math.log(r[f"torch_{timer}_us"] / r[f"{key}_{timer}_us"]) for r in rows) / len(rows))
+    lines += ["", "Geomean cuBLAS / alcop: " + ", ".join(
+        f"{t} {timer} {gm(t, timer):.3f}x" for timer in ("graph", "eager") for t in ("generated", "wait", "wait+trigger"))]
+    return publish(a.out_dir, "pdl", meta, rows, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
