@@ -114,7 +114,7 @@ class CompiledKernel:
                 raise ScheduleError(f"build(static={tuple(static)}): {v!r} is not a size variable of the inputs "
                                     f"({sorted(known)})")
         self.static = tuple(static)
-        self._variants: dict[tuple[_Key, str], Variant] = {}
+        self._variants: dict[tuple[_Key, str, bool], Variant] = {}
         self._slots: dict[tuple[str, int | None], int] = {}  # persistent kernels: resident programs per device
         self.last: Variant | None = None
         # Lower once with the default layout now, so schedule errors surface at build time.
@@ -133,7 +133,8 @@ class CompiledKernel:
         return _Key(us, None, True, config.fp32_precision())
 
     def _variant(self, key: _Key, device_type: str) -> Variant:
-        cached = self._variants.get((key, device_type))
+        wanted = device_type == "cuda" and config.dependent_launch()
+        cached = self._variants.get((key, device_type, wanted))
         if cached is not None:
             return cached
         spec = self._spec(device_type)
@@ -154,7 +155,7 @@ class CompiledKernel:
         # rewrite: async-copy mechanism, register prefetch, shared-memory num_stages
         k = apply_pipeline(k, plan)
         # launch: on Hopper, programs start during the previous kernel's tail and wait for it before memory
-        if device_type == "cuda" and spec is not None and spec.cc >= DEPENDENT_LAUNCH_CC:
+        if wanted and spec is not None and spec.cc >= DEPENDENT_LAUNCH_CC:
             k = k.replace(dependent_launch=True, passes=k.passes + ("DependentLaunch(gdc_wait first)",))
         # codegen: loop nest -> Triton source, checked by compile()
         src = codegen.generate(k, self._header(k, plan, spec))
@@ -166,7 +167,7 @@ class CompiledKernel:
         box = tuple(zip(k.axes["m"], ti.box)) if isinstance(ti, TileIndices) and ti.box else ()
         v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes, k.descriptors, box,
                     k.dependent_launch)
-        self._variants[(key, device_type)] = v
+        self._variants[(key, device_type, wanted)] = v
         return v
 
     def _header(self, k: Any, plan: PipelinePlan, spec: Any) -> str:

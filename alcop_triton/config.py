@@ -22,8 +22,8 @@ def env_key(name: str) -> Any:
     return name if _ENCODE is None else _ENCODE(name)
 
 
-def _flag(name: str) -> bool:
-    v = os.environ.get(name, "0").strip().lower()
+def _flag(name: str, default: str = "0") -> bool:
+    v = os.environ.get(name, default).strip().lower()
     if v in ("", "0", "false", "no", "off"):
         return False
     if v in ("1", "true", "yes", "on"):
@@ -69,6 +69,14 @@ def strict() -> bool:
 def autotune() -> bool:
     """``ALCOP_AUTOTUNE=1``: tune unseen shapes at call time (otherwise: database, then the model)."""
     return _flag("ALCOP_AUTOTUNE")
+
+
+def dependent_launch() -> bool:
+    """``ALCOP_DEPENDENT_LAUNCH`` (default on): on sm90 and later, kernels are launched with programmatic
+    dependent launch and wait for the previous kernel on the stream before their first memory access;
+    ``0`` launches them one after another as on older GPUs (for a profiler or driver that mishandles the
+    launch attribute). Read when a kernel variant is built, so set it before the first call."""
+    return _flag("ALCOP_DEPENDENT_LAUNCH", "1")
 
 
 def interpret() -> bool:

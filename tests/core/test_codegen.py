@@ -170,11 +170,16 @@ def test_signature_specialises_unit_strides_away() -> None:
                                        "stride_C_0"]
 
 
-@pytest.mark.parametrize("gpu, dependent", [("H100", True), ("A100", False)])
-def test_hopper_kernels_wait_for_the_previous_kernel_before_any_memory_access(gpu: str, dependent: bool) -> None:
+@pytest.mark.parametrize("gpu, knob, dependent", [("H100", None, True), ("H100", "0", False), ("A100", None, False)])
+def test_hopper_kernels_wait_for_the_previous_kernel_before_any_memory_access(
+        gpu: str, knob: str | None, dependent: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A CUDA variant for a GPU with programmatic dependent launch calls ``gdc_wait()`` as its first statement
     (a program may start while the kernel before it still runs) and is launched with ``launch_pdl``; the CPU
-    variant of the same build, and a GPU without it, have neither."""
+    variant of the same build, a GPU without it and ``ALCOP_DEPENDENT_LAUNCH=0`` have neither."""
+    if knob is None:
+        monkeypatch.delenv("ALCOP_DEPENDENT_LAUNCH", raising=False)
+    else:
+        monkeypatch.setenv("ALCOP_DEPENDENT_LAUNCH", knob)
     inputs, out = km.matmul_te("float16", False)
     k = at.build(Schedule.from_config(out, KernelConfig(64, 64, 32, smem_stages=3)), inputs + [out], gpu=gpu)
     key = k._default_key()
