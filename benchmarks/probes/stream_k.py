@@ -51,6 +51,27 @@ def _owner(u, base, extra):
 
 
 @triton.jit
+def add_partials(ws, locks, tile, slot, count, acc, SLOTS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A program's partial sum ``acc`` of a tile shared by ``count`` programs, written to its ``slot`` of
+    the float32 workspace (``SLOTS`` slots per tile); ``(last, total)``: whether this program arrived last
+    (an atomic counter per tile), and then the tile's sum, added in slot order (so it does not depend on
+    the order of arrival) and its counter reset for the next launch."""
+    slots = ws + tile * (SLOTS * BLOCK_M * BLOCK_N)
+    cell = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(slots + slot * (BLOCK_M * BLOCK_N) + cell, acc)
+    tl.debug_barrier()
+    arrived = tl.atomic_add(locks + tile, 1, sem="acq_rel")
+    last = arrived == count - 1
+    total = acc
+    if last:
+        total = tl.load(slots + cell, cache_modifier=".cg")
+        for s in range(1, count):
+            total += tl.load(slots + s * (BLOCK_M * BLOCK_N) + cell, cache_modifier=".cg")
+        tl.store(locks + tile, 0)
+    return last, total
+
+
+@triton.jit
 def gemm_sk(a, b, c, ws, locks, M, N, K, sam, sak, sbk, sbn, scm, scn, SLOTS,
             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
             NUM_STAGES: tl.constexpr):
@@ -89,16 +110,9 @@ def gemm_sk(a, b, c, ws, locks, M, N, K, sam, sak, sbk, sbn, scm, scn, SLOTS,
         else:
             first = _owner(tile * chunks, base, extra)
             last = _owner(tile * chunks + chunks - 1, base, extra)
-            slots = ws + tile * (SLOTS * BLOCK_M * BLOCK_N)  # SLOTS: the most programs a tile can have
-            cell = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            tl.store(slots + (p - first) * (BLOCK_M * BLOCK_N) + cell, acc)
-            tl.debug_barrier()
-            arrived = tl.atomic_add(locks + tile, 1, sem="acq_rel")
-            if arrived == last - first:
-                acc = tl.load(slots + cell, cache_modifier=".cg")
-                for s in range(1, last - first + 1):
-                    acc += tl.load(slots + s * (BLOCK_M * BLOCK_N) + cell, cache_modifier=".cg")
-                tl.store(locks + tile, 0)
+            # SLOTS: the most programs a tile can have
+            done, acc = add_partials(ws, locks, tile, p - first, last - first + 1, acc, SLOTS, BLOCK_M, BLOCK_N)
+            if done:
                 tl.store(c + rm[:, None] * scm + rn[None, :] * scn, acc.to(c.dtype.element_ty), mask=cm & cn)
         u += j1 - j0
 

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from probe_io import GRAPH_TIMER, publish, run_meta, table_head  # noqa: E402
+from stream_k import add_partials  # noqa: E402
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -61,7 +62,6 @@ def gemm_skdp(a_desc, b_desc, c_desc, ws, locks, M, N, K, SK_TILES, DP_ROUNDS, S
     S = SK_TILES * ipt
     sk_start = p * S // P
     sk_len = (p + 1) * S // P - sk_start
-    cell = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for it in tl.range(0, sk_len + DP_ROUNDS * ipt, num_stages=NUM_STAGES):
         in_sk = it < sk_len
@@ -84,16 +84,9 @@ def gemm_skdp(a_desc, b_desc, c_desc, ws, locks, M, N, K, SK_TILES, DP_ROUNDS, S
                 c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(tl.float16))
             else:
                 first = _run_of(t0, S, P)
-                last = _run_of(t0 + ipt - 1, S, P)
-                slots = ws + tile * (SLOTS * BLOCK_M * BLOCK_N)
-                tl.store(slots + (p - first) * (BLOCK_M * BLOCK_N) + cell, acc)
-                tl.debug_barrier()
-                arrived = tl.atomic_add(locks + tile, 1, sem="acq_rel")
-                if arrived == last - first:
-                    tot = tl.load(slots + cell, cache_modifier=".cg")
-                    for s in range(1, last - first + 1):
-                        tot += tl.load(slots + s * (BLOCK_M * BLOCK_N) + cell, cache_modifier=".cg")
-                    tl.store(locks + tile, 0)
+                done, tot = add_partials(ws, locks, tile, p - first, _run_of(t0 + ipt - 1, S, P) - first + 1, acc,
+                                         SLOTS, BLOCK_M, BLOCK_N)
+                if done:
                     c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], tot.to(tl.float16))
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
