@@ -21,8 +21,8 @@ log = logging.getLogger("alcop_triton")
 
 DEPENDENT_LAUNCH_CC = (9, 0)
 """Programmatic dependent launch (``griddepcontrol``) exists from Hopper on. Over the ALCOP dense + bmm suite
-on an H100 it took the dispatched kernels from 0.982x to 1.011x cuBLAS's time under CUDA graphs
-(``benchmarks/results/pdl_h100``): each launch overlaps the tail of the kernel before it."""
+on an H100 it took the dispatched kernels from 0.982x to 1.011x cuBLAS (geomean of cuBLAS's time over
+theirs, CUDA graphs; ``benchmarks/results/pdl_h100``): each launch overlaps the tail of the kernel before it."""
 
 INTERPRETER_PROGRAMS = 2
 """Programs of a persistent kernel in the interpreter, which runs them one after another: two still
