@@ -7,8 +7,9 @@ Hopper can start a kernel's programs while the kernel before it on the stream is
 programs must wait (``griddepcontrol.wait``, Triton's ``gdc_wait``) before touching memory the
 predecessor may write. For each ALCOP suite GEMM, the kernel of the config the dispatcher picks is
 timed as generated, and again from the same source with ``gdc_wait()`` as its first statement and
-launched with ``launch_pdl=True`` ("wait"), and with ``gdc_launch_dependents()`` after the wait as well
-("wait+trigger": the next kernel may start as soon as every program of this one has started). Both
+launched with ``launch_pdl=True`` ("wait"; the kernel as generated since the library launches this way on
+Hopper), with ``gdc_launch_dependents()`` after the wait as well ("wait+trigger": the next kernel may start as
+soon as every program of this one has started), or before the epilogue ("wait+late trigger"). Both
 timers: the suite's graph timer, and eager calls after an L2 flush (each call's predecessor is the
 flush). Outputs are checked against the generated kernel's. Writes ``OUT_DIR/pdl.{json,md}``.
 """
@@ -34,14 +35,24 @@ WEAK = {(4096, 64, 4096), (4096, 64, 512), (50176, 128, 64), (1024, 2304, 768), 
 """(M, N, K) of the suite GEMMs furthest below cuBLAS in ``results/callpath_final_h100/suite`` (graph)."""
 
 
-def pdl_source(src: str, trigger: bool) -> str:
-    """``src`` (a generated kernel module) with ``gdc_wait()`` (and ``gdc_launch_dependents()``) first in
-    the kernel's body."""
+VARIANTS: dict[str, str | None] = {"wait": None, "wait+trigger": "start", "wait+late trigger": "epilogue"}
+"""Each variant's ``gdc_launch_dependents()``: none, first after the wait, or before the epilogue (a persistent
+kernel's epilogue is inside its tile loop, where the first call would trigger as early as at the start: none)."""
+EPILOGUE_MARKS = ("# epilogue, fused into the store", "# split-K: the partial tile goes to")
+
+
+def pdl_source(src: str, trigger: str | None) -> str:
+    """``src`` (a generated kernel module) with ``gdc_wait()`` first in the kernel's body (unless it has it),
+    and ``gdc_launch_dependents()`` where ``trigger`` says."""
     lines = src.splitlines()
     at = next(i for i, s in enumerate(lines) if s.startswith("def "))
-    body = ["    gdc_wait()  # nothing above reads or writes global memory"]
-    if trigger:
+    body = [] if any(s.strip() == "gdc_wait()" for s in lines) else ["    gdc_wait()  # nothing above reads or writes global memory"]
+    if trigger == "start":
         body.append("    gdc_launch_dependents()")
+    elif trigger == "epilogue" and not any(s.strip().startswith("# persistent:") for s in lines):
+        mark = next(i for i, s in enumerate(lines) if s.strip().startswith(EPILOGUE_MARKS))
+        indent = lines[mark][:len(lines[mark]) - len(lines[mark].lstrip())]
+        lines.insert(mark, indent + "gdc_launch_dependents()  # the next kernel may start during this epilogue")
     imports = ["from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait"]
     first_import = next(i for i, s in enumerate(lines) if s.startswith("import triton"))
     out = lines[:first_import] + imports + lines[first_import:at + 1] + body + lines[at + 1:]
@@ -98,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         x0, x1 = inputs
         row: dict[str, Any] = {"workload": case.id, "config": str(cfg)}
         variants = {"generated": launch}
-        for tag, trigger in (("wait", False), ("wait+trigger", True)):
+        for tag, trigger in VARIANTS.items():
             fn, _ = load_kernel(pdl_source(src, trigger), name)
-            variants[tag] = (lambda fn=fn: fn[launch.grid](*launch.args, **launch.kwargs, launch_pdl=True))
+            variants[tag] = (lambda fn=fn: fn[launch.grid](*launch.args, **(launch.kwargs | {"launch_pdl": True})))
         for tag, call in variants.items():
             out.fill_(float("nan"))
             call()
@@ -117,20 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     lines = table_head("Programmatic dependent launch of the dispatched GEMM kernels", meta,
                        "fp16, B stored N x K, ALCOP dense + bmm suite; µs; 'equal': output bit-equal to the "
                        "generated kernel's.",
-                       ["workload", "cuBLAS graph", "generated", "wait", "wait+trigger", "cuBLAS eager",
-                        "generated eager", "wait eager", "wait+trigger eager", "equal"])
+                       ["workload", "cuBLAS graph", "generated", *VARIANTS, "cuBLAS eager", "generated eager",
+                        *(f"{t} eager" for t in VARIANTS), "equal"])
+    tags = ("generated", *VARIANTS)
     for r in rows:
-        eq = all(r[f"{t}_equal"] for t in ("wait", "wait+trigger"))
-        lines.append(f"| {r['workload']} | {r['torch_graph_us']:.2f} | {r['generated_graph_us']:.2f} | "
-                     f"{r['wait_graph_us']:.2f} | {r['wait+trigger_graph_us']:.2f} | {r['torch_eager_us']:.2f} | "
-                     f"{r['generated_eager_us']:.2f} | {r['wait_eager_us']:.2f} | {r['wait+trigger_eager_us']:.2f} | "
-                     f"{'yes' if eq else 'NO'} |")
+        eq = all(r[f"{t}_equal"] for t in VARIANTS)
+        lines.append(f"| {r['workload']} | {r['torch_graph_us']:.2f} | "
+                     + " | ".join(f"{r[f'{t}_graph_us']:.2f}" for t in tags) + f" | {r['torch_eager_us']:.2f} | "
+                     + " | ".join(f"{r[f'{t}_eager_us']:.2f}" for t in tags) + f" | {'yes' if eq else 'NO'} |")
 
     def gm(key: str, timer: str) -> float:
         import math
         return math.exp(sum(math.log(r[f"torch_{timer}_us"] / r[f"{key}_{timer}_us"]) for r in rows) / len(rows))
     lines += ["", "Geomean cuBLAS / alcop: " + ", ".join(
-        f"{t} {timer} {gm(t, timer):.3f}x" for timer in ("graph", "eager") for t in ("generated", "wait", "wait+trigger"))]
+        f"{t} {timer} {gm(t, timer):.3f}x" for timer in ("graph", "eager") for t in tags)]
     return publish(a.out_dir, "pdl", meta, rows, lines)
 
 
