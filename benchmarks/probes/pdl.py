@@ -26,10 +26,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from probe_io import publish, run_meta, table_head  # noqa: E402
+from probe_io import cold_calls, publish, run_meta, table_head  # noqa: E402
 
+EAGER_ROUNDS = 200
 TIMER = ("graph: triton.testing.do_bench_cudagraph on one set of inputs (the suite's graph timer); eager: CUDA "
-         "events around one launch after an L2 flush, host synchronised first (median of 200)")
+         f"events around one launch after an L2 flush, host synchronised first, variants in turns (probe_io.cold_calls, "
+         f"median of {EAGER_ROUNDS})")
 WEAK = {(4096, 64, 4096), (4096, 64, 512), (50176, 128, 64), (1024, 2304, 768), (12544, 256, 1024),
         (3136, 512, 2048), (512, 3072, 1024), (12544, 256, 128), (3136, 512, 1024), (512, 2304, 768)}
 """(M, N, K) of the suite GEMMs furthest below cuBLAS in ``results/callpath_final_h100/suite`` (graph)."""
@@ -59,23 +61,6 @@ def pdl_source(src: str, trigger: str | None) -> str:
     return "\n".join(out) + "\n"
 
 
-def eager_us(fn: Any, flush: Any, reps: int = 200) -> float:
-    import statistics
-
-    import torch
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(1e3 * start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir")
@@ -92,7 +77,6 @@ def main(argv: list[str] | None = None) -> int:
     from suite import load_set
 
     dev = torch.device("cuda")
-    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4 + 1, dtype=torch.int32, device=dev)
     rows: list[dict[str, Any]] = []
     for case in load_set("alcop"):
         if a.shapes == "weak" and tuple(case.shape) not in WEAK:
@@ -118,10 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
             row[f"{tag}_equal"] = bool(torch.equal(out, want))
             row[f"{tag}_graph_us"] = 1e3 * do_bench_cudagraph(call)
-            row[f"{tag}_eager_us"] = eager_us(call, flush)
-        tm = (lambda: torch.bmm(x0, x1)) if case.op == "bmm" else (lambda: torch.matmul(x0, x1))
-        row["torch_graph_us"] = 1e3 * do_bench_cudagraph(tm)
-        row["torch_eager_us"] = eager_us(tm, flush)
+        variants["torch"] = (lambda: torch.bmm(x0, x1)) if case.op == "bmm" else (lambda: torch.matmul(x0, x1))
+        row["torch_graph_us"] = 1e3 * do_bench_cudagraph(variants["torch"])
+        row |= {f"{r['row']}_eager_us": r["events_us"] for r in cold_calls(variants, EAGER_ROUNDS)}
         rows.append(row)
         print(row, flush=True)
     meta = run_meta(TIMER)
