@@ -5,8 +5,8 @@ Two caches, both keyed by everything that decides what a call runs:
 ``call(op, tensors, params, eager, dispatched)`` (the drop-ins, the custom ops' implementations and
 ``@alcop_triton.op`` ops go through it). The call's *signature* is one tuple: the op and its
 non-tensor parameters, each tensor's shape, strides, dtype, device, 16-byte alignment and whether it
-requires grad (in grad mode), the ``ALCOP_STRICT`` setting, whether the call comes through patch
-mode and, for float32 inputs, their precision (``config.fp32_precision``: torch's TF32 switch and
+requires grad (in grad mode), the ``ALCOP_STRICT`` setting, whether patch mode is on in the calling
+thread and, for float32 inputs, their precision (``config.fp32_precision``: torch's TF32 switch and
 ``ALCOP_FP32``). The first call of a signature runs ``eager`` (argument checks, fallback policy,
 config choice, binding, compilation) while recording the launches it makes; if they account for
 the whole result (each kernel tensor is a view of an input or of the output, nothing was computed by
@@ -119,17 +119,22 @@ class _Applying:
 @dataclass(frozen=True)
 class _Mode:
     """What the calls of one thread (one context) are part of: another call's first run, which records
-    the launches; a first call on the autograd route; patch mode (a routed wrapper's call); a
-    ``use_config`` block (``forcing``: its config, not the stored launches). ``_DIRECT`` and ``_PATCHED``
-    are the modes with none of the others: only their calls may take a call site's candidate."""
+    the launches; a first call on the autograd route; patch mode (``patched``: the calls' signatures are
+    patch mode's own, which may send a workload to torch; ``routes``: torch's routed functions called
+    here go to the drop-ins, as they do at the top level of patch mode, not inside a drop-in's own run);
+    a ``use_config`` block (``forcing``: its config, not the stored launches). ``_DIRECT``, ``_PATCHED``
+    and ``_ROUTING`` are the modes with none of recording, applying or forcing: only their calls may
+    take a call site's candidate."""
     recording: _Recording | None = None
     applying: _Applying | None = None
     patched: bool = False
+    routes: bool = False
     forced: bool = False
 
 
 _DIRECT = _Mode()
 _PATCHED = _Mode(patched=True)
+_ROUTING = _Mode(patched=True, routes=True)
 # A context variable, not a threading.local: every call reads it, and a variable's get() is a lookup
 # in its own cache, where a thread-local's attribute goes through the thread's dict (microseconds on
 # a call that finds the CPU's caches cold, as an eager call after a synchronisation does). Each
@@ -158,10 +163,20 @@ def _traced_mode() -> _Mode:
     return _DIRECT if _dynamo_tracing() else _mode.get()
 
 
-def patched_mode(mode: _Mode) -> _Mode:
-    """``mode`` as patch mode's: a routed wrapper's call runs in it (its signatures are patch mode's
-    own, which may send a workload to torch; its own torch calls go to torch's functions)."""
-    return _PATCHED if mode is _DIRECT else mode if mode.patched else replace(mode, patched=True)
+def set_routing(on: bool) -> None:
+    """Patch mode turned on (``on``) or off in this thread: from here on its calls are patch mode's
+    (``_Mode.patched``) and torch's routed functions go to the drop-ins (``routes``), or neither."""
+    mode = _mode.get()
+    if on:
+        _mode.set(_ROUTING if mode is _DIRECT else replace(mode, patched=True, routes=True))
+    else:
+        _mode.set(_DIRECT if mode is _ROUTING else replace(mode, patched=False, routes=False))
+
+
+def unrouted(mode: _Mode) -> _Mode:
+    """``mode`` (one that ``routes``) inside a drop-in's own run: its signatures stay patch mode's, its
+    torch calls (a fallback, a bias add) go to torch's functions instead of coming back to it."""
+    return _PATCHED if mode is _ROUTING else replace(mode, routes=False)
 
 
 Pick = Callable[[tuple[Any, ...]], Any]
@@ -407,11 +422,18 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     if not (_compiler._is_compiling_flag or _dispatch_modes() > 0 or _transforms()):
         site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), mode.patched, _grad_enabled())
         site = _sites.get(site_key)
-        if site is not None and (mode is _DIRECT or mode is _PATCHED):
+        if site is not None and (mode is _DIRECT or mode is _ROUTING or mode is _PATCHED):
             stored = _site_hit(site, tensors)
             if stored is not None:
                 _counters.hits += 1
                 return stored(tensors)
+    if mode.routes:  # patch mode's call, not served by its site: what runs now is the drop-in's own
+        token = _mode.set(unrouted(mode))
+        try:
+            return call(op, tensors, params, eager, dispatched, torch_fn, grad)
+        finally:
+            _mode.reset(token)
+    if site_key is not None:
         try:
             key = _key(op, tensors, params)
         except (TypeError, RuntimeError, AttributeError):  # not tensors, or tensors without strides: the checks say why

@@ -310,8 +310,10 @@ def _baddbmm(alcop: Any, input: Tensor, batch1: Tensor, batch2: Tensor, beta: fl
     return _add_product(alcop, "baddbmm", input, batch1, batch2, beta, alpha, None, 3, torch.baddbmm)
 
 
-_ADDMM = _routes(_addmm, lambda input, m1, m2, beta, alpha: torch.addmm(input, m1, m2, beta=beta, alpha=alpha))
-_BADDBMM = _routes(_baddbmm, lambda input, b1, b2, beta, alpha: torch.baddbmm(input, b1, b2, beta=beta, alpha=alpha))
+# torch's own functions, taken before patch mode can wrap them (as ``_F_LINEAR`` below)
+_TORCH_ADDMM, _TORCH_BADDBMM = torch.addmm, torch.baddbmm
+_ADDMM = _routes(_addmm, lambda input, m1, m2, beta, alpha: _TORCH_ADDMM(input, m1, m2, beta=beta, alpha=alpha))
+_BADDBMM = _routes(_baddbmm, lambda input, b1, b2, beta, alpha: _TORCH_BADDBMM(input, b1, b2, beta=beta, alpha=alpha))
 _SCALARS = (int, float, bool)
 
 

@@ -19,7 +19,10 @@ other thread torch's own function. The ``forward`` of ``nn.Conv1d``/``2d``/``3d`
 (``CONV_MODULES``): torch's calls ``_conv_forward``, which calls ``F.convNd``; patch mode's makes the
 functional call itself, one Python call fewer, and a call site left to torch calls torch's function (or
 cuDNN's op, where that is torch's call) with no Python call of alcop's at all (``_conv_module_forward``).
-The originals are put back when the last thread leaves patch mode.
+The originals are put back when the last thread leaves patch mode. Which thread is in patch mode is
+the fast path's per-thread mode (``fastpath.set_routing``), which the drop-ins read on every call
+anyway: so a routed call costs the wrapper's checks and nothing more, and a drop-in called directly in
+that thread is patch mode's call as well (where the records leave its workload to torch, torch runs it).
 Every other torch call meets no alcop code at all: a ``TorchFunctionMode`` would put a Python dispatch
 (~2 µs) on each of them, which made host-bound models (ResNet-50: a thousand batch norms, relus and
 adds per pass) slower under patch mode than without. The price of wrappers: code that took its own
@@ -42,10 +45,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import generation, ops
-from .fastpath import _DIRECT, _PATCHED, _compiler, _dispatch_modes, _dynamo_tracing, _transforms
+from .fastpath import _ROUTING, _compiler, _dispatch_modes, _dynamo_tracing, _transforms, set_routing, unrouted
 from .fastpath import _counters as _fastpath_counters
 from .fastpath import _mode as _fastpath_mode
-from .fastpath import patched_mode
 
 ROUTES: tuple[tuple[Any, str, Callable[..., Any]], ...] = (
     (torch, "matmul", ops.matmul), (torch.Tensor, "matmul", ops.matmul), (torch.Tensor, "__matmul__", ops.matmul),
@@ -188,18 +190,21 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
                 trains = any(isinstance(a, tensor) and a.requires_grad for a in (*args[:3], *kwargs.values()))
             if trains:
                 return original(*args, **kwargs)
-        if not _state.on:  # another thread's patch mode installed the wrappers
-            return original(*args, **kwargs)
         mode = _fastpath_mode.get()
-        if mode.patched:  # the drop-in's own torch calls (a fallback, a bias add) go to torch's function
-            return original(*args, **kwargs)
+        if not mode.routes:  # patch mode is off in this thread (another's installed the wrappers), or this
+            return original(*args, **kwargs)  # is a drop-in's own torch call (a fallback, a bias add)
         sent = _fastpath_counters.to_torch
-        # The drop-in's signatures are patch mode's own (they may send a workload to torch).
-        token = _fastpath_mode.set(_PATCHED if mode is _DIRECT else patched_mode(mode))
-        try:
-            out = route(*args, **kwargs) if kwargs else route(*args)
-        finally:
-            _fastpath_mode.reset(token)
+        if mode is _ROUTING and not kwargs:
+            # The drop-in's call: its signatures are this thread's mode's, patch mode's, and where none of
+            # its stored call sites serves it, the fast path leaves routing for the rest (``fastpath.
+            # unrouted``). Nothing is set here: a context variable's set and reset would cost every call.
+            out = route(*args)
+        else:  # keywords (``out=``...) may take the drop-in's paths around the fast path: leave routing here
+            token = _fastpath_mode.set(unrouted(mode))
+            try:
+                out = route(*args, **kwargs)
+            finally:
+                _fastpath_mode.reset(token)
         if _fastpath_counters.to_torch != sent and not kwargs and len(args) > 1:
             a = args[0]
             if type(a) is torch.Tensor:
@@ -288,6 +293,7 @@ def _set(enabled: bool, blocks: int) -> None:
         elif not now and _threads_on == 0:
             _restore()
         _state.on = now
+        set_routing(now)
 
 
 def enable() -> None:

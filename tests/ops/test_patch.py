@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -232,6 +232,66 @@ def test_a_call_site_left_to_torch_goes_straight_to_torch(torch_measured_faster:
         generation.bump()  # new records: the site is decided again, through the fast path
         conv(x)
         assert fastpath.stats().hits == hits
+
+
+class _CountingMode:
+    """The fast path's mode variable, counting the times it is set."""
+
+    def __init__(self, var: Any) -> None:
+        self.var, self.sets = var, 0
+
+    def get(self) -> Any:
+        return self.var.get()
+
+    def set(self, value: Any) -> Any:
+        self.sets += 1
+        return self.var.set(value)
+
+    def reset(self, token: Any) -> None:
+        self.var.reset(token)
+
+
+def test_a_routed_repeat_sets_nothing_between_torchs_function_and_the_stored_launch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from alcop_triton import fastpath
+    a, b = randn(3, 4), randn(4, 2)
+    with torch.no_grad(), patch.patched():
+        for _ in range(3):  # first call, a hit by signature, then the call site's candidate
+            torch.mm(a, b)
+        counting = _CountingMode(fastpath._mode)
+        monkeypatch.setattr(fastpath, "_mode", counting)
+        monkeypatch.setattr(patch, "_fastpath_mode", counting)
+        hits = fastpath.stats().hits
+        got = torch.mm(a, b)
+        assert fastpath.stats().hits == hits + 1 and counting.sets == 0
+        torch.mm(a, b, out=torch.empty(3, 2))  # keywords: the wrapper leaves routing for the drop-in's run
+        assert counting.sets == 1
+    assert_close(got, a.double() @ b.double())
+
+
+def test_a_drop_in_called_in_patch_mode_is_patch_modes_call(torch_measured_faster: None) -> None:
+    from alcop_triton import fastpath, ops
+    fastpath.invalidate()
+    a, b = randn(5, 7), randn(7, 3)
+    with torch.no_grad():
+        ops.mm(a, b)
+        with patch.patched():
+            ops.mm(a, b)  # first call of patch mode's signature: alcop runs it while the decision is made
+            sent = fastpath.stats().to_torch
+            got = ops.mm(a, b)
+            assert fastpath.stats().to_torch == sent + 1  # the records leave it to torch, as torch.mm's would be
+        ops.mm(a, b)
+        assert fastpath.stats().to_torch == sent + 1  # outside patch mode the drop-in is alcop's again
+    assert_close(got, a.double() @ b.double())
+
+
+def test_a_drop_ins_own_torch_call_in_patch_mode_reaches_torch(fallbacks: list[tuple[str, str]]) -> None:
+    # float64 falls back to torch's function, which is patch mode's wrapper here: it must not come back
+    a, b = randn(4, 3).double(), randn(3, 2).double()
+    with patch.patched():
+        assert "alcop.mm" not in _calls_outside(lambda: torch.mm(a, b))
+        got = torch.mm(a, b)
+    assert torch.equal(got, a @ b) and fallbacks and all(op == "mm" for op, _ in fallbacks)
 
 
 def test_a_convolution_module_at_a_site_left_to_torch_runs_no_python_of_alcops_but_its_forward(
