@@ -19,15 +19,17 @@ other thread torch's own function. The ``forward`` of ``nn.Conv1d``/``2d``/``3d`
 (``CONV_MODULES``): torch's calls ``_conv_forward``, which calls ``F.convNd``; patch mode's makes the
 functional call itself, one Python call fewer, and a call site left to torch calls torch's function (or
 cuDNN's op, where that is torch's call) with no Python call of alcop's at all (``_conv_module_forward``).
-The originals are put back when the last thread leaves patch mode. Which thread is in patch mode is
-the fast path's per-thread mode (``fastpath.set_routing``), which the drop-ins read on every call
-anyway: so a routed call costs the wrapper's checks and nothing more, and a drop-in called directly in
-that thread is patch mode's call as well (where the records leave its workload to torch, torch runs it).
+The originals are put back by the first call of one of them after the last thread left patch mode (a
+block entered around every forward pass would otherwise rewrite torch's classes twice per pass: see
+``_set``). Which thread is in patch mode is the fast path's per-thread mode (``fastpath.set_routing``),
+which the drop-ins read on every call anyway: so a routed call costs the wrapper's checks and nothing
+more, and a drop-in called directly in that thread is patch mode's call as well (where the records
+leave its workload to torch, torch runs it).
 Every other torch call meets no alcop code at all: a ``TorchFunctionMode`` would put a Python dispatch
 (~2 µs) on each of them, which made host-bound models (ResNet-50: a thousand batch norms, relus and
 adds per pass) slower under patch mode than without. The price of wrappers: code that took its own
 reference to a routed function before patch mode began (``from torch import matmul``) keeps calling
-torch's. ``torch.compile`` traces through the wrappers of functions (``torch.matmul``, ``F.linear``,
+torch's (one taken while the wrappers outlive a block is a wrapper, and follows patch mode). ``torch.compile`` traces through the wrappers of functions (``torch.matmul``, ``F.linear``,
 ``F.conv2d``...: they become ``torch.ops.alcop`` nodes); Tensor methods and the ``@`` operator it
 traces as torch's own ops, whatever the class attribute says. Entering patch mode the first time
 imports ``torch._dynamo`` (see ``_install``).
@@ -82,7 +84,8 @@ class _State(threading.local):
 
 _state = _State()
 _lock = threading.Lock()
-_threads_on = 0  # threads with patch mode on: the wrappers are installed while it is above zero
+_threads_on = 0  # threads with patch mode on: the wrappers are installed while it is above zero, and after
+_installed = False  # it drops to zero until a wrapper is called (``_put_back``)
 # (owner id, attribute) -> (torch's function, its wrapper): the wrapper made once, the original put back
 _wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
 # module class id -> (its forward, the functional wrapper it calls, its wrapper): made anew when either changed
@@ -173,6 +176,9 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
         # whatever eager calls at the same site decided.
         if _dynamo_tracing() or _compiler._is_compiling_flag:
             return route(*args, **kwargs) if _state.on else original(*args, **kwargs)
+        if not _threads_on:  # the wrappers outlived patch mode's last block: torch's functions go back
+            _put_back()
+            return original(*args, **kwargs)
         if sites and not kwargs and len(args) > 1:
             seen = sites.get(id(args[1]))
             if seen is not None:
@@ -230,6 +236,9 @@ def _conv_module_forward(cls: type[nn.Module], torch_fn: Callable[..., Any],
     cudnn_conv = cast(Callable[..., Any], _cudnn_conv)  # called only at sites _runs_as_cudnn found it at
 
     def forward(self: Any, input: Any) -> Any:
+        if not _threads_on:  # as in the functional wrapper
+            _put_back()
+            return original(self, input)
         if type(self)._conv_forward is not own_conv_forward or self.padding_mode != "zeros":
             return original(self, input)  # a subclass's own _conv_forward, or padding by torch first
         weight, bias = self.weight, self.bias
@@ -253,34 +262,63 @@ def _conv_module_forward(cls: type[nn.Module], torch_fn: Callable[..., Any],
 
 
 def _install() -> None:
+    """Put the wrappers in place of torch's functions, where they are not still there."""
+    global _installed
     # Dynamo, on import, maps torch's functions by identity to its in-graph rules. Imported while the
     # wrappers stand in for them, it would take the wrappers for torch's functions and put them in
     # compiled graphs as opaque calls instead of tracing through them. Imported first, once (about a
     # second, the first time patch mode is entered), it maps torch's own.
     import torch._dynamo  # noqa: F401
     for owner, name, route in ROUTES:
-        key, original = (id(owner), name), getattr(owner, name)
-        if key not in _wrappers or _wrappers[key][0] is not original:  # made anew if someone else replaced it
-            _wrappers[key] = (original, _wrapper(original, route))
-        setattr(owner, name, _wrappers[key][1])
+        key, current = (id(owner), name), getattr(owner, name)
+        made = _wrappers.get(key)
+        if made is not None and current is made[1]:
+            continue
+        if made is None or made[0] is not current:  # made anew if someone else replaced it
+            made = _wrappers[key] = (current, _wrapper(current, route))
+        setattr(owner, name, made[1])
     for cls, name in CONV_MODULES:
         torch_fn, functional = _wrappers[(id(F), name)]
-        made = _module_wrappers.get(id(cls))
-        if made is None or made[0] is not cls.forward or made[1] is not functional:
-            made = _module_wrappers[id(cls)] = (cls.forward, functional,
-                                                _conv_module_forward(cls, torch_fn, functional))
-        cls.forward = made[2]
+        made_forward = _module_wrappers.get(id(cls))
+        forward = cls.forward
+        if made_forward is not None and forward is made_forward[2]:
+            if made_forward[1] is functional:
+                continue
+            forward = made_forward[0]  # the functional wrapper was made anew: so is this one, over torch's forward
+        if made_forward is None or made_forward[0] is not forward or made_forward[1] is not functional:
+            made_forward = _module_wrappers[id(cls)] = (forward, functional,
+                                                        _conv_module_forward(cls, torch_fn, functional))
+        cls.forward = made_forward[2]
+    _installed = True
 
 
-def _restore() -> None:
-    for owner, name, _ in ROUTES:
-        setattr(owner, name, _wrappers[(id(owner), name)][0])
-    for cls, _ in CONV_MODULES:
-        cls.forward = _module_wrappers[id(cls)][0]
+def _put_back() -> None:
+    """Torch's own functions back in place of the wrappers, if no thread is in patch mode (each that
+    someone else replaced since stays theirs)."""
+    global _installed
+    with _lock:
+        if _threads_on or not _installed:
+            return
+        for owner, name, _ in ROUTES:
+            original, wrapper = _wrappers[(id(owner), name)]
+            if getattr(owner, name) is wrapper:
+                setattr(owner, name, original)
+        for cls, _ in CONV_MODULES:
+            forward, _, wrapper = _module_wrappers[id(cls)]
+            if cls.forward is wrapper:
+                cls.forward = forward
+        _installed = False
 
 
 def _set(enabled: bool, blocks: int) -> None:
-    """Set this thread's state; install the wrappers for its first thread, remove them after its last."""
+    """Set this thread's state; install the wrappers for its first thread.
+
+    Leaving patch mode does not put torch's functions back: the first call of one of them after the
+    last thread left does (``_put_back``). Setting a class attribute (``torch.Tensor.matmul``,
+    ``nn.Conv2d.forward``) invalidates what CPython cached about the class and its subclasses, which,
+    done on entering and leaving a block around every forward pass, cost host-bound ResNet-50 about 5%
+    (a block per pass against patch mode entered once, ``benchmarks/results/patch_linger_h100``); a
+    block entered again finds the wrappers still in place."""
     global _threads_on
     was, now = _state.on, enabled or blocks > 0
     _state.enabled, _state.blocks = enabled, blocks
@@ -290,8 +328,6 @@ def _set(enabled: bool, blocks: int) -> None:
         _threads_on += 1 if now else -1
         if now and _threads_on == 1:
             _install()
-        elif not now and _threads_on == 0:
-            _restore()
         _state.on = now
         set_routing(now)
 

@@ -56,7 +56,9 @@ the hosts are shared, and a drift in their load during one mode's passes would r
 speed (seen on an H100 host: eager ResNet-50 at 5.74 and 6.94 ms in two runs a minute apart; within one
 probe, eager ResNet-50 timed twice with other modes between: 8.4 and 7.8 ms medians)."""
 TIMER = ("CUDA events around one forward pass, host synchronised before each (host cost included), "
-         f"median of the timed passes after warm-up; the modes take turns, {ROUNDS} rounds")
+         f"median of the timed passes after warm-up; the modes take turns, {ROUNDS} rounds, each turn "
+         "beginning with one untimed pass (switching modes is not timed as a pass of either: patch mode's "
+         "wrappers go into place, or back, on a turn's first pass)")
 
 
 class SelfAttention(nn.Module):
@@ -265,7 +267,7 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
         times: dict[str, list[float]] = {mode: [] for mode in fns}
         for i in range(rounds):
             for mode, fn in fns.items():
-                times[mode] += timer(fn, -(-reps // rounds), warmup if i == 0 else 0, device)
+                times[mode] += timer(fn, -(-reps // rounds), warmup if i == 0 else 1, device)
     for mode, ts in times.items():
         res["modes"][mode]["ms"] = statistics.median(ts)
     for mode, r in res["modes"].items():

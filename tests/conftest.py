@@ -97,6 +97,16 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture(autouse=True)
+def _torchs_own_functions_after() -> Iterator[None]:
+    """Patch mode's wrappers outlive its last block until a routed call (``patch._put_back``): each test
+    leaves torch's own functions in place for the next."""
+    yield
+    patch = sys.modules.get("alcop_triton.patch")
+    if patch is not None:
+        patch._put_back()
+
+
+@pytest.fixture(autouse=True)
 def _no_tf32() -> Iterator[None]:
     # fp32 tolerances (1e-5) and golden sources assume IEEE fp32 dots; build reads this flag.
     from alcop_triton.config import tf32  # after TRITON_INTERPRET is set above: the package imports triton

@@ -108,6 +108,7 @@ def test_results_match_eager_and_torch_is_untouched() -> None:
     assert not patch.is_enabled()
     patch.disable()  # a no-op when not enabled
     assert_close(got, want)
+    torch.matmul(randn(2, 2), randn(2, 2))  # the first routed call outside patch mode puts torch's back
     assert (torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, F.linear, F.conv1d, F.conv2d, F.conv3d,
             torch.Tensor.matmul, torch.Tensor.__matmul__) == ORIGINALS
     assert "aten.mm" in _calls_outside(lambda: torch.mm(randn(3, 4), randn(4, 2)))
@@ -132,14 +133,42 @@ def test_patched_backward_matches() -> None:
     assert_close(got[1], model.weight.grad.double())
 
 
-def test_wrappers_exist_only_while_patch_mode_is_on() -> None:
+def test_wrappers_stand_in_for_torchs_functions_until_one_is_called_outside_patch_mode() -> None:
+    torch.mm(randn(2, 2), randn(2, 2))  # wrappers left by an earlier test go
     assert _routed_attributes() == ORIGINALS
     with patch.patched():
         now = _routed_attributes()
         assert all(getattr(f, "__alcop_route__", None) is not None for f in now), now
         assert torch._C._len_torch_function_stack() == 0  # no mode: other torch calls meet no alcop code
         assert torch.relu is torch._C._VariableFunctions.relu
-    assert _routed_attributes() == ORIGINALS
+    assert _routed_attributes() == now  # leaving the block rewrites nothing: entering again finds them
+    with patch.patched():
+        assert _routed_attributes() == now
+    assert "aten.mm" in _calls_outside(lambda: torch.mm(randn(3, 4), randn(4, 2)))  # torch's, and the first
+    assert _routed_attributes() == ORIGINALS  # such call put torch's own functions back
+
+
+def test_a_lingering_wrapper_leaves_a_function_someone_else_put_in_place() -> None:
+    with patch.patched():
+        pass
+    theirs = lambda *args, **kwargs: "theirs"  # noqa: E731
+    torch.mm, mm = theirs, torch.mm
+    try:
+        assert mm(randn(2, 2), randn(2, 2)).shape == (2, 2)  # the lingering wrapper: torch's result
+        assert torch.mm is theirs and torch.bmm is ORIGINALS[2]
+    finally:
+        torch.mm = ORIGINALS[1]
+
+
+def test_a_lingering_convolution_forward_goes_back_when_called() -> None:
+    conv = nn.Conv2d(2, 3, 3)
+    with patch.patched():
+        pass
+    assert getattr(nn.Conv2d.forward, "__alcop_route__", None) is not None
+    with torch.no_grad():
+        got = conv(randn(1, 2, 5, 5))
+    assert nn.Conv2d.forward is CONV_FORWARDS[1] and _routed_attributes() == ORIGINALS
+    assert_close(got, F.conv2d(randn(1, 2, 5, 5).double(), conv.weight.double(), conv.bias.double()))
 
 
 def _routed_attributes() -> tuple[object, ...]:
@@ -155,6 +184,8 @@ def test_convolution_modules_forward_through_patch_mode_only_while_it_is_on() ->
         now = (nn.Conv1d.forward, nn.Conv2d.forward, nn.Conv3d.forward)
         assert all(getattr(f, "__alcop_route__", None) is not None for f in now), now
         assert nn.Conv2d.forward.__doc__ == CONV_FORWARDS[1].__doc__
+    with torch.no_grad():
+        nn.Conv1d(1, 1, 1)(randn(1, 1, 2))  # the first routed call outside patch mode puts torch's back
     assert (nn.Conv1d.forward, nn.Conv2d.forward, nn.Conv3d.forward) == CONV_FORWARDS
 
 
