@@ -152,6 +152,7 @@ def measure(device: str, calls: int, warmup: int, rounds: int = ROUNDS,
     for grad in (False, True):
         for op, impls in cases(device, grad).items():
             times: dict[str, list[float]] = {i: [] for i, fn in impls.items() if fn is not None}
+            rounds_med: dict[str, list[float]] = {i: [] for i in times}  # each round's median, for paired differences
             errors: dict[str, str] = {}
             routes: dict[str, str] = {}
             for r in range(rounds):
@@ -163,7 +164,9 @@ def measure(device: str, calls: int, warmup: int, rounds: int = ROUNDS,
                     block = at.patched() if impl == "alcop_patched" else contextlib.nullcontext()
                     try:
                         with block:
-                            times[impl] += timer(impls[impl], per_round, warmup if r == 0 else min(warmup, SYNC_EVERY), sync)
+                            got = timer(impls[impl], per_round, warmup if r == 0 else min(warmup, SYNC_EVERY), sync)
+                        times[impl] += got
+                        rounds_med[impl].append(statistics.median(got))
                     except Exception as exc:   # a failing implementation is a result
                         errors[impl] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
             for impl in impls:
@@ -172,6 +175,7 @@ def measure(device: str, calls: int, warmup: int, rounds: int = ROUNDS,
                     row["error"] = errors[impl]
                 elif impl in times:
                     row.update(stats(times[impl]))
+                    row["round_medians_us"] = rounds_med[impl]
                     if impl in routes:
                         row["route"] = routes[impl]
                 else:
@@ -219,18 +223,30 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for (op, grad), impls in by.items():
         med = {i: impls[i]["median_us"] for i in IMPLS if "median_us" in impls.get(i, {})}
         route = impls.get("alcop_patched", {}).get("route", "alcop")
-        direct = med.get("torch") if route == "torch" else med.get("alcop_unfused", med.get("alcop"))
+        direct_impl = "torch" if route == "torch" else "alcop_unfused" if "alcop_unfused" in med else "alcop"
+        direct = med.get(direct_impl)
         out.append({"op": op, "requires_grad": grad, **{f"{i}_us": med.get(i) for i in IMPLS},
                     "alcop_over_torch": med["alcop"] / med["torch"] if {"alcop", "torch"} <= med.keys() else None,
                     "patched_route": route if "alcop_patched" in med else None,
                     "patched_minus_direct_us": med["alcop_patched"] - direct
-                    if "alcop_patched" in med and direct is not None else None})
+                    if "alcop_patched" in med and direct is not None else None,
+                    "patched_minus_direct_paired_us": _paired(impls.get("alcop_patched", {}), impls.get(direct_impl, {}))})
     return out
 
 
-def patched_minus_direct(s: dict[str, Any]) -> str:
-    """A summary row's patched - direct µs, marked where the direct call is torch's (older reports have no route)."""
-    v = s.get("patched_minus_direct_us")
+def _paired(patched: dict[str, Any], direct: dict[str, Any]) -> float | None:
+    """The median over rounds of patched minus direct, each round's medians: the two run back to back in
+    a round, so a drift of the host's speed between rounds falls out (None where a row lacks rounds)."""
+    a, b = patched.get("round_medians_us"), direct.get("round_medians_us")
+    if not a or not b or len(a) != len(b):
+        return None
+    return statistics.median(x - y for x, y in zip(a, b))
+
+
+def patched_minus_direct(s: dict[str, Any], key: str = "patched_minus_direct_us") -> str:
+    """A summary row's patched - direct µs (``key``: of the medians, or paired by round), marked where the
+    direct call is torch's (older reports have no route)."""
+    v = s.get(key)
     if v is None:
         return "-"
     return f"{v:.1f}" + (" (torch)" if s.get("patched_route") == "torch" else "")
@@ -252,14 +268,16 @@ def markdown(meta: dict[str, Any], rows: Sequence[dict[str, Any]], summary: Sequ
            "the torch spelling under `alcop_triton.patched()`, the block entered once around the timed calls "
            f"(entering and leaving it costs {meta['patched_block_us']['median_us']:.1f} µs, once per block); "
            "where patch mode leaves the call to torch (marked torch: a float32 workload without records, a "
-           "convolution that will train) patched - direct subtracts torch's call. "
+           "convolution that will train) patched - direct subtracts torch's call. paired = the median over the "
+           "rounds of patched minus direct, each round's medians (the two run back to back in a round). "
            "Sizes: 64x64 fp16 products (bmm: 4 of them), conv2d 1x16x8x8 with 16 3x3 filters.", "",
            "| op | requires_grad | triton µs | torch µs | alcop µs | alcop patched µs | alcop / torch | "
-           "patched - direct µs |", "|---|---|---|---|---|---|---|---|"]
+           "patched - direct µs | paired µs |", "|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         ratio = f"**{s['alcop_over_torch']:.2f}x**" if s["alcop_over_torch"] is not None else "-"
         out.append(f"| {s['op']} | {s['requires_grad']} | {us(s['triton_us'])} | {us(s['torch_us'])} | "
-                   f"{us(s['alcop_us'])} | {us(s['alcop_patched_us'])} | {ratio} | {patched_minus_direct(s)} |")
+                   f"{us(s['alcop_us'])} | {us(s['alcop_patched_us'])} | {ratio} | {patched_minus_direct(s)} | "
+                   f"{patched_minus_direct(s, 'patched_minus_direct_paired_us')} |")
     errs = [r for r in rows if r.get("error") and r["error"] != "not applicable"]
     if errs:
         out += ["", "Errors:", ""] + [f"- {r['op']} {r['impl']} (requires_grad={r['requires_grad']}): {r['error']}"
