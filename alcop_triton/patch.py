@@ -316,9 +316,9 @@ def _set(enabled: bool, blocks: int) -> None:
     Leaving patch mode does not put torch's functions back: the first call of one of them after the
     last thread left does (``_put_back``). Setting a class attribute (``torch.Tensor.matmul``,
     ``nn.Conv2d.forward``) invalidates what CPython cached about the class and its subclasses, which,
-    done on entering and leaving a block around every forward pass, cost host-bound ResNet-50 about 5%
-    (a block per pass against patch mode entered once, ``benchmarks/results/patch_linger_h100``); a
-    block entered again finds the wrappers still in place."""
+    done on entering and leaving a block around every forward pass, cost a host-bound ResNet-50 pass
+    about 1% more (0.970x eager against 0.981x with the wrappers left in place, ``benchmarks/results/
+    patch_linger_h100``); a block entered again finds the wrappers still in place."""
     global _threads_on
     was, now = _state.on, enabled or blocks > 0
     _state.enabled, _state.blocks = enabled, blocks

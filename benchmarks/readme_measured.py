@@ -58,12 +58,16 @@ LATER_OVERHEAD = ("callpath_h100/overhead/overhead.json", "turns_h100/overhead/o
                   "tma_h100/overhead/overhead.json", "fastpath_h100/overhead/overhead.json",
                   "resnet_patch_h100/4_one_call/overhead/overhead.json", "host_cold_h100/5_final/overhead/overhead.json",
                   "callpath_final_h100/overhead/overhead.json", "callpath_final_h100/overhead_routes/overhead.json",
-                  "patch_sites_h100/overhead/overhead.json", "pdl_h100/overhead/overhead.json")
+                  "patch_sites_h100/overhead/overhead.json", "pdl_h100/overhead/overhead.json",
+                  "patch_linger_h100/overhead_first/overhead.json", "patch_linger_h100/overhead_second/overhead.json",
+                  "patch_linger_h100/overhead/overhead.json")
 LATER_E2E = ("patch_h100/e2e/e2e.json", "callpath_h100/e2e/e2e.json", "turns_h100/e2e/e2e.json",
              "tma_h100/e2e/e2e.json", "fastpath_h100/e2e/e2e.json", "resnet_patch_h100/3_after_margin/e2e/e2e.json",
              "resnet_patch_h100/4_one_call/e2e/e2e.json", "resnet_patch_h100/6_e2e_process_per_model/e2e/e2e.json",
              "resnet_patch_h100/7_alternating/e2e/e2e.json", "host_cold_h100/5_final/e2e/e2e.json",
-             "callpath_final_h100/e2e/e2e.json", "patch_sites_h100/e2e/e2e.json", "pdl_h100/e2e/e2e.json")
+             "callpath_final_h100/e2e/e2e.json", "patch_sites_h100/e2e/e2e.json", "pdl_h100/e2e/e2e.json",
+             "patch_linger_h100/e2e/e2e.json", "patch_linger_h100/resnet_only_1/e2e.json",
+             "patch_linger_h100/resnet_only_2/e2e.json")
 HEADLINE_ABLATION, HEADLINE_MODEL = "ablation/pipeline_variants.json", "model/model_eval.json"
 
 
