@@ -50,13 +50,14 @@ import torch.nn.functional as F
 
 MODES = ("eager", "patched", "compile", "compile_alcop")
 TOLERANCE = 1e-2
-ROUNDS = 20
-"""Rounds in which the modes take turns timing their passes (with the default 20 passes: pass by pass):
-the hosts are shared, and a drift in their load during one mode's passes would read as that mode's
-speed (seen on an H100 host: eager ResNet-50 at 5.74 and 6.94 ms in two runs a minute apart; within one
-probe, eager ResNet-50 timed twice with other modes between: 8.4 and 7.8 ms medians)."""
+# The modes take turns pass by pass (``run_model``'s rounds: one per timed pass): the hosts are shared,
+# and a drift in their load during one mode's passes would read as that mode's speed (seen on an H100
+# host: eager ResNet-50 at 5.74 and 6.94 ms in two runs a minute apart; within one probe, eager ResNet-50
+# timed twice with other modes between: 8.4 and 7.8 ms medians; in one process, patched / eager
+# ResNet-50 at 1.045x, 0.969x, 1.115x and 0.899x in turns of two and six passes, 0.982x and 0.980x pass
+# by pass, ``benchmarks/results/patch_linger_h100/turns``).
 TIMER = ("CUDA events around one forward pass, host synchronised before each (host cost included), "
-         f"median of the timed passes after warm-up; the modes take turns, {ROUNDS} rounds, each turn "
+         "median of the timed passes after warm-up; the modes take turns pass by pass, each turn "
          "beginning with one untimed pass (switching modes is not timed as a pass of either: patch mode's "
          "wrappers go into place, or back, on a turn's first pass)")
 
@@ -240,7 +241,7 @@ def _mode_call(mode: str, model: nn.Module, x: torch.Tensor, patched: Callable[[
 
 
 def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: int, tiny: bool,
-              timer: Callable[..., list[float]] = time_passes, rounds: int = ROUNDS) -> dict[str, Any]:
+              timer: Callable[..., list[float]] = time_passes, rounds: int | None = None) -> dict[str, Any]:
     import alcop_triton as at
 
     model, x, src = build(name, device, tiny)
@@ -263,7 +264,8 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
                 fns[mode] = fn
             except Exception as exc:   # a mode that fails is a result
                 r["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        # The modes take turns, a share of the passes each per round (see ROUNDS).
+        # The modes take turns, a share of the passes each per round: by default one (see TIMER).
+        rounds = rounds or reps
         times: dict[str, list[float]] = {mode: [] for mode in fns}
         for i in range(rounds):
             for mode, fn in fns.items():
