@@ -53,9 +53,9 @@ TOLERANCE = 1e-2
 # The modes take turns pass by pass (``run_model``'s rounds: one per timed pass): the hosts are shared,
 # and a drift in their load during one mode's passes would read as that mode's speed (seen on an H100
 # host: eager ResNet-50 at 5.74 and 6.94 ms in two runs a minute apart; within one probe, eager ResNet-50
-# timed twice with other modes between: 8.4 and 7.8 ms medians; in one process, patched / eager
-# ResNet-50 at 1.045x, 0.969x, 1.115x and 0.899x in turns of two and six passes, 0.982x and 0.980x pass
-# by pass, ``benchmarks/results/patch_linger_h100/turns``).
+# timed twice with other modes between: 8.4 and 7.8 ms medians; in one process on a drifting host,
+# patched / eager ResNet-50 at 1.045x, 0.969x, 1.115x and 0.899x in turns of two and six passes, 0.982x
+# and 0.980x pass by pass: see ``benchmarks/results/patch_linger_h100/README.md``).
 TIMER = ("CUDA events around one forward pass, host synchronised before each (host cost included), "
          "median of the timed passes after warm-up; the modes take turns pass by pass, each turn "
          "beginning with one untimed pass (switching modes is not timed as a pass of either: patch mode's "
