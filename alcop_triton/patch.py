@@ -29,7 +29,8 @@ Every other torch call meets no alcop code at all: a ``TorchFunctionMode`` would
 (~2 µs) on each of them, which made host-bound models (ResNet-50: a thousand batch norms, relus and
 adds per pass) slower under patch mode than without. The price of wrappers: code that took its own
 reference to a routed function before patch mode began (``from torch import matmul``) keeps calling
-torch's (one taken while the wrappers outlive a block is a wrapper, and follows patch mode). ``torch.compile`` traces through the wrappers of functions (``torch.matmul``, ``F.linear``,
+torch's (one taken while the wrappers outlive a block is a wrapper, and follows patch mode).
+``torch.compile`` traces through the wrappers of functions (``torch.matmul``, ``F.linear``,
 ``F.conv2d``...: they become ``torch.ops.alcop`` nodes); Tensor methods and the ``@`` operator it
 traces as torch's own ops, whatever the class attribute says. Entering patch mode the first time
 imports ``torch._dynamo`` (see ``_install``).
@@ -220,10 +221,11 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
     return routed
 
 
-def _conv_module_forward(cls: type[nn.Module], torch_fn: Callable[..., Any],
+def _conv_module_forward(cls: type[nn.Module], original: Callable[..., Any], torch_fn: Callable[..., Any],
                          functional: Callable[..., Any]) -> Callable[..., Any]:
-    """``cls.forward`` in patch mode: the call ``F.convNd``'s wrapper (``functional``) would get, made
-    here; at a call site stored as torch's, torch's function (``torch_fn``) called from here."""
+    """``cls.forward`` in patch mode, over torch's (``original``): the call ``F.convNd``'s wrapper
+    (``functional``) would get, made here; at a call site stored as torch's, torch's function
+    (``torch_fn``) called from here."""
     # A host-bound network spends its time between calls: ResNet-50's convolutions, left to cuDNN by
     # the records, each cost a Python call of patch mode's on top of torch's two (forward, then
     # _conv_forward) and torch's front end. This forward takes the place of torch's two, makes the
@@ -232,7 +234,7 @@ def _conv_module_forward(cls: type[nn.Module], torch_fn: Callable[..., Any],
     # functorch transform, autocast), calls cuDNN's op as torch's front end would.
     route = getattr(functional, "__alcop_route__")
     sites = _to_torch.setdefault(route, {})
-    original, own_conv_forward, tensor = cls.forward, getattr(cls, "_conv_forward"), torch.Tensor
+    own_conv_forward, tensor = getattr(cls, "_conv_forward"), torch.Tensor
     cudnn_conv = cast(Callable[..., Any], _cudnn_conv)  # called only at sites _runs_as_cudnn found it at
 
     def forward(self: Any, input: Any) -> Any:
@@ -272,23 +274,21 @@ def _install() -> None:
     for owner, name, route in ROUTES:
         key, current = (id(owner), name), getattr(owner, name)
         made = _wrappers.get(key)
-        if made is not None and current is made[1]:
-            continue
-        if made is None or made[0] is not current:  # made anew if someone else replaced it
-            made = _wrappers[key] = (current, _wrapper(current, route))
-        setattr(owner, name, made[1])
+        original = made[0] if made is not None and current is made[1] else current  # ours still in place
+        if made is None or made[0] is not original:  # made anew if someone else replaced torch's
+            made = _wrappers[key] = (original, _wrapper(original, route))
+        if current is not made[1]:
+            setattr(owner, name, made[1])
     for cls, name in CONV_MODULES:
         torch_fn, functional = _wrappers[(id(F), name)]
         made_forward = _module_wrappers.get(id(cls))
-        forward = cls.forward
-        if made_forward is not None and forward is made_forward[2]:
-            if made_forward[1] is functional:
-                continue
-            forward = made_forward[0]  # the functional wrapper was made anew: so is this one, over torch's forward
-        if made_forward is None or made_forward[0] is not forward or made_forward[1] is not functional:
-            made_forward = _module_wrappers[id(cls)] = (forward, functional,
-                                                        _conv_module_forward(cls, torch_fn, functional))
-        cls.forward = made_forward[2]
+        current = cls.forward
+        original = made_forward[0] if made_forward is not None and current is made_forward[2] else current
+        if made_forward is None or made_forward[0] is not original or made_forward[1] is not functional:
+            made_forward = _module_wrappers[id(cls)] = (original, functional,
+                                                        _conv_module_forward(cls, original, torch_fn, functional))
+        if current is not made_forward[2]:
+            cls.forward = made_forward[2]
     _installed = True
 
 

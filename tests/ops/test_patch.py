@@ -160,6 +160,28 @@ def test_a_lingering_wrapper_leaves_a_function_someone_else_put_in_place() -> No
         torch.mm = ORIGINALS[1]
 
 
+def test_a_function_replaced_while_the_wrappers_linger_is_the_one_patch_mode_wraps_next() -> None:
+    conv = nn.Conv2d(2, 3, 3)
+    x = randn(1, 2, 5, 5).requires_grad_()  # a convolution that will train: patch mode sends it to torch's function
+    with patch.patched():
+        pass
+    seen: list[str] = []
+
+    def theirs(*args: object, **kwargs: object) -> torch.Tensor:
+        seen.append("theirs")
+        return ORIGINALS[7](*args, **kwargs)  # type: ignore[operator]
+    F.conv2d = theirs
+    try:
+        with patch.patched():
+            got = conv(x)  # the module's forward, made anew over torch's, calls the wrapper of theirs
+        assert seen == ["theirs"]
+        conv(x)  # outside patch mode: torch's forward back, theirs stays
+        assert F.conv2d is theirs and nn.Conv2d.forward is CONV_FORWARDS[1] and seen == ["theirs"] * 2
+    finally:
+        F.conv2d = ORIGINALS[7]
+    assert_close(got, F.conv2d(x.double(), conv.weight.double(), conv.bias.double()))
+
+
 def test_a_lingering_convolution_forward_goes_back_when_called() -> None:
     conv = nn.Conv2d(2, 3, 3)
     with patch.patched():
