@@ -16,7 +16,6 @@ from __future__ import annotations
 import gc
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +32,7 @@ def main(out_dir: str) -> int:
 
     import alcop_triton as at
     import e2e
-    from probe_io import publish, run_meta, table_head
+    from probe_io import publish, run_meta, table_head, timed_pass
 
     model, x, src = e2e.build("resnet50", "cuda", False)
 
@@ -43,16 +42,9 @@ def main(out_dir: str) -> int:
     modes: dict[str, Callable[[], Any]] = {"eager": lambda: model(x), "patched": patched}
 
     def timed(fn: Callable[[], Any]) -> tuple[float, float, int]:
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         collected = sum(s["collections"] for s in gc.get_stats())
-        start.record()
-        t0 = time.perf_counter()
-        fn()
-        t1 = time.perf_counter()
-        end.record()
-        end.synchronize()
-        return (t1 - t0) * 1e3, start.elapsed_time(end), sum(s["collections"] for s in gc.get_stats()) - collected
+        host_ms, events_ms = timed_pass(fn)
+        return host_ms, events_ms, sum(s["collections"] for s in gc.get_stats()) - collected
 
     rows = []
     with torch.inference_mode():

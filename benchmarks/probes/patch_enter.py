@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -39,10 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probe_io import publish, run_meta, table_head  # noqa: E402
-
-TIMER = ("events ms: CUDA events around one pass, host synchronised first; host ms: perf_counter around the "
-         "pass; medians, the modes taking turns pass by pass")
+from probe_io import PASS_TIMER, publish, run_meta, table_head, timed_pass  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,16 +99,12 @@ def main(argv: list[str] | None = None) -> int:
             after()
 
     def _timed(mode: str, ctx: Callable[[], contextlib.AbstractContextManager[None]]) -> None:
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter()
-        s.record()
-        with ctx():
-            model(x)
-        e.record()
-        host[mode].append((time.perf_counter() - t0) * 1e3)
-        e.synchronize()
-        events[mode].append(s.elapsed_time(e))
+        def run() -> None:
+            with ctx():
+                model(x)
+        host_ms, events_ms = timed_pass(run)
+        host[mode].append(host_ms)
+        events[mode].append(events_ms)
 
     with torch.inference_mode():
         for mode, ctx in per_pass.items():  # warm-up: every mode's first calls (alcop's kernels built)
@@ -134,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                     timed("patched_once_block", contextlib.nullcontext)
             finally:
                 at.disable()
-    meta = run_meta(TIMER) | {"model": src, "passes": a.passes}
+    meta = run_meta(PASS_TIMER) | {"model": src, "passes": a.passes}
     rows = [{"mode": m, "events_ms": statistics.median(events[m]), "host_ms": statistics.median(host[m])}
             for m in modes]
     eager = rows[0]["events_ms"]

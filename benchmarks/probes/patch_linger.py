@@ -32,10 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-TIMER = ("events ms: CUDA events around one pass, host synchronised first; host ms: perf_counter around the "
-         "pass; medians, the modes taking turns pass by pass")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir")
@@ -47,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     import alcop_triton as at
     import e2e
     from alcop_triton import patch
-    from probe_io import publish, run_meta, table_head
+    from probe_io import PASS_TIMER, publish, run_meta, table_head, timed_pass
 
     model, x, src = e2e.build("resnet50", "cuda", False)
 
@@ -83,18 +79,11 @@ def main(argv: list[str] | None = None) -> int:
             for name, (fn, before, after) in modes.items():
                 if before is not None:
                     before()
-                torch.cuda.synchronize()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                t0 = time.perf_counter()
-                fn()
-                t1 = time.perf_counter()
-                end.record()
-                end.synchronize()
+                host_ms, events_ms = timed_pass(fn)
                 if after is not None:
                     after()
-                host[name].append((t1 - t0) * 1e3)
-                events[name].append(start.elapsed_time(end))
+                host[name].append(host_ms)
+                events[name].append(events_ms)
 
     def empty_block() -> None:
         with at.patched():
@@ -105,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         empty_block()
         block_us.append((time.perf_counter_ns() - t0) / 1e3)
 
-    meta = {**run_meta(TIMER), "model": src, "passes": args.passes, "empty_block_us": statistics.median(block_us)}
+    meta = {**run_meta(PASS_TIMER), "model": src, "passes": args.passes, "empty_block_us": statistics.median(block_us)}
     eager_ms = statistics.median(events["eager"])
     rows = [{"mode": m, "events_ms": statistics.median(events[m]), "host_ms": statistics.median(host[m]),
              "eager_over_mode": eager_ms / statistics.median(events[m])} for m in modes]

@@ -102,6 +102,28 @@ def cold_calls(calls: dict[str, Callable[[], Any]], rounds: int) -> list[dict[st
              "events_us": 1e3 * statistics.median(s.elapsed_time(e) for s, e in events[k])} for k in calls]
 
 
+PASS_TIMER = ("events ms: CUDA events around one pass, host synchronised first; host ms: perf_counter around the "
+              "pass; medians, the modes taking turns pass by pass")
+"""The timer of the probes that time a model's forward pass (``timed_pass``), as their reports name it."""
+
+
+def timed_pass(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(host ms, events ms) of one call of ``fn``, a forward pass: the host synchronised first, CUDA events
+    around the call (host cost included), ``time.perf_counter`` around the host's part."""
+    import time
+
+    import torch
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    fn()
+    end.record()
+    host = (time.perf_counter() - t0) * 1e3
+    end.synchronize()
+    return host, start.elapsed_time(end)
+
+
 def conv_operands() -> tuple[Any, Any]:
     """The cold-call probes' convolution: an 8x64x28x28 fp16 channels-last input and 64 3x3 filters."""
     import torch
