@@ -21,7 +21,9 @@ its own), each with inputs that do not and that do require grad (forward only: w
 autograd record costs). The implementations of one op are timed in interleaved rounds. Patched minus
 direct subtracts the direct call of what patch mode runs: alcop's drop-in, or torch's op where patch
 mode leaves the call to torch (``route``: a float32 workload without records, a convolution that will
-train), which the fast path's counters tell over a repeated call before the timing.
+train), which the fast path's counters tell over a repeated call before the timing: the difference of
+the two medians, and paired by round (the median over the rounds of each round's difference of medians,
+the two run back to back there, so a drift of the host between rounds falls out).
 Writes ``OUT/overhead.json`` and ``OUT/overhead.md``.
 """
 
