@@ -235,6 +235,7 @@ def _conv_module_forward(cls: type[nn.Module], original: Callable[..., Any], tor
     route = getattr(functional, "__alcop_route__")
     sites = _to_torch.setdefault(route, {})
     own_conv_forward, tensor = getattr(cls, "_conv_forward"), torch.Tensor
+    class_attributes = hasattr(cls, "weight") or hasattr(cls, "bias")  # none on torch's classes
     cudnn_conv = cast(Callable[..., Any], _cudnn_conv)  # called only at sites _runs_as_cudnn found it at
 
     def forward(self: Any, input: Any) -> Any:
@@ -243,7 +244,14 @@ def _conv_module_forward(cls: type[nn.Module], original: Callable[..., Any], tor
             return original(self, input)
         if type(self)._conv_forward is not own_conv_forward or self.padding_mode != "zeros":
             return original(self, input)  # a subclass's own _conv_forward, or padding by torch first
-        weight, bias = self.weight, self.bias
+        params = self._parameters
+        if type(self) is cls and not class_attributes and "weight" in params and "bias" in params:
+            # What ``self.weight`` and ``self.bias`` resolve to on torch's own class (no property or class
+            # attribute of those names; nn.Module keeps a parameter out of the instance dict), read without
+            # nn.Module.__getattr__, a Python call each: the two cost more than the site check below.
+            weight, bias = params["weight"], params["bias"]
+        else:  # a subclass (a parametrization's), or a weight that is no longer a parameter (a norm's hook)
+            weight, bias = self.weight, self.bias
         # The functional wrapper's check of a site stored as torch's, in the order it makes it (tracing first)
         if not (_dynamo_tracing() or _compiler._is_compiling_flag) and sites:
             seen = sites.get(id(weight))

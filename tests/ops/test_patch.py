@@ -437,6 +437,28 @@ def test_a_convolution_module_left_to_cudnn_calls_cudnns_op_where_torchs_front_e
     assert_close(got, F.conv2d(x.double(), conv.weight.double(), stride=2, padding=1))
 
 
+@pytest.mark.parametrize("how", ["parametrized", "plain attribute"])
+def test_a_convolution_module_whose_weight_is_not_its_parameter_uses_the_weight_it_resolves_to(how: str) -> None:
+    import torch.nn.utils.parametrize as parametrize
+
+    conv = nn.Conv2d(2, 3, 3, padding=1)
+    x = randn(1, 2, 5, 5)
+    if how == "parametrized":  # weight: a property of a subclass, computed from the parameter
+
+        class Doubled(nn.Module):
+            def forward(self, w: torch.Tensor) -> torch.Tensor:
+                return 2 * w
+        parametrize.register_parametrization(conv, "weight", Doubled())
+    else:  # weight: an instance attribute, as a norm's forward hook leaves it
+        weight = conv.weight.detach() * 3
+        del conv.weight
+        conv.weight = weight
+    want = F.conv2d(x.double(), conv.weight.double(), conv.bias.double(), padding=1)
+    with torch.no_grad(), patch.patched():
+        for _ in range(2):  # the second call: the call site as the first one left it
+            assert_close(conv(x), want)
+
+
 def test_a_convolution_module_traced_by_torch_compile_becomes_alcops_op(monkeypatch: pytest.MonkeyPatch) -> None:
     # The replaced forward takes the functional wrapper's traced branch too, stored sites or not.
     conv = nn.Conv2d(2, 3, 3, padding=1)
