@@ -87,6 +87,7 @@ _state = _State()
 _lock = threading.Lock()
 _threads_on = 0  # threads with patch mode on: the wrappers are installed while it is above zero, and after
 _installed = False  # it drops to zero until a wrapper is called (``_put_back``)
+_in_place: tuple[tuple[Any, str, Any], ...] = ()  # (owner, attribute, wrapper) as ``_install`` last left them
 # (owner id, attribute) -> (torch's function, its wrapper): the wrapper made once, the original put back
 _wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
 # module class id -> (its forward, the functional wrapper it calls, its wrapper): made anew when either changed
@@ -273,7 +274,13 @@ def _conv_module_forward(cls: type[nn.Module], original: Callable[..., Any], tor
 
 def _install() -> None:
     """Put the wrappers in place of torch's functions, where they are not still there."""
-    global _installed
+    global _installed, _in_place
+    if _installed:  # a block entered again (per forward pass, say): one identity check per attribute
+        for owner, name, wrapper in _in_place:
+            if getattr(owner, name) is not wrapper:
+                break
+        else:
+            return
     # Dynamo, on import, maps torch's functions by identity to its in-graph rules. Imported while the
     # wrappers stand in for them, it would take the wrappers for torch's functions and put them in
     # compiled graphs as opaque calls instead of tracing through them. Imported first, once (about a
@@ -298,6 +305,8 @@ def _install() -> None:
         if current is not made_forward[2]:
             cls.forward = made_forward[2]
     _installed = True
+    _in_place = (tuple((owner, name, _wrappers[(id(owner), name)][1]) for owner, name, _ in ROUTES)
+                 + tuple((cls, "forward", _module_wrappers[id(cls)][2]) for cls, _ in CONV_MODULES))
 
 
 def _put_back() -> None:
