@@ -68,7 +68,8 @@ LATER_E2E = ("patch_h100/e2e/e2e.json", "callpath_h100/e2e/e2e.json", "turns_h10
              "callpath_final_h100/e2e/e2e.json", "patch_sites_h100/e2e/e2e.json", "pdl_h100/e2e/e2e.json",
              "patch_linger_h100/e2e/e2e.json", "patch_linger_h100/resnet_only_1/e2e.json",
              "patch_linger_h100/resnet_only_2/e2e.json", "patch_linger_h100/e2e_by_pass/e2e.json",
-             "patch_linger_h100/final/e2e/e2e.json", "patch_linger_h100/after_params/e2e/e2e.json")
+             "patch_linger_h100/final/e2e/e2e.json", "patch_linger_h100/after_params/e2e/e2e.json",
+             "patch_linger_h100/last/e2e/e2e.json")
 HEADLINE_ABLATION, HEADLINE_MODEL = "ablation/pipeline_variants.json", "model/model_eval.json"
 
 
