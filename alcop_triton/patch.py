@@ -86,8 +86,9 @@ class _State(threading.local):
 _state = _State()
 _lock = threading.Lock()
 _threads_on = 0  # threads with patch mode on: the wrappers are installed while it is above zero, and after
-_installed = False  # it drops to zero until a wrapper is called (``_put_back``)
-_in_place: tuple[tuple[Any, str, Any], ...] = ()  # (owner, attribute, wrapper) as ``_install`` last left them
+# it drops to zero until a wrapper is called (``_put_back``). What ``_install`` put in place, empty when
+# torch's own functions are: (owner, attribute, torch's function, its wrapper)
+_in_place: tuple[tuple[Any, str, Any, Any], ...] = ()
 # (owner id, attribute) -> (torch's function, its wrapper): the wrapper made once, the original put back
 _wrappers: dict[tuple[int, str], tuple[Any, Callable[..., Any]]] = {}
 # module class id -> (its forward, the functional wrapper it calls, its wrapper): made anew when either changed
@@ -274,9 +275,9 @@ def _conv_module_forward(cls: type[nn.Module], original: Callable[..., Any], tor
 
 def _install() -> None:
     """Put the wrappers in place of torch's functions, where they are not still there."""
-    global _installed, _in_place
-    if _installed:  # a block entered again (per forward pass, say): one identity check per attribute
-        for owner, name, wrapper in _in_place:
+    global _in_place
+    if _in_place:  # a block entered again (per forward pass, say): one identity check per attribute
+        for owner, name, _, wrapper in _in_place:
             if getattr(owner, name) is not wrapper:
                 break
         else:
@@ -286,6 +287,7 @@ def _install() -> None:
     # compiled graphs as opaque calls instead of tracing through them. Imported first, once (about a
     # second, the first time patch mode is entered), it maps torch's own.
     import torch._dynamo  # noqa: F401
+    placed: list[tuple[Any, str, Any, Any]] = []
     for owner, name, route in ROUTES:
         key, current = (id(owner), name), getattr(owner, name)
         made = _wrappers.get(key)
@@ -294,6 +296,7 @@ def _install() -> None:
             made = _wrappers[key] = (original, _wrapper(original, route))
         if current is not made[1]:
             setattr(owner, name, made[1])
+        placed.append((owner, name, *made))
     for cls, name in CONV_MODULES:
         torch_fn, functional = _wrappers[(id(F), name)]
         made_forward = _module_wrappers.get(id(cls))
@@ -304,27 +307,21 @@ def _install() -> None:
                                                         _conv_module_forward(cls, original, torch_fn, functional))
         if current is not made_forward[2]:
             cls.forward = made_forward[2]
-    _installed = True
-    _in_place = (tuple((owner, name, _wrappers[(id(owner), name)][1]) for owner, name, _ in ROUTES)
-                 + tuple((cls, "forward", _module_wrappers[id(cls)][2]) for cls, _ in CONV_MODULES))
+        placed.append((cls, "forward", made_forward[0], made_forward[2]))
+    _in_place = tuple(placed)
 
 
 def _put_back() -> None:
     """Torch's own functions back in place of the wrappers, if no thread is in patch mode (each that
     someone else replaced since stays theirs)."""
-    global _installed
+    global _in_place
     with _lock:
-        if _threads_on or not _installed:
+        if _threads_on:
             return
-        for owner, name, _ in ROUTES:
-            original, wrapper = _wrappers[(id(owner), name)]
+        for owner, name, original, wrapper in _in_place:
             if getattr(owner, name) is wrapper:
                 setattr(owner, name, original)
-        for cls, _ in CONV_MODULES:
-            forward, _, wrapper = _module_wrappers[id(cls)]
-            if cls.forward is wrapper:
-                cls.forward = forward
-        _installed = False
+        _in_place = ()
 
 
 def _set(enabled: bool, blocks: int) -> None:
