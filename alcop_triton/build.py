@@ -65,18 +65,31 @@ class Launch:
     # args[n_tensors:n_tensors + len(descriptors)] are the TMA descriptors, given as (tensor index, dims,
     # block): ``runtime.tma_descriptor(args[index], dims, block)``
     descriptors: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
+    then: Launch | None = None  # a wave tail's second launch, on the same tensors, enqueued right after this one
 
     def __call__(self) -> None:
         self.run(*self.args, **self.kwargs)
+        if self.then is not None:
+            self.then()
 
     def compile(self) -> None:
         self.jit.warmup(*self.args, **self.kwargs, grid=self.grid)
+        if self.then is not None:
+            self.then.compile()
 
     def prebind(self) -> Callable[..., None]:
         """This launch for any tensors of the same dtypes, shapes, strides and alignment: ``f(*tensors)``
         runs the same specialisation without binding anything again (``runtime.prebind``)."""
-        return prebind(self.run, self.jit, self.device, self.grid, self.args, self.kwargs, self.n_tensors,
-                       self.descriptors)
+        first = prebind(self.run, self.jit, self.device, self.grid, self.args, self.kwargs, self.n_tensors,
+                        self.descriptors)
+        if self.then is None:
+            return first
+        second = self.then.prebind()
+
+        def both(*tensors: Any) -> None:
+            first(*tensors)
+            second(*tensors)
+        return both
 
 
 @dataclass(frozen=True)
@@ -114,8 +127,9 @@ class CompiledKernel:
                 raise ScheduleError(f"build(static={tuple(static)}): {v!r} is not a size variable of the inputs "
                                     f"({sorted(known)})")
         self.static = tuple(static)
-        self._variants: dict[tuple[_Key, str, bool], Variant] = {}
+        self._variants: dict[tuple[_Key, str, bool, str], Variant] = {}
         self._slots: dict[tuple[str, int | None], int] = {}  # persistent kernels: resident programs per device
+        self._tail: CompiledKernel | None = None  # a wave-tail config's second kernel, built at its first split
         self.last: Variant | None = None
         # Lower once with the default layout now, so schedule errors surface at build time.
         # Static sizes are bound at call time, so such kernels are specialised on their first call.
@@ -132,9 +146,9 @@ class CompiledKernel:
         us = tuple((t.name, t.ndim - 1 if t.ndim else None) for t in list(self.inputs) + [self.out])
         return _Key(us, None, True, config.fp32_precision())
 
-    def _variant(self, key: _Key, device_type: str) -> Variant:
+    def _variant(self, key: _Key, device_type: str, role: str = "") -> Variant:
         wanted = device_type == "cuda" and config.dependent_launch()
-        cached = self._variants.get((key, device_type, wanted))
+        cached = self._variants.get((key, device_type, wanted, role))
         if cached is not None:
             return cached
         spec = self._spec(device_type)
@@ -157,6 +171,9 @@ class CompiledKernel:
         # launch: on Hopper, programs start during the previous kernel's tail and wait for it before memory
         if wanted and spec is not None and spec.cc >= DEPENDENT_LAUNCH_CC:
             k = k.replace(dependent_launch=True, passes=k.passes + ("DependentLaunch(gdc_wait first)",))
+        # launch: a wave tail's head or tail covers a range of row tiles given at launch
+        if role:
+            k = k.replace(wave_role=role, passes=k.passes + (f"WaveTail({role})",))
         # codegen: loop nest -> Triton source, checked by compile()
         src = codegen.generate(k, self._header(k, plan, spec))
         fn, path = load_kernel(src, k.name)
@@ -167,7 +184,7 @@ class CompiledKernel:
         box = tuple(zip(k.axes["m"], ti.box)) if isinstance(ti, TileIndices) and ti.box else ()
         v = Variant(src, str(path), fn, plan, k.name, k.num_warps, k.num_stages, k.sizes, k.descriptors, box,
                     k.dependent_launch)
-        self._variants[(key, device_type, wanted)] = v
+        self._variants[(key, device_type, wanted, role)] = v
         return v
 
     def _header(self, k: Any, plan: PipelinePlan, spec: Any) -> str:
@@ -228,6 +245,11 @@ class CompiledKernel:
         The tuner and benchmarks time ``launch`` so argument checking stays out of the measurement;
         it is also what a CUDA graph captures (no compilation can happen inside it).
         """
+        return self._bind(tensors)
+
+    def _bind(self, tensors: Sequence[Any], role: str = "", tile_lo: int = 0) -> tuple[Any, Any]:
+        """``bind``; ``role`` "tail" binds this kernel as a wave tail's second launch, over the row tiles
+        from ``tile_lo`` on (``tensors`` then include the output)."""
         import torch
         n_in = len(self.inputs)
         if len(tensors) not in (n_in, n_in + 1):
@@ -290,6 +312,16 @@ class CompiledKernel:
         args: list[Any] = list(all_x) + [tma_descriptor(all_x[i], dims, block) for i, dims, block in descs]
         args += _split_buffers(split, tiles * tot["b"], c, dev) if split > 1 else []
         args += [value for _, value in scalars]
+        if role == "tail":
+            tiles_m = -(-tot["m"] // c["BLOCK_M"])
+            v = self._variant(key, dev.type, role)
+            rows = ((tiles_m - tile_lo) * -(-tot["n"] // c["BLOCK_N"]), 1)
+            return Launch(v.fn, for_device(v.fn, dev.type)[rows], rows, tuple(args + [tile_lo, tiles_m]),
+                          c | v.options(), len(all_x), dev, descs), out
+        if self.config.wave_tail and tot["b"] == 1 and not v.m_box:
+            head = self._head(key, dev, args, c, tot, all_x, descs)
+            if head is not None:
+                return head, out
         if self.config.persistent:
             grid: tuple[int, ...] = (min(tiles * tot["b"], self._resident(v, dev, args, c)),)
         else:
@@ -298,6 +330,27 @@ class CompiledKernel:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
         return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args), c | v.options(),
                       len(all_x), dev, descs), out
+
+    def _head(self, key: _Key, dev: Any, args: list[Any], c: dict[str, int], tot: dict[str, int],
+              tensors: list[Any], descs: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]) -> Launch | None:
+        """A wave-tail config's launches: the rows of tiles within the most whole waves of one tile per SM,
+        then the rest by ``TAIL_CONFIG``'s kernel (``Schedule.wave_tail``); None where the tiles fill whole
+        waves exactly or less than one (one launch then: nothing is left idle, or there is no wave to
+        overlap). A wave counts one tile per SM, however many programs an SM holds: programs that share
+        an SM share its throughput, so an SM's time is its count of tiles."""
+        tiles_m, tiles_n = -(-tot["m"] // c["BLOCK_M"]), -(-tot["n"] // c["BLOCK_N"])
+        sms = _sm_count(dev)
+        rows = tiles_m * tiles_n // sms * sms // tiles_n  # rows of tiles within the whole waves
+        if rows == 0 or tiles_m * tiles_n % sms == 0:
+            return None
+        if self._tail is None:
+            self._tail = CompiledKernel(self.schedule.tail_schedule(), list(self.inputs) + [self.out], gpu=self._gpu,
+                                        strict=self.strict, name=self.name, static=self.static)
+        tail, _ = self._tail._bind(tensors, "tail", rows * c["BLOCK_M"] // self._tail.config.block_m)
+        v = self._variant(key, dev.type, "head")
+        grid = (rows * tiles_n, 1)
+        return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args + [0, rows]), c | v.options(),
+                      len(tensors), dev, descs, then=tail)
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
         """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's

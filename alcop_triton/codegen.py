@@ -24,7 +24,8 @@ RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid
             "mask_n", "mask_out", "offs_m", "offs_n", "a_desc", "b_desc", "out_desc", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SUB_K",
             "REG_SPLIT", "GROUP_M", "SPLIT_K", "pid_s", "k_base", "k_chunks", "k_chunks_all", "k_chunks_per_split",
             "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "split_g",
-            "split_g_first", "split_g_n", "n_tiles", "float", "gdc_wait"}
+            "split_g_first", "split_g_n", "n_tiles", "float", "gdc_wait", "gdc_launch_dependents", "tile_lo",
+            "tile_hi"}
 SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
 """Extra pointer parameters of a split-K kernel, after the output and any descriptors: float32 partial tiles,
 arrival counters (``split_locks_needed``)."""
@@ -293,6 +294,8 @@ def _tile_counts(c: Ctx) -> None:
     if box:
         counts = [f"tl.cdiv({e}, {b})" if b != "1" else e for _, e, b in box]
         c.w.line(f"num_pid_m = {' * '.join(counts)}  # boxes of output positions")
+    elif c.k.wave_role:
+        c.w.line(f"num_pid_m = tile_hi - tile_lo  # this launch's rows of tiles (wave tail: {c.k.wave_role})")
     else:
         c.w.line(f"num_pid_m = tl.cdiv({t['m']}, BLOCK_M)")
     c.w.line(f"num_pid_n = tl.cdiv({t['n']}, BLOCK_N)")
@@ -301,9 +304,10 @@ def _tile_counts(c: Ctx) -> None:
 
 def _grouped(c: Ctx) -> None:
     """pid_m, pid_n of the linear tile ``pid``: GROUP_M rows of tiles run together (L2 reuse of B)."""
+    first = "tile_lo + first_pid_m" if c.k.wave_role else "first_pid_m"
     for line in ("group_id = pid // num_pid_in_group", "first_pid_m = group_id * GROUP_M",
                  "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
-                 "pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m",
+                 f"pid_m = {first} + (pid % num_pid_in_group) % group_size_m",
                  "pid_n = (pid % num_pid_in_group) // group_size_m"):
         c.w.line(line)
 
@@ -680,7 +684,7 @@ def signature(k: Kernel) -> list[str]:
     params += [n for n, _ in k.sizes]
     for t in list(k.inputs) + [k.out]:
         params += [f"stride_{t.name}_{d}" for d in range(t.ndim) if d != k.unit_stride.get(t.name)]
-    return params
+    return params + (["tile_lo", "tile_hi"] if k.wave_role else [])
 
 
 def check_names(k: Kernel) -> None:
@@ -704,7 +708,7 @@ def generate(k: Kernel, header: str) -> str:
     w.line("import triton")
     w.line("import triton.language as tl")
     if k.dependent_launch:
-        w.line("from triton.language.extra.cuda import gdc_wait")
+        w.line("from triton.language.extra.cuda import gdc_wait" + (", gdc_launch_dependents" if k.wave_role == "head" else ""))
     w.line()
     w.line()
     w.line("@triton.jit")
@@ -712,10 +716,16 @@ def generate(k: Kernel, header: str) -> str:
     w.line(f"def {k.name}({', '.join(signature(k))}, {consts}):")
     c = Ctx(k, w)
     with w.indent():
-        if k.dependent_launch:
+        if k.dependent_launch and k.wave_role == "tail":
+            w.line("# wave tail: this launch starts once every program of the head launch has waited for the kernel")
+            w.line("# before both, so its inputs are ready: no wait here (it waits for the head at its end)")
+        elif k.dependent_launch:
             w.line("# programmatic dependent launch: this program may start while the kernel before it on the stream")
             w.line("# still runs; it waits here for that kernel to finish, before its first memory access")
             w.line("gdc_wait()")
+        if k.dependent_launch and k.wave_role == "head":
+            w.line("# wave tail: the tail launch may start now; its programs take the SMs this launch's last wave frees")
+            w.line("gdc_launch_dependents()")
         if k.multiple_of:
             w.line("# alignment known at launch (Triton itself only specialises multiples of 16), stated as x // d * d")
             w.line("# (tl.multiple_of does not reach scalar arguments): masked loads and strided rows then use")
@@ -728,6 +738,13 @@ def generate(k: Kernel, header: str) -> str:
                 w.line(f"{name} = {name} // {d} * {d}")
         for n in k.body:
             emit(n, c)
+        if k.dependent_launch and k.wave_role == "tail":
+            w.line("# wave tail: complete only after the head launch, so that the kernel after this one, which")
+            w.line("# waits for this launch alone, also finds the head's tiles written. One program waits (the")
+            w.line("# last placed): the others leave at once, freeing their SM for the tail's other tiles")
+            w.line("if tl.program_id(0) == tl.num_programs(0) - 1:")
+            with w.indent():
+                w.line("gdc_wait()")
     src = w.text()
     try:
         compile(src, f"<{k.name}>", "exec")

@@ -276,6 +276,11 @@ class Kernel:
     # Launched with programmatic dependent launch (Hopper): programs may start while the previous kernel on
     # the stream finishes, so the kernel waits for it (``gdc_wait``) before its first memory access.
     dependent_launch: bool = False
+    # A wave-tail config's launches (``KernelConfig.wave_tail``): "head", the rows of tiles that fill whole
+    # waves, which lets the next launch start once it has waited; "tail", the rows after them, started
+    # during the head and waiting for it at its end. Both cover the row tiles [tile_lo, tile_hi) given at
+    # launch. "" = one launch over every tile.
+    wave_role: str = ""
 
     def replace(self, **kw: Any) -> Kernel:
         return dataclasses.replace(self, **kw)

@@ -25,6 +25,10 @@ DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
 MAX_SPLIT_K = 64
+TAIL_BLOCK = 64
+"""The wave tail's square tile (``TAIL_CONFIG``): the smallest that Hopper's warpgroup MMA runs on one
+warpgroup. Measured on the H100 (``benchmarks/results/wave_tail_h100``) it spread a short last wave over
+the SMs best of the tiles tried (64 x 64, 64 x 128, 128 x 64)."""
 """Largest split-K factor a config may have. The tuning space offers up to 8 (``Knobs.split_k``), where a
 GEMM's float32 partial tiles start to cost more traffic than the split saves; a convolution's weight
 gradient (nine 64 x 64 tiles over a reduction of 3.2M rows for a 224-wide layer) goes further
@@ -56,6 +60,10 @@ class KernelConfig:
             partial tiles meet in a float32 workspace and the last program of a tile to arrive adds them
             in a fixed order (deterministic; in two levels past 8 slices) and applies the epilogue. 1 = off.
             Not with ``persistent``.
+        wave_tail: the rows of tiles past the last whole wave (one tile per SM) run as a second launch of
+            ``TAIL_CONFIG``'s smaller tiles, which starts while the first launch's last wave still runs
+            (programmatic dependent launch on Hopper), so that a short last wave does not leave most SMs
+            idle. A GEMM of one batch only; not with ``persistent`` or ``split_k``; ``block_m`` >= 64.
     """
 
     block_m: int = 64
@@ -69,6 +77,7 @@ class KernelConfig:
     async_copy: str = "pointer"
     persistent: bool = False
     split_k: int = 1
+    wave_tail: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "block_k"):
@@ -98,6 +107,13 @@ class KernelConfig:
         if self.split_k > 1 and self.persistent:
             raise ScheduleError(f"KernelConfig.split_k={self.split_k} with persistent=True: split-K programs are one "
                                 "per (tile, slice); use one or the other")
+        if not isinstance(self.wave_tail, bool):
+            raise ScheduleError(f"KernelConfig.wave_tail={self.wave_tail!r}: must be True or False")
+        if self.wave_tail and (self.persistent or self.split_k > 1 or self.block_m < TAIL_BLOCK):
+            raise ScheduleError(f"KernelConfig.wave_tail=True with persistent={self.persistent}, split_k={self.split_k}, "
+                                f"block_m={self.block_m}: a wave tail needs one program per whole tile (neither "
+                                f"persistent nor split-K) and block_m >= {TAIL_BLOCK} (the tail's rows start at a "
+                                "multiple of its tile)")
 
     @property
     def sub_k(self) -> int:
@@ -111,11 +127,13 @@ class KernelConfig:
         tma = "_tma" if self.async_copy == "tma" else ""
         pers = "_persistent" if self.persistent else ""
         split = f"_split{self.split_k}" if self.split_k > 1 else ""
+        tail = "_tail" if self.wave_tail else ""
         return (f"m{self.block_m}n{self.block_n}k{self.block_k}_g{self.group_m}_w{self.num_warps}"
-                f"_s{self.smem_stages}_r{self.reg_stages}x{self.reg_split}{tma}{pers}{split}")
+                f"_s{self.smem_stages}_r{self.reg_stages}x{self.reg_split}{tma}{pers}{split}{tail}")
 
     # Triton's usual parameterization, plus our own knobs; what the DB, the CLI and predict_times use.
-    # PERSISTENT and SPLIT_K appear only when set, so records written before the knobs existed read back equal.
+    # PERSISTENT, SPLIT_K and WAVE_TAIL appear only when set, so records written before the knobs existed read
+    # back equal.
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
                              "GROUP_M": self.group_m, "num_warps": self.num_warps, "num_stages": self.smem_stages,
@@ -124,6 +142,8 @@ class KernelConfig:
             d["PERSISTENT"] = True
         if self.split_k > 1:
             d["SPLIT_K"] = self.split_k
+        if self.wave_tail:
+            d["WAVE_TAIL"] = True
         return d
 
     @classmethod
@@ -135,18 +155,28 @@ class KernelConfig:
         keys = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "BLOCK_K": "block_k", "GROUP_M": "group_m",
                 "GROUP_SIZE_M": "group_m", "num_warps": "num_warps", "num_stages": "smem_stages",
                 "REG_STAGES": "reg_stages", "REG_SPLIT": "reg_split", "ASYNC_COPY": "async_copy",
-                "PERSISTENT": "persistent", "SPLIT_K": "split_k"}
+                "PERSISTENT": "persistent", "SPLIT_K": "split_k", "WAVE_TAIL": "wave_tail"}
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
         for k, v in d.items():
             name = keys.get(k, k if k in fields else None)
             if name is None:
                 raise ScheduleError(f"config key {k!r} is unknown; expected one of {sorted(keys)}")
-            want = {"async_copy": str, "persistent": bool}.get(name, int)
+            want = {"async_copy": str, "persistent": bool, "wave_tail": bool}.get(name, int)
             if (isinstance(v, bool) and want is not bool) or not isinstance(v, want):
                 raise ScheduleError(f"config {k}={v!r}: expected {want.__name__}")
             kwargs[name] = v
         return cls(**kwargs)
+
+
+def tail_capable(c: KernelConfig) -> bool:
+    """Whether ``c`` has a ``wave_tail`` twin (one program per whole tile, tiles of at least 64 rows)."""
+    return not c.persistent and c.split_k == 1 and c.block_m >= TAIL_BLOCK
+
+
+TAIL_CONFIG = KernelConfig(TAIL_BLOCK, TAIL_BLOCK, 64, group_m=8, num_warps=4, smem_stages=4, async_copy="tma")
+"""The second launch of a ``wave_tail`` config: its tile, warps, stages and copies (a copy falls back to
+pointers where TMA cannot read an operand, as for any config)."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import TypeVar, Union
 
 from . import te
 from .errors import ScheduleError
-from .records import ASYNC_COPIES, KernelConfig
+from .records import ASYNC_COPIES, TAIL_CONFIG, KernelConfig
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,17 @@ class SplitK:
     factor: int
 
 
-Step = Union[CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent, SplitK]
-S = TypeVar("S", CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent, SplitK)
+@dataclass(frozen=True)
+class WaveTail:
+    """The rows past the last whole wave of tiles (one per SM) run as a second, overlapping launch of smaller tiles."""
+
+
+Step = Union[CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent, SplitK, WaveTail]
+S = TypeVar("S", CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent, SplitK,
+            WaveTail)
 # ALCOP's ordering (paper section 2.2): cache-read and tiling before pipelining, inlining after.
 _PHASE = {CacheRead: 0, Tile: 1, Unroll: 1, Pipeline: 2, Inline: 3, Group: 4, Warps: 4, AsyncCopyStep: 4,
-          Persistent: 4, SplitK: 4}
+          Persistent: 4, SplitK: 4, WaveTail: 4}
 
 
 def _pow2(x: object) -> bool:
@@ -250,6 +256,37 @@ class Schedule:
         """
         self.steps.append(Persistent())
 
+    def wave_tail(self) -> None:
+        """Run the rows of tiles past the last whole wave (one tile per SM) as a second launch.
+
+        A grid whose tiles fill a few waves of the SMs and a little more leaves most SMs idle while its
+        last wave runs. With this step the first launch covers the rows of tiles that fill whole waves
+        and lets the next launch start as soon as its last programs are placed; the second launch
+        (``records.TAIL_CONFIG``'s 64 x 64 tiles) computes the remaining rows on the SMs that the first
+        launch's last wave leaves free, and completes only after the first. Kernels of one batch, one
+        program per whole tile (not persistent, not split-K).
+        """
+        self.steps.append(WaveTail())
+
+    def tail_schedule(self) -> Schedule:
+        """The schedule of the wave tail's launch: these steps with ``TAIL_CONFIG``'s tile, depths, warps
+        and copies (buffers, inlining, grouping and axes as here)."""
+        cfg = TAIL_CONFIG
+        steps: list[Step] = []
+        for st in self.steps:
+            if isinstance(st, Tile):
+                steps.append(Tile(cfg.block_m, cfg.block_n, cfg.block_k, cfg.sub_k, st.m_axes, st.n_axes))
+            elif isinstance(st, Pipeline):
+                shared = self.buffers[st.buffer].scope == "shared"
+                steps.append(Pipeline(st.buffer, cfg.smem_stages if shared else cfg.reg_stages))
+            elif isinstance(st, Warps):
+                steps.append(Warps(cfg.num_warps))
+            elif isinstance(st, AsyncCopyStep):
+                steps.append(AsyncCopyStep(cfg.async_copy))
+            elif not isinstance(st, WaveTail):
+                steps.append(st)
+        return Schedule(self.out, steps, dict(self.buffers))
+
     def split_k(self, factor: int) -> None:
         """Split the reduction loop over ``factor`` programs per output tile (split-K).
 
@@ -307,7 +344,8 @@ class Schedule:
                             group_m=group.group_m if group else 1, num_warps=warps.num_warps if warps else 4,
                             smem_stages=self.stages("shared"), reg_stages=self.stages("register") if has_reg else 1,
                             reg_split=tile.block_k // tile.sub_k, async_copy=mech.mechanism if mech else "pointer",
-                            persistent=self.last(Persistent) is not None, split_k=split.factor if split else 1)
+                            persistent=self.last(Persistent) is not None, split_k=split.factor if split else 1,
+                            wave_tail=self.last(WaveTail) is not None)
 
     @classmethod
     def from_config(cls, out: te.Tensor, cfg: KernelConfig, m_axes=None, n_axes=None) -> Schedule:
@@ -329,6 +367,8 @@ class Schedule:
             s.persistent()
         if cfg.split_k > 1:
             s.split_k(cfg.split_k)
+        if cfg.wave_tail:
+            s.wave_tail()
         return s
 
 

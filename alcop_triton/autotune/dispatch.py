@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from .. import generation
 from ..errors import DatabaseError, TuningError
-from ..records import KernelConfig, Workload
+from ..records import KernelConfig, Workload, tail_capable
 from .database import (Database, GpuKey, TuningRecord, best_of, current_version_group, gpu_key, mma_of, rank_configs,
                        read_jsonl, select)
 
@@ -331,7 +331,12 @@ class Dispatcher:
         first = self._decide(workload, spec, autotune=False).config
         near = self._nearest(workload, spec)
         shortlist = model_shortlist(workload, spec)[:MODEL_TOP]
-        return list(dict.fromkeys([first, *(near[1] if near is not None else []), *shortlist]))
+        known = [first, *(near[1] if near is not None else [])]
+        # Each measured config's wave-tail twin right after it (where one can exist: the space drops the
+        # twins whose tiles fill whole waves): it differs only in how its last wave runs, which the
+        # measurements of other shapes say nothing of.
+        twins = [[c, c.replace(wave_tail=True)] if tail_capable(c) else [c] for c in known]
+        return list(dict.fromkeys([c for pair in twins for c in pair] + shortlist))
 
     def _tune(self, workload: Workload, spec: Any) -> Decision | None:
         from . import session

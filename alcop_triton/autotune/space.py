@@ -10,7 +10,7 @@ Pruning, cheapest first:
    nothing (a persistent kernel's flattened loop runs every chunk of a program's tiles),
    ``reg_split > 1`` without register prefetch only splits the dot, TMA needs sm90, persistence
    needs more tiles than SMs, split-K is for problems with fewer tiles than SMs and slices of at
-   least two chunks;
+   least two chunks, a wave tail is for one-batch GEMMs by TMA on sm90 with more tiles than SMs;
 2. the variant filter (the paper's ablation: none / double_buffer / smem_multistage / full);
 3. the model's resource accounting: ``model.analytical.resources(...).valid`` (shared memory,
    registers, threads), so out-of-resource configs are never compiled;
@@ -33,14 +33,14 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import numpy as np
 
 from ..errors import ScheduleError, TuningError
-from ..records import KernelConfig, Workload
+from ..records import TAIL_BLOCK, KernelConfig, Workload
 
 VARIANTS: tuple[str, ...] = ("none", "double_buffer", "smem_multistage", "full")
 """Ablation variants (ALCOP Figure 10): no pipelining, 2-stage shared only, multi-stage shared only,
 multi-stage multi-level (shared + register)."""
 
 KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
-                               "reg_stages", "reg_split", "async_copy", "persistent", "split_k")
+                               "reg_stages", "reg_split", "async_copy", "persistent", "split_k", "wave_tail")
 _knob_values = operator.attrgetter(*KNOB_NAMES)
 _LOCKS = threading.Lock()  # guards the creation of each space's own lock (``ConfigSpace.details``)
 
@@ -61,6 +61,7 @@ class Candidate(NamedTuple):
     async_copy: Any
     persistent: Any
     split_k: Any
+    wave_tail: Any
 
 
 @dataclass(frozen=True)
@@ -78,20 +79,22 @@ class Knobs:
     async_copy: tuple[str, ...] = ("pointer", "tma")
     persistent: tuple[bool, ...] = (False, True)
     split_k: tuple[int, ...] = (1, 2, 4, 8)
+    wave_tail: tuple[bool, ...] = (False, True)
 
     def values(self) -> list[tuple[Any, ...]]:
         return [getattr(self, k) for k in KNOB_NAMES]
 
 
 DISPATCH_KNOBS = Knobs(block_m=(16, 32, 64, 128), block_n=(32, 64, 128, 256), block_k=(32, 64, 128), group_m=(8,),
-                       num_warps=(4, 8), smem_stages=(3, 4, 5), reg_stages=(1,), reg_split=(1,))
+                       num_warps=(4, 8), smem_stages=(3, 4, 5), reg_stages=(1,), reg_split=(1,), wave_tail=(False,))
 """The model's own shortlist when a call finds no measurement of its shape: the knobs that decide most
 of the time on the GPUs measured so far (the register level never won there), small enough that
-ranking it stays well under a second on a first call."""
+ranking it stays well under a second on a first call. Wave tails come from measurements only (tuning,
+the table): the model's estimate of the overlap is new and not yet checked against many shapes."""
 
 SMALL_PROBLEM_KNOBS = Knobs(block_m=(16, 32), block_n=(16, 32, 64), block_k=(16, 32, 64), group_m=(8,),
                             num_warps=(2, 4), smem_stages=(1, 2, 3), reg_stages=(1,), reg_split=(1,),
-                            persistent=(False,), split_k=(1,))
+                            persistent=(False,), split_k=(1,), wave_tail=(False,))
 """The shortlist of problems no ``DISPATCH_KNOBS`` config fits: a dim below its smallest tile, a
 reduction of one or two chunks."""
 
@@ -175,6 +178,17 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
         # The register prologue would sit inside the flattened tile loop; on the GPU the register
         # level loses to shared-only pipelining anyway (benchmarks/results/pipeline_variants.md).
         ("register prefetch in a persistent tile loop", lambda c: c.persistent & (c.reg_stages > 1))]
+    if batch != 1 or workload.op not in ("matmul", "linear") or spec is None or _cc_tuple(spec.cc) < (9, 0):
+        # the tail launch overlaps the first by programmatic dependent launch (sm90) and splits rows of one batch
+        rules.append(("wave tail outside one-batch GEMMs on sm90", lambda c: c.wave_tail))
+    else:
+        rules += [("wave tail without TMA", lambda c: c.wave_tail & (c.async_copy != "tma")),
+                  # the register level does not pay on sm90 (benchmarks/results/pipeline_variants.md): twins of
+                  # shared-only configs keep the space, and the model's time ranking it, near its old size
+                  ("wave tail with register prefetch", lambda c: c.wave_tail & ((c.reg_stages > 1) | (c.reg_split > 1))),
+                  # whole waves of one tile per SM, or less than one: launched as its plain twin
+                  ("wave tail without a short last wave",
+                   lambda c: c.wave_tail & ((tiles(c) <= sms) | (tiles(c) % sms == 0)))]
     if conv:
         # Measured on the H100: persistent convolutions lose on every layer of the conv grid
         # (benchmarks/results/conv_variants.md), by 20-70x where the model ranked them first (a
@@ -402,7 +416,8 @@ def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
     """(knob, type, value) of every value ``KernelConfig`` refuses on its own.
 
     ``KernelConfig``'s rules each read one knob, except two combinations (``reg_split`` against
-    ``block_k``, ``split_k`` with ``persistent``) that ``_one`` checks itself: so a combination is refused
+    ``block_k``, ``split_k`` with ``persistent``, ``wave_tail`` with either or a short ``block_m``) that
+    ``_survivors`` checks itself: so a combination is refused
     exactly when one of these values is in it or one of those two holds. Each value is tried beside
     ``block_k=512``, which admits every ``reg_split``, and the defaults, which admit the rest. The type is
     part of the key so that ``True`` and ``1`` stay apart.
@@ -429,7 +444,8 @@ def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned
     grid = np.indices([len(v) for v in values]).reshape(len(values), -1)  # itertools.product's order
     c = Candidate(*(np.asarray(v)[i] for v, i in zip(values, grid)))
     bad = _invalid_values(knobs)
-    invalid = (c.persistent & (c.split_k > 1)) | (c.block_k // c.reg_split < 16)
+    invalid = (c.persistent & (c.split_k > 1)) | (c.block_k // c.reg_split < 16) | (
+        c.wave_tail & (c.persistent | (c.split_k > 1) | (c.block_m < TAIL_BLOCK)))
     for name, column, vals in zip(KNOB_NAMES, c, values):
         refused = [v for v in vals if (name, type(v), v) in bad]
         if refused:

@@ -38,6 +38,9 @@ Where this model departs from the table, and why:
   tiles cost 2 x S x 4 bytes per output element of L2 traffic (written, read back by the last block
   of each tile), and the last arrival's serial reduction (an atomic round trip, then S partial tiles
   read by one SM) is exposed once.
+* Wave tail (``config.wave_tail``): the rows of tiles within whole waves are estimated as a kernel of
+  their own, the remaining rows as ``TAIL_CONFIG``'s kernel, less the share of it that runs on the SMs
+  the first kernel's last wave leaves idle.
 
 ``resources`` does Triton's resource accounting (shared memory as Triton allocates it, a
 register estimate, threads) and the occupancy simulation that sets N_threadblk_per_SM.
@@ -52,7 +55,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..records import KernelConfig, Workload, ceil_div
+from ..records import TAIL_CONFIG, KernelConfig, Workload, ceil_div
 from .hardware import GPUSpec
 
 # Triton streams k=16 slices of MMA operands through registers when no explicit register
@@ -413,6 +416,8 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
             "wgmma": float(res.mma_path == "wgmma")}
     if not res.valid:
         return Estimate(math.inf, False, res.reason, base)
+    if config.wave_tail:
+        return _wave_tail(workload, config, spec, res.blocks_per_sm)
     ctx = _context(workload, config, spec, res)
     total = ctx.batch * ctx.tiles_m * ctx.tiles_n * config.split_k
     per_batch = spec.num_sms * res.blocks_per_sm
@@ -443,6 +448,31 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
         "total_blocks": float(total), "n_loop": float(ctx.n_loop), "dram_scale": ctx.dram_scale,
         "t_launch": spec.launch_s, "t_dram_kernel": t_dram_kernel, "t_split_reduction": t_split, "time_s": time,
     })
+
+
+def _wave_tail(workload: Workload, config: KernelConfig, spec: GPUSpec, blocks_per_sm: int) -> Estimate:
+    """A wave-tail config (``Schedule.wave_tail``): the rows of tiles within whole waves as one kernel, the
+    rest as ``TAIL_CONFIG``'s, which starts on the SMs that the first kernel's last wave leaves idle (from
+    its start where that wave is partial) and otherwise after it."""
+    batch, m, n, k = workload.gemm_dims()
+    plain = config.replace(wave_tail=False)
+    tiles_m, tiles_n = ceil_div(m, config.block_m), ceil_div(n, config.block_n)
+    sms = spec.num_sms  # the split counts waves of one tile per SM (CompiledKernel._head)
+    rows = tiles_m * tiles_n // sms * sms // tiles_n
+    if batch != 1 or workload.op not in ("matmul", "linear") or rows == 0 or tiles_m * tiles_n % sms == 0:
+        return estimate(workload, plain, spec)  # launched as one kernel (CompiledKernel._head)
+    head = estimate(Workload(workload.op, (rows * config.block_m, n, k), workload.dtype, workload.layout), plain, spec)
+    tail = estimate(Workload(workload.op, (m - rows * config.block_m, n, k), workload.dtype, workload.layout),
+                    TAIL_CONFIG, spec)
+    if not tail.valid:
+        return tail
+    # The head's last batch of programs leaves (1 - active share) of the GPU to the tail while it runs.
+    per_batch = sms * blocks_per_sm
+    active = (rows * tiles_n) % per_batch or per_batch
+    overlap = head.breakdown.get("t_threadblk", 0.0) * (1 - active / per_batch)
+    t_tail = max(0.0, tail.time_s - spec.launch_s - overlap)
+    time = head.time_s + t_tail
+    return Estimate(time, True, "", {**head.breakdown, "t_wave_tail": t_tail, "time_s": time})
 
 
 def _split_reduction(ctx: _Ctx, total_blocks: int) -> float:
