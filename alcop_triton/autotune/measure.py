@@ -236,14 +236,19 @@ def _warmup_inputs(runner: Any, seed: int) -> tuple[Any, ...]:
 def _launcher(runner: Any, inputs: tuple[Any, ...]) -> Callable[[], Any]:
     """A zero-argument launch of the kernel on ``inputs``.
 
-    Runners with ``bind`` (alcop's) do their argument checks once there and return a closure that
-    only enqueues: the timer then sees the kernel, not Python, and graph capture sees no host work.
+    Runners with ``bind`` (alcop's) do their argument checks once there; the closure then enqueues
+    through the prebound launch that users' calls take (``Launch.prebind``): the timer sees the kernel,
+    not Python, and graph capture sees no host work. ``graph_time``'s first estimate, back-to-back
+    calls, would otherwise read Triton's own launch path (40-60 us of Python per launch on the H100's
+    hosts) as kernel time: a wave tail's two launches crossed ``SMALL_KERNEL_MS`` that way and were
+    timed eagerly, host time included.
     """
     bind = getattr(runner, "bind", None)
     if bind is not None:
         launch, _ = bind(inputs)
         if launch is not None:
-            return launch
+            run, tensors = launch.prebind(), launch.args[:launch.n_tensors]
+            return lambda: run(*tensors)
     return lambda: runner.run(inputs)
 
 

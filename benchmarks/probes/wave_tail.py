@@ -21,7 +21,9 @@ kernels on Hopper), three ways, each at a few tiles:
   the rest as a second launch with smaller tiles that waits for the first (``row_split.py``'s arrangement);
 * ``overlap``: the same two launches, the second started during the first as above.
 
-Beside them alcop's matmul as dispatched and ``torch.matmul`` (cuBLAS) on the same inputs. Every variant's
+Beside them alcop's matmul as dispatched and ``torch.matmul`` (cuBLAS) on the same inputs; then alcop's own
+generated kernels at each ``MAIN`` config, as one launch and as the library's wave tail
+(``KernelConfig.wave_tail``: whole waves of one tile per SM, then ``TAIL_CONFIG``). Every variant's
 result is checked against a float32 product (normwise relative error <= 1e-2) after the output is filled
 with NaN, twice, and must be bitwise equal across the two runs. Timer: ``triton.testing.do_bench_cudagraph``
 (median; the two launches under one graph). Writes ``OUT_DIR/wave_tail.{json,md}``.
@@ -165,6 +167,18 @@ def main(out_dir: str) -> int:
                     first = launcher(a, bt, c, mc, 0, m1, (True, True, False), True)
                     second = launcher(a, bt, c, tc, m1, m, (False, False, True), True)
                     measure("overlap", [first, second], main=mc, rows=m1, tail=tc, slots=per_sm)
+        from alcop_triton.kernels import matmul as km
+        for mc in MAIN:
+            for tail in (False, True):
+                cfg = at.KernelConfig(mc[0], mc[1], mc[2], group_m=8, num_warps=mc[3], smem_stages=mc[4],
+                                      async_copy="tma", wave_tail=tail)
+                try:
+                    launch, _ = km.compiled("float16", 0, km.Epilogue(), cfg).bind(a, bt.T, c)
+                except Exception as exc:  # a config the kernel refuses: the result
+                    variants.append({"variant": "alcop tail" if tail else "alcop one", "main": mc,
+                                     "us": f"{type(exc).__name__}: {str(exc)[:80]}"})
+                    continue
+                measure("alcop tail" if tail else "alcop one", [launch], main=mc, split=launch.then is not None)
         row["variants"] = variants
         best: dict[str, Any] = {}
         for v in variants:
@@ -184,12 +198,29 @@ def main(out_dir: str) -> int:
         t = r["torch_us"]
         lines.append(f"| {'x'.join(map(str, r['shape']))} | {t:.1f} | {r['alcop_us']:.1f} | alcop | {r['alcop_us']:.1f} "
                      f"| {t / r['alcop_us']:.3f}x | as dispatched |")
-        for name in ("one", "serial", "overlap"):
+        for name in ("one", "serial", "overlap", "alcop one", "alcop tail"):
             v = r["best"].get(name)
             if v:
                 cfg = f"main {v['main']}" + (f" rows {v['rows']} + tail {v['tail']}" if "rows" in v else "")
                 lines.append(f"| | | | {name} | {v['us']:.1f} | {t / v['us']:.3f}x | {cfg} |")
+    lines += ["", "alcop's generated kernels per config, one launch against the wave tail (µs; '-' where the "
+              "tiles fill whole waves or less than one, and the tail config runs as one launch):", "",
+              "| shape | config | one launch | wave tail | one / tail |", "|---|---|---|---|---|"]
+    for r in rows:
+        by = {(v["variant"], tuple(v["main"])): v for v in r["variants"] if v["variant"].startswith("alcop")}
+        for mc in MAIN:
+            one, tail = by.get(("alcop one", mc)), by.get(("alcop tail", mc))
+            if one is None or tail is None:
+                continue
+            split = tail.get("split") and isinstance(tail["us"], float)
+            ratio = f"{one['us'] / tail['us']:.3f}x" if split and isinstance(one["us"], float) else "-"
+            lines.append(f"| {'x'.join(map(str, r['shape']))} | {mc} | {_fmt(one['us'])} | "
+                         f"{_fmt(tail['us']) if tail.get('split') else '-'} | {ratio} |")
     return publish(out_dir, "wave_tail", meta, rows, lines)
+
+
+def _fmt(us: Any) -> str:
+    return f"{us:.1f}" if isinstance(us, float) else str(us)
 
 
 if __name__ == "__main__":
