@@ -266,9 +266,11 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
     """The model's top-k, its best config per split factor, and dispatch's transfer pick, for an nt GEMM on
     wgmma each 8-warp tile also with 4 warps, each also with the other copy mechanism where the op and the
     GPU offer both: which of pointer and TMA copies wins for a tile is measured, not left to the model's
-    coarse ranking of the two. No duplicates."""
+    coarse ranking of the two; where the tiles leave a short last wave, each also as a wave tail. No
+    duplicates."""
     from alcop_triton.autotune.dispatch import model_shortlist, transfer
     from alcop_triton.autotune.space import Knobs, shape_reason
+    from alcop_triton.records import tail_capable
     ranked = model_shortlist(w, spec)
     out = list(ranked[:top_k])
     for split in sorted({c.split_k for c in ranked}):
@@ -290,6 +292,13 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
     for c in list(out):
         for mech in Knobs().async_copy:
             twin = c.replace(async_copy=mech)
+            if twin not in out and shape_reason(w, twin, spec) is None:
+                out.append(twin)
+    # Where the tiles leave a short last wave, each config also as a wave tail (the space's rules say
+    # where one can run): the model's estimate of the overlap is new, so it is measured, not ranked.
+    for c in list(out):
+        if tail_capable(c):
+            twin = c.replace(wave_tail=True)
             if twin not in out and shape_reason(w, twin, spec) is None:
                 out.append(twin)
     return out
