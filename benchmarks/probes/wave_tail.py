@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from conv_box import _grouped  # noqa: E402  (the tile of program_id(0) in GROUP_M = 8 order)
 from probe_io import GRAPH_TIMER, publish, run_meta, table_head  # noqa: E402
 
 import triton  # noqa: E402
@@ -63,13 +64,7 @@ def gemm(a_desc, b_desc, c_desc, row0, M, N, K, BM: tl.constexpr, BN: tl.constex
         gdc_wait()
     if TRIGGER:
         gdc_launch_dependents()
-    npm = tl.cdiv(M - row0, BM)
-    npn = tl.cdiv(N, BN)
-    t = tl.program_id(0)
-    first = (t // (8 * npn)) * 8
-    gsz = tl.minimum(npm - first, 8)
-    pm = first + (t % (8 * npn)) % gsz
-    pn = (t % (8 * npn)) // gsz
+    pm, pn = _grouped(tl.cdiv(M - row0, BM), tl.cdiv(N, BN))
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k in tl.range(0, tl.cdiv(K, BK), num_stages=S):
         a = a_desc.load([row0 + pm * BM, k * BK])

@@ -10,28 +10,19 @@ reads the previous result.
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import pytest
 import torch
 
 import alcop_triton as at
-from alcop_triton import KernelConfig, fastpath
+from alcop_triton import KernelConfig
 from alcop_triton.kernels import matmul as km
 
-from test_dependent_launch_gpu import _sources, _write_late
+# hopper: the autouse fixture that skips before sm90 (no programmatic dependent launch) and clears the fast path
+from test_dependent_launch_gpu import _sources, _write_late, hopper  # noqa: F401
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or under TRITON_INTERPRET=1
 
 CFG = KernelConfig(128, 128, 64, group_m=8, num_warps=4, smem_stages=4, async_copy="tma", wave_tail=True)
-
-
-@pytest.fixture(autouse=True)
-def hopper() -> Iterator[None]:
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("the wave tail's overlap needs programmatic dependent launch (sm90 or later)")
-    fastpath.invalidate()
-    yield
 
 
 @pytest.mark.parametrize("m,n,k", [(1970, 2304, 768), (896, 2560, 2560), (1999, 1144, 760)])
