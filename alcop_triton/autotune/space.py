@@ -415,10 +415,10 @@ class ConfigSpace:
 def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
     """(knob, type, value) of every value ``KernelConfig`` refuses on its own.
 
-    ``KernelConfig``'s rules each read one knob, except two combinations (``reg_split`` against
+    ``KernelConfig``'s rules each read one knob, except three combinations (``reg_split`` against
     ``block_k``, ``split_k`` with ``persistent``, ``wave_tail`` with either or a short ``block_m``) that
-    ``_survivors`` checks itself: so a combination is refused
-    exactly when one of these values is in it or one of those two holds. Each value is tried beside
+    ``_survivors`` checks itself: so a combination is refused exactly when one of these values is in it or
+    one of those three holds. Each value is tried beside
     ``block_k=512``, which admits every ``reg_split``, and the defaults, which admit the rest. The type is
     part of the key so that ``True`` and ``1`` stay apart.
     """
