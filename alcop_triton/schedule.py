@@ -268,10 +268,10 @@ class Schedule:
         """
         self.steps.append(WaveTail())
 
-    def tail_schedule(self) -> Schedule:
-        """The schedule of the wave tail's launch: these steps with ``TAIL_CONFIG``'s tile, depths, warps
-        and copies (buffers, inlining, grouping and axes as here)."""
-        cfg = TAIL_CONFIG
+    def tail_schedule(self, cfg: KernelConfig = TAIL_CONFIG) -> Schedule:
+        """The schedule of the wave tail's launch: these steps with ``cfg``'s tile, depths, warps and copies
+        (buffers, inlining, grouping and axes as here); the library's is ``TAIL_CONFIG``, another serves
+        measurements of the choice (``benchmarks/probes/wave_tail_configs.py``)."""
         steps: list[Step] = []
         for st in self.steps:
             if isinstance(st, Tile):
