@@ -29,7 +29,7 @@ TAIL_BLOCK = 64
 """The wave tail's square tile (``TAIL_CONFIG``): the smallest that Hopper's warpgroup MMA runs on one
 warpgroup. Measured on the H100 (``benchmarks/results/wave_tail_h100``): with a hand-written kernel it
 spread a short last wave over the SMs best of 64 x 64, 64 x 128 and 128 x 64; with alcop's kernels no
-other of seven tail configs was better by more than 3% on every shape (``tail_configs/``)."""
+other of seven tail configs was better by more than 4% on any shape (``tail_configs/``)."""
 """Largest split-K factor a config may have. The tuning space offers up to 8 (``Knobs.split_k``), where a
 GEMM's float32 partial tiles start to cost more traffic than the split saves; a convolution's weight
 gradient (nine 64 x 64 tiles over a reduction of 3.2M rows for a 224-wide layer) goes further
