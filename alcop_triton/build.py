@@ -12,7 +12,7 @@ from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipe
 from .errors import ScheduleError
 from .loop_ir import Descriptor, Store, TileIndices, find
 from .lower import lower
-from .records import KernelConfig, dtype_name
+from .records import KernelConfig, dtype_name, wave_tail_rows
 from .rewrite import apply_pipeline
 from .runtime import for_device, load_kernel, prebind, resident_programs, tma_descriptor
 from .schedule import Schedule
@@ -336,12 +336,10 @@ class CompiledKernel:
         """A wave-tail config's launches: the rows of tiles within the most whole waves of one tile per SM,
         then the rest by ``TAIL_CONFIG``'s kernel (``Schedule.wave_tail``); None where the tiles fill whole
         waves exactly or less than one (one launch then: nothing is left idle, or there is no wave to
-        overlap). A wave counts one tile per SM, however many programs an SM holds: programs that share
-        an SM share its throughput, so an SM's time is its count of tiles."""
-        tiles_m, tiles_n = -(-tot["m"] // c["BLOCK_M"]), -(-tot["n"] // c["BLOCK_N"])
-        sms = _sm_count(dev)
-        rows = tiles_m * tiles_n // sms * sms // tiles_n  # rows of tiles within the whole waves
-        if rows == 0 or tiles_m * tiles_n % sms == 0:
+        overlap; ``records.wave_tail_rows``)."""
+        tiles_n = -(-tot["n"] // c["BLOCK_N"])
+        rows = wave_tail_rows(-(-tot["m"] // c["BLOCK_M"]), tiles_n, _sm_count(dev))
+        if rows == 0:
             return None
         if self._tail is None:
             self._tail = CompiledKernel(self.schedule.tail_schedule(), list(self.inputs) + [self.out], gpu=self._gpu,

@@ -110,7 +110,7 @@ class KernelConfig:
                                 "per (tile, slice); use one or the other")
         if not isinstance(self.wave_tail, bool):
             raise ScheduleError(f"KernelConfig.wave_tail={self.wave_tail!r}: must be True or False")
-        if self.wave_tail and (self.persistent or self.split_k > 1 or self.block_m < TAIL_BLOCK):
+        if self.wave_tail and not tail_capable(self):
             raise ScheduleError(f"KernelConfig.wave_tail=True with persistent={self.persistent}, split_k={self.split_k}, "
                                 f"block_m={self.block_m}: a wave tail needs one program per whole tile (neither "
                                 f"persistent nor split-K) and block_m >= {TAIL_BLOCK} (the tail's rows start at a "
@@ -173,6 +173,14 @@ class KernelConfig:
 def tail_capable(c: KernelConfig) -> bool:
     """Whether ``c`` has a ``wave_tail`` twin (one program per whole tile, tiles of at least 64 rows)."""
     return not c.persistent and c.split_k == 1 and c.block_m >= TAIL_BLOCK
+
+
+def wave_tail_rows(tiles_m: int, tiles_n: int, sms: int) -> int:
+    """Rows of tiles a wave tail's first launch covers: those within the most whole waves of one tile per SM
+    (programs that share an SM share its throughput, so an SM's time is its count of tiles); 0 where the
+    tiles fill whole waves exactly or less than one, and the config runs as one launch."""
+    tiles = tiles_m * tiles_n
+    return 0 if tiles % sms == 0 else tiles // sms * sms // tiles_n
 
 
 TAIL_CONFIG = KernelConfig(TAIL_BLOCK, TAIL_BLOCK, 64, group_m=8, num_warps=4, smem_stages=4, async_copy="tma")

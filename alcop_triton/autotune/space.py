@@ -186,7 +186,8 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
                   # the register level does not pay on sm90 (benchmarks/results/pipeline_variants.md): twins of
                   # shared-only configs keep the space, and the model's time ranking it, near its old size
                   ("wave tail with register prefetch", lambda c: c.wave_tail & ((c.reg_stages > 1) | (c.reg_split > 1))),
-                  # whole waves of one tile per SM, or less than one: launched as its plain twin
+                  # whole waves of one tile per SM, or less than one (records.wave_tail_rows is 0):
+                  # launched as its plain twin
                   ("wave tail without a short last wave",
                    lambda c: c.wave_tail & ((tiles(c) <= sms) | (tiles(c) % sms == 0)))]
     if conv:

@@ -55,7 +55,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..records import TAIL_CONFIG, KernelConfig, Workload, ceil_div
+from ..records import TAIL_CONFIG, KernelConfig, Workload, ceil_div, wave_tail_rows
 from .hardware import GPUSpec
 
 # Triton streams k=16 slices of MMA operands through registers when no explicit register
@@ -457,9 +457,8 @@ def _wave_tail(workload: Workload, config: KernelConfig, spec: GPUSpec, blocks_p
     batch, m, n, k = workload.gemm_dims()
     plain = config.replace(wave_tail=False)
     tiles_m, tiles_n = ceil_div(m, config.block_m), ceil_div(n, config.block_n)
-    sms = spec.num_sms  # the split counts waves of one tile per SM (CompiledKernel._head)
-    rows = tiles_m * tiles_n // sms * sms // tiles_n
-    if batch != 1 or workload.op not in ("matmul", "linear") or rows == 0 or tiles_m * tiles_n % sms == 0:
+    rows = wave_tail_rows(tiles_m, tiles_n, spec.num_sms)  # as CompiledKernel._head splits the launch
+    if batch != 1 or workload.op not in ("matmul", "linear") or rows == 0:
         return estimate(workload, plain, spec)  # launched as one kernel (CompiledKernel._head)
     head = estimate(Workload(workload.op, (rows * config.block_m, n, k), workload.dtype, workload.layout), plain, spec)
     tail = estimate(Workload(workload.op, (m - rows * config.block_m, n, k), workload.dtype, workload.layout),
@@ -467,7 +466,7 @@ def _wave_tail(workload: Workload, config: KernelConfig, spec: GPUSpec, blocks_p
     if not tail.valid:
         return tail
     # The head's last batch of programs leaves (1 - active share) of the GPU to the tail while it runs.
-    per_batch = sms * blocks_per_sm
+    per_batch = spec.num_sms * blocks_per_sm
     active = (rows * tiles_n) % per_batch or per_batch
     overlap = head.breakdown.get("t_threadblk", 0.0) * (1 - active / per_batch)
     t_tail = max(0.0, tail.time_s - spec.launch_s - overlap)
