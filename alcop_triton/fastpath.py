@@ -346,40 +346,16 @@ SITE_CANDIDATES = 8
 """Candidates per call site, the most recent (a model calls a site with a few shapes; a call whose
 candidate was dropped goes by its signature, which gives it one again)."""
 
-_Candidate = tuple[Any, int, "tuple[bool, ...] | None", "tuple[int, ...] | None", "str | None", Callable[..., Tensor]]
+_Candidate = tuple[int, "Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...]] | None",
+                   "Callable[[tuple[Tensor | None, ...]], bool] | None", Callable[..., bool],
+                   "tuple[int, ...] | None", "str | None", Callable[..., Tensor]]
+"""A call site's candidate: the number of arguments; where some are None, ``present`` (the tensors among
+them) and ``vacant`` (whether the same ones are None in a call), else None for both; its guards' check;
+the tensors' 16-byte alignment (None: all aligned); the float32 precision (None: no float32 tensor); the
+stored entry. ``call`` checks candidates inline: a helper's frame costs more than the check on a call
+that finds the CPU's caches cold."""
 _address = torch.Tensor.data_ptr
 _sites: dict[tuple[Any, ...], list[_Candidate]] = {}
-
-
-def _site_hit(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Callable[..., Tensor] | None:
-    """The stored entry of the first candidate that ``tensors`` match, or None."""
-    for guards, n, nones, align, precision, entry in site:
-        if len(tensors) != n:
-            continue
-        present: Any = tensors  # the tensors, without the Nones
-        if nones is not None:  # the arguments that are None (a bias) must be the candidate's
-            present = []
-            for t, none in zip(tensors, nones):  # a loop, as for the alignment below
-                if none is not (t is None):
-                    present = None
-                    break
-                if not none:
-                    present.append(t)
-            if present is None:
-                continue
-        if not guards.check(*present) or (precision is not None and precision != config.fp32_precision()):
-            continue
-        # Alignment: the addresses' low bits, all zero (16-byte aligned) for almost every call. A loop:
-        # reduce() over map() costs about a microsecond more when the CPU's caches are cold.
-        if align is None:
-            bits = 0
-            for t in present:
-                bits |= _address(t)
-            if not bits & 15:
-                return entry
-        elif tuple(t.data_ptr() & 15 for t in present) == align:
-            return entry
-    return None
 
 
 def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], entry: Callable[..., Tensor]) -> None:
@@ -399,8 +375,27 @@ def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], ent
         return
     fp32 = any(t.dtype is torch.float32 for t in present)
     align = tuple(t.data_ptr() & 15 for t in present)
-    site.append((guards, len(tensors), None if len(present) == len(tensors) else tuple(t is None for t in tensors),
-                 None if not any(align) else align, config.fp32_precision() if fp32 else None, entry))
+    if len(present) == len(tensors):
+        site.append((len(tensors), None, None, guards.check, None if not any(align) else align,
+                     config.fp32_precision() if fp32 else None, entry))
+    else:
+        site.append((len(tensors), *_pickers(tensors), guards.check, None if not any(align) else align,
+                     config.fp32_precision() if fp32 else None, entry))
+
+
+def _pickers(tensors: tuple[Tensor | None, ...]) -> tuple[Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...]],
+                                                        Callable[[tuple[Tensor | None, ...]], bool]]:
+    """A candidate's ``present`` and ``vacant`` for a call whose arguments include Nones (a bias)."""
+    kept = [i for i, t in enumerate(tensors) if t is not None]
+    gaps = [i for i, t in enumerate(tensors) if t is None]
+    present: Any = operator.itemgetter(*kept) if len(kept) > 1 else (lambda args: (args[kept[0]],))
+
+    def vacant(args: tuple[Tensor | None, ...]) -> bool:
+        for i in gaps:  # a loop: all() over a generator costs more on a cold call
+            if args[i] is not None:
+                return False
+        return True
+    return present, vacant
 
 
 def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], eager: Callable[..., Tensor],
@@ -423,8 +418,27 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), mode.patched, _grad_enabled())
         site = _sites.get(site_key)
         if site is not None and (mode is _DIRECT or mode is _ROUTING or mode is _PATCHED):
-            stored = _site_hit(site, tensors)
-            if stored is not None:
+            # The first candidate that the tensors match (``_Candidate``): a hit on its signature.
+            for n, present, vacant, check, align, precision, stored in site:
+                if len(tensors) != n:
+                    continue
+                if present is None:
+                    given: Any = tensors
+                elif vacant(tensors):  # type: ignore[misc]
+                    given = present(tensors)
+                else:
+                    continue
+                if not check(*given) or (precision is not None and precision != config.fp32_precision()):
+                    continue
+                # The addresses' low bits: all zero (16-byte aligned) for almost every call.
+                if align is None:
+                    bits = 0
+                    for t in given:
+                        bits |= _address(t)
+                    if bits & 15:
+                        continue
+                elif tuple(t.data_ptr() & 15 for t in given) != align:
+                    continue
                 _counters.hits += 1
                 return stored(tensors)
     if mode.routes:  # patch mode's call, not served by its site: what runs now is the drop-in's own

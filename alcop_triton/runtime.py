@@ -233,7 +233,8 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
     direct = c_launch is not None and not launcher.profile_scratch_size
     coop, pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
     nbytes = g0 * g1 * g2 * launcher.num_ctas * launcher.global_scratch_size if direct else 0
-    arguments = _argument_memo(compiled, host_descriptors, tail)
+    memo, encode = _argument_memo(compiled, host_descriptors, tail)
+    address = torch.Tensor.data_ptr
 
     def launch(*tensors: Any) -> None:
         if current_device() != index:  # the kernel was loaded into this device's context
@@ -253,8 +254,13 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
         meta = None if enter is None else compiled.launch_metadata(grid, stream, *tensors,
                                                                    *host_descriptors(tensors), *tail)
         if direct:
+            # The memo's lookup inline: a helper's frame costs more than the lookup on a cold call.
+            ptrs = tuple(map(address, tensors))
+            arguments = memo.get(ptrs)
+            if arguments is None:
+                arguments = encode(tensors, ptrs)
             c_launch(g0, g1, g2, stream, function, coop, pdl, scratch_address(index, stream, nbytes) if nbytes else None,
-                     None, metadata, meta, enter, leave, *arguments(tensors))
+                     None, metadata, meta, enter, leave, *arguments)
         else:
             launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *host_descriptors(tensors),
                      *tail)
@@ -273,26 +279,22 @@ def _compiled_launch(launcher: Any) -> Any:
 
 
 def _argument_memo(compiled: Any, host_descriptors: Callable[[Sequence[Any]], list[Any]], tail: tuple[Any, ...]
-                  ) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    """``arguments(tensors)``: the compiled launcher's kernel arguments for a launch on ``tensors``: their
+                  ) -> tuple[dict[tuple[int, ...], tuple[Any, ...]], Callable[[Sequence[Any], tuple[int, ...]], tuple[Any, ...]]]:
+    """The compiled launcher's kernel arguments for a launch on ``tensors`` at addresses ``ptrs``: the
     addresses, each of ``host_descriptors(tensors)`` encoded (the tensor map, then shape and strides, as
-    Triton's own wrapper passes them), then ``tail``; memoised per tuple of addresses."""
-    import torch
+    Triton's own wrapper passes them), then ``tail``. Returns the memo (addresses -> arguments) and
+    ``encode(tensors, ptrs)``, which makes the arguments of addresses the memo lacks and keeps them."""
     from triton.backends.nvidia.driver import make_tensordesc_arg
-    address = torch.Tensor.data_ptr
     metas = getattr(compiled.metadata, "tensordesc_meta", None)
     memo: dict[tuple[int, ...], tuple[Any, ...]] = {}
 
-    def arguments(tensors: Sequence[Any]) -> tuple[Any, ...]:
-        ptrs = tuple(map(address, tensors))
-        args = memo.get(ptrs)
-        if args is None:
-            if len(memo) >= LAUNCH_MEMO:
-                memo.clear()
-            descs = host_descriptors(tensors)
-            encoded: list[Any] = []
-            for desc, meta in zip(descs, metas or [None] * len(descs)):
-                encoded += make_tensordesc_arg(desc, meta)
-            args = memo[ptrs] = (*ptrs, *encoded, *tail)
+    def encode(tensors: Sequence[Any], ptrs: tuple[int, ...]) -> tuple[Any, ...]:
+        if len(memo) >= LAUNCH_MEMO:
+            memo.clear()
+        descs = host_descriptors(tensors)
+        encoded: list[Any] = []
+        for desc, meta in zip(descs, metas or [None] * len(descs)):
+            encoded += make_tensordesc_arg(desc, meta)
+        args = memo[ptrs] = (*ptrs, *encoded, *tail)
         return args
-    return arguments
+    return memo, encode

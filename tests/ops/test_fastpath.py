@@ -233,6 +233,44 @@ def test_a_signature_hit_twice_is_found_at_its_call_site_without_a_key(monkeypat
     assert keyed == ["linear"] * 3
 
 
+def test_a_call_site_candidate_is_checked_without_a_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Half-precision tensors, all 16-byte aligned, and a linear with a bias and without one (the Nones): a
+    # repeat matches its candidate without computing a signature; another alignment or None pattern
+    # goes by its signature.
+    x, w, bias = randn(6, 5, dtype=torch.float16), randn(4, 5, dtype=torch.float16, seed=1), randn(4, seed=2)
+    bias = bias.half()
+    for _ in range(2):
+        at.linear(x, w, bias)
+        at.linear(x, w)
+    site, = [site for key, site in fastpath._sites.items() if key[0] == "linear"]
+    assert len(site) == 2
+    key = fastpath._key
+    keyed: list[Any] = []
+    monkeypatch.setattr(fastpath, "_key", lambda *args: keyed.append(args[0]) or key(*args))
+    x2 = randn(6, 5, dtype=torch.float16, seed=3)
+    assert_close(at.linear(x2, w, bias), F.linear(*f64(x2, w, bias)))
+    assert_close(at.linear(x2, w), F.linear(*f64(x2, w)))
+    assert keyed == [] and counts() == (4, 2)
+    shifted = randn(6 * 5 + 8, dtype=torch.float16, seed=4)[8:].view(6, 5)  # 16 bytes past a boundary: aligned
+    at.linear(shifted, w, bias)
+    assert keyed == []
+    shifted = randn(6 * 5 + 1, dtype=torch.float16, seed=4)[1:].view(6, 5)  # 2 bytes past: not the candidate's
+    assert_close(at.linear(shifted, w, bias), F.linear(*f64(shifted, w, bias)))
+    assert keyed == ["linear"]
+
+
+def test_a_call_site_keeps_its_newest_candidates() -> None:
+    b = randn(5, 4, dtype=torch.float16, seed=1)
+    shapes = range(1, fastpath.SITE_CANDIDATES + 3)
+    for m in shapes:  # each shape: a miss, then a hit by signature that gives the site a candidate
+        for _ in range(2):
+            at.matmul(randn(m, 5, dtype=torch.float16, seed=m), b)
+    site, = [site for key, site in fastpath._sites.items() if key[0] == "matmul"]
+    assert len(site) == fastpath.SITE_CANDIDATES
+    check = site[-1][3]
+    assert check(randn(shapes[-1], 5, dtype=torch.float16), b) and not check(randn(shapes[0], 5, dtype=torch.float16), b)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([3, 5]), st.sampled_from([torch.float32, torch.float16]),
                           st.booleans(), st.sampled_from([0, 1]), st.booleans(), st.booleans(), st.booleans(),
@@ -242,16 +280,19 @@ def test_a_call_site_candidate_is_found_only_for_its_own_signature(
     # Soundness of the C++-guarded lookup: whatever mix of shapes, dtypes, strides, alignment, optional
     # bias, grad and tensor types came before, a candidate found at the call site is the entry the
     # call's signature holds; and the results stay right.
-    real, found = fastpath._site_hit, []
+    # Each candidate's entry is remembered wrapped: a call it serves asserts that its signature holds that
+    # entry. Candidates of an earlier example would not be wrapped for this one's list: each starts afresh.
+    fastpath.invalidate()
+    real, found = fastpath._remember, []
 
-    def checked(site: Any, tensors: tuple[torch.Tensor | None, ...]) -> Any:
-        entry = real(site, tensors)
-        if entry is not None:
+    def remember(site_key: Any, tensors: Any, entry: Callable[..., torch.Tensor]) -> None:
+        def checked(tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
             assert getattr(fastpath._entries.get(fastpath._key("linear", tensors, (None,))), "run", None) is entry
             found.append(entry)
-        return entry
+            return entry(tensors)
+        real(site_key, tensors, checked)
 
-    fastpath._site_hit = checked
+    fastpath._remember = remember
     try:
         for m, dtype, transposed, offset, with_bias, needs_grad, parameter, no_grad in calls:
             x = randn(m * 7 + offset, dtype=dtype, seed=m)[offset:].view(m, 7)  # offset 1: misaligned
@@ -264,7 +305,7 @@ def test_a_call_site_candidate_is_found_only_for_its_own_signature(
                 for _ in range(3):  # a miss, a hit by signature (a candidate), a hit at the site
                     assert_close(at.linear(x, w, bias), F.linear(*f64(x, w, bias)))
     finally:
-        fastpath._site_hit = real
+        fastpath._remember = real
     assert found  # the guarded lookup was taken
 
 
