@@ -71,6 +71,12 @@ def autotune() -> bool:
     return _flag("ALCOP_AUTOTUNE")
 
 
+def native() -> bool:
+    """``ALCOP_NATIVE`` (default on): the fast path's call-site check runs compiled from C where a C
+    compiler is at hand (``fastpath._native_site_hit``); 0 keeps it in Python. Read once per process."""
+    return _flag("ALCOP_NATIVE", "1")
+
+
 def dependent_launch() -> bool:
     """``ALCOP_DEPENDENT_LAUNCH`` (default on): on sm90 and later, kernels are launched with programmatic
     dependent launch and wait for the previous kernel on the stream before their first memory access;

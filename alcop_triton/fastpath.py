@@ -36,10 +36,12 @@ also found without computing it: its call site checks the tensors with torch's C
 
 from __future__ import annotations
 
+import logging
 import operator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator, Protocol, Sequence
 
 import torch
@@ -352,17 +354,71 @@ _Candidate = tuple[int, "Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...
 """A call site's candidate: the number of arguments; where some are None, ``present`` (the tensors among
 them) and ``vacant`` (whether the same ones are None in a call), else None for both; its guards' check;
 the tensors' 16-byte alignment (None: all aligned); the float32 precision (None: no float32 tensor); the
-stored entry. ``call`` checks candidates inline: a helper's frame costs more than the check on a call
-that finds the CPU's caches cold."""
+stored entry."""
 _address = torch.Tensor.data_ptr
 _sites: dict[tuple[Any, ...], list[_Candidate]] = {}
 
 
+def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Callable[..., Tensor] | None:
+    """The entry of the first of ``site``'s candidates that ``tensors`` match (a hit on its signature), or None."""
+    for n, present, vacant, check, align, precision, entry in site:
+        if len(tensors) != n:
+            continue
+        if present is None:
+            given: Any = tensors
+        elif vacant(tensors):  # type: ignore[misc]
+            given = present(tensors)
+        else:
+            continue
+        if not check(*given) or (precision is not None and precision != config.fp32_precision()):
+            continue
+        # The addresses' low bits: all zero (16-byte aligned) for almost every call. A loop: reduce()
+        # over map() costs more on a cold call.
+        if align is None:
+            bits = 0
+            for t in given:
+                bits |= _address(t)
+            if not bits & 15:
+                return entry
+        elif tuple(t.data_ptr() & 15 for t in given) == align:
+            return entry
+    return None
+
+
+def _native_site_hit() -> Callable[[list[_Candidate], tuple[Tensor | None, ...]], Callable[..., Tensor] | None] | None:
+    """``_site_hit_py`` compiled from ``site_check.c``, or None where it cannot be (no C compiler, a
+    Triton without its build helper) or ``ALCOP_NATIVE=0``.
+
+    Every call that a site serves runs this check, and on a call that finds the CPU's caches cold (an
+    eager call after a synchronisation) its bytecode costs about a microsecond more than the same
+    calls made from C. The source is compiled with Triton's own C build (the compiler and cache that
+    its kernel launchers use), once per machine."""
+    if not config.native():
+        return None
+    try:
+        from triton.runtime.build import compile_module_from_src
+        module = compile_module_from_src((Path(__file__).parent / "site_check.c").read_text(), "alcop_site_check")
+    except Exception as exc:  # no compiler or Python headers, or another Triton: the Python check serves
+        logging.getLogger("alcop_triton").info("the call-site check runs in Python: %s: %s", type(exc).__name__, exc)
+        return None
+    module.configure(_address, lambda: config.fp32_precision())  # read as the Python check reads it
+    hit: Callable[[list[_Candidate], tuple[Tensor | None, ...]], Callable[..., Tensor] | None] = module.site_hit
+    return hit
+
+
+_site_hit = _site_hit_py
+"""The call-site check ``call`` makes: ``_native_site_hit()``'s once a site has a candidate, else ``_site_hit_py``."""
+_site_hit_built = False
+
+
 def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], entry: Callable[..., Tensor]) -> None:
     """Give the call site a candidate for a signature ``tensors`` just hit (``entry`` is its entry)."""
-    global _TensorGuards
+    global _TensorGuards, _site_hit, _site_hit_built
     if _TensorGuards is None:
         return
+    if not _site_hit_built:  # the first candidate: build the compiled check now, not at import
+        _site_hit_built = True
+        _site_hit = _native_site_hit() or _site_hit_py
     site = _sites.setdefault(site_key, [])
     if len(site) >= SITE_CANDIDATES:  # the oldest goes: a site whose shapes change keeps finding the new ones
         del site[0]
@@ -418,27 +474,8 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), mode.patched, _grad_enabled())
         site = _sites.get(site_key)
         if site is not None and (mode is _DIRECT or mode is _ROUTING or mode is _PATCHED):
-            # The first candidate that the tensors match (``_Candidate``): a hit on its signature.
-            for n, present, vacant, check, align, precision, stored in site:
-                if len(tensors) != n:
-                    continue
-                if present is None:
-                    given: Any = tensors
-                elif vacant(tensors):  # type: ignore[misc]
-                    given = present(tensors)
-                else:
-                    continue
-                if not check(*given) or (precision is not None and precision != config.fp32_precision()):
-                    continue
-                # The addresses' low bits: all zero (16-byte aligned) for almost every call.
-                if align is None:
-                    bits = 0
-                    for t in given:
-                        bits |= _address(t)
-                    if bits & 15:
-                        continue
-                elif tuple(t.data_ptr() & 15 for t in given) != align:
-                    continue
+            stored = _site_hit(site, tensors)
+            if stored is not None:
                 _counters.hits += 1
                 return stored(tensors)
     if mode.routes:  # patch mode's call, not served by its site: what runs now is the drop-in's own

@@ -7,6 +7,7 @@ and binding say which path a call took.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -30,6 +31,23 @@ def fresh_cache() -> Iterator[None]:
     fastpath.invalidate()
     fastpath.reset_stats()
     yield
+
+
+_NATIVE_SITE_HIT = fastpath._native_site_hit()
+SITE_CHECKS = [pytest.param(fastpath._site_hit_py, id="python"),
+               pytest.param(_NATIVE_SITE_HIT, id="native",
+                            marks=pytest.mark.skipif(_NATIVE_SITE_HIT is None, reason="no C compiler: Python checks"))]
+
+
+@contextmanager
+def site_check(check: Callable[..., Any]) -> Iterator[None]:
+    """The fast path's call sites checked by ``check`` (``SITE_CHECKS``) in the block."""
+    saved = fastpath._site_hit, fastpath._site_hit_built
+    fastpath._site_hit, fastpath._site_hit_built = check, True
+    try:
+        yield
+    finally:
+        fastpath._site_hit, fastpath._site_hit_built = saved
 
 
 def counts() -> tuple[int, int]:
@@ -233,10 +251,14 @@ def test_a_signature_hit_twice_is_found_at_its_call_site_without_a_key(monkeypat
     assert keyed == ["linear"] * 3
 
 
-def test_a_call_site_candidate_is_checked_without_a_signature(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("check", SITE_CHECKS)
+def test_a_call_site_candidate_is_checked_without_a_signature(check: Callable[..., Any],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # Half-precision tensors, all 16-byte aligned, and a linear with a bias and without one (the Nones): a
     # repeat matches its candidate without computing a signature; another alignment or None pattern
     # goes by its signature.
+    monkeypatch.setattr(fastpath, "_site_hit", check)
+    monkeypatch.setattr(fastpath, "_site_hit_built", True)
     x, w, bias = randn(6, 5, dtype=torch.float16), randn(4, 5, dtype=torch.float16, seed=1), randn(4, seed=2)
     bias = bias.half()
     for _ in range(2):
@@ -271,12 +293,13 @@ def test_a_call_site_keeps_its_newest_candidates() -> None:
     assert check(randn(shapes[-1], 5, dtype=torch.float16), b) and not check(randn(shapes[0], 5, dtype=torch.float16), b)
 
 
+@pytest.mark.parametrize("check", SITE_CHECKS)
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([3, 5]), st.sampled_from([torch.float32, torch.float16]),
                           st.booleans(), st.sampled_from([0, 1]), st.booleans(), st.booleans(), st.booleans(),
                           st.booleans()), min_size=1, max_size=4))
 def test_a_call_site_candidate_is_found_only_for_its_own_signature(
-        calls: list[tuple[int, torch.dtype, bool, int, bool, bool, bool, bool]]) -> None:
+        check: Callable[..., Any], calls: list[tuple[int, torch.dtype, bool, int, bool, bool, bool, bool]]) -> None:
     # Soundness of the C++-guarded lookup: whatever mix of shapes, dtypes, strides, alignment, optional
     # bias, grad and tensor types came before, a candidate found at the call site is the entry the
     # call's signature holds; and the results stay right.
@@ -301,12 +324,53 @@ def test_a_call_site_candidate_is_found_only_for_its_own_signature(
             w = torch.nn.Parameter(w, requires_grad=False) if parameter else w
             bias = randn(4, dtype=dtype, seed=2) if with_bias else None
             x.requires_grad_(needs_grad)
-            with torch.set_grad_enabled(not no_grad):
+            with torch.set_grad_enabled(not no_grad), site_check(check):
                 for _ in range(3):  # a miss, a hit by signature (a candidate), a hit at the site
                     assert_close(at.linear(x, w, bias), F.linear(*f64(x, w, bias)))
     finally:
         fastpath._remember = real
     assert found  # the guarded lookup was taken
+
+
+@pytest.mark.skipif(_NATIVE_SITE_HIT is None, reason="no C compiler: the Python check is the only one")
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([(3, 7), (5, 7), (3, 5)]), st.sampled_from([torch.float16, torch.float32]),
+                          st.sampled_from([0, 1, 8]), st.booleans(), st.booleans()), min_size=2, max_size=12),
+       st.booleans())
+def test_the_compiled_site_check_agrees_with_the_python_one(
+        calls: list[tuple[tuple[int, int], torch.dtype, int, bool, bool]], tf32: bool) -> None:
+    # The first calls give a site candidates (shapes, dtypes, alignments, a None argument, a Parameter);
+    # every call then asks both checks, under a float32 precision that may differ from the candidates'.
+    assert _NATIVE_SITE_HIT is not None
+
+    def arguments(shape: tuple[int, int], dtype: torch.dtype, offset: int, none: bool,
+                  parameter: bool) -> tuple[Any, ...]:
+        x = randn(shape[0] * shape[1] + offset, dtype=dtype)[offset:].view(shape)  # offset 1: misaligned
+        w = randn(4, shape[1], dtype=dtype, seed=1)
+        return (x, torch.nn.Parameter(w, requires_grad=False) if parameter else w, None if none else x[0])
+
+    key = ("site check test",)
+    for i, call in enumerate(calls[:len(calls) // 2]):
+        fastpath._remember(key, arguments(*call), lambda ts, i=i: i)
+    site = fastpath._sites.pop(key)
+    with config.tf32(tf32):
+        for call in calls:
+            tensors = arguments(*call)
+            assert _NATIVE_SITE_HIT(site, tensors) is fastpath._site_hit_py(site, tensors)
+
+
+def test_the_compiled_site_check_rejects_what_it_cannot_read() -> None:
+    if _NATIVE_SITE_HIT is None:
+        pytest.skip("no C compiler: the Python check is the only one")
+    with pytest.raises(TypeError, match="site_hit"):
+        _NATIVE_SITE_HIT((), ())
+    with pytest.raises(TypeError, match="7-tuple"):
+        _NATIVE_SITE_HIT([(1, None)], (randn(2),))
+
+    def failing(*tensors: Any) -> bool:
+        raise ValueError("a guard that fails")
+    with pytest.raises(ValueError, match="a guard that fails"):  # the exception passes through
+        _NATIVE_SITE_HIT([(1, None, None, failing, None, None, None)], (randn(2),))
 
 
 def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.MonkeyPatch) -> None:
