@@ -385,7 +385,11 @@ def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> 
     return None
 
 
-def _native_site_hit() -> Callable[[list[_Candidate], tuple[Tensor | None, ...]], Callable[..., Tensor] | None] | None:
+SiteHit = Callable[[list[_Candidate], tuple[Tensor | None, ...]], "Callable[..., Tensor] | None"]
+"""A call-site check: the entry of the first of a site's candidates that a call's tensors match, or None."""
+
+
+def _native_site_hit() -> SiteHit | None:
     """``_site_hit_py`` compiled from ``site_check.c``, or None where it cannot be (no C compiler, a
     Triton without its build helper) or ``ALCOP_NATIVE=0``.
 
@@ -402,11 +406,11 @@ def _native_site_hit() -> Callable[[list[_Candidate], tuple[Tensor | None, ...]]
         logging.getLogger("alcop_triton").info("the call-site check runs in Python: %s: %s", type(exc).__name__, exc)
         return None
     module.configure(_address, lambda: config.fp32_precision())  # read as the Python check reads it
-    hit: Callable[[list[_Candidate], tuple[Tensor | None, ...]], Callable[..., Tensor] | None] = module.site_hit
+    hit: SiteHit = module.site_hit
     return hit
 
 
-_site_hit = _site_hit_py
+_site_hit: SiteHit = _site_hit_py
 """The call-site check ``call`` makes: ``_native_site_hit()``'s once a site has a candidate, else ``_site_hit_py``."""
 _site_hit_built = False
 
