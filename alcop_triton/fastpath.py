@@ -36,6 +36,7 @@ also found without computing it: its call site checks the tensors with torch's C
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 from contextlib import contextmanager
@@ -216,6 +217,13 @@ class Entry:
 
 def _plain_run(new: Callable[..., Tensor], shape: tuple[int, ...], stride: tuple[int, ...],
                launch: Callable[..., None]) -> Callable[[tuple[Tensor | None, ...]], Tensor]:
+    # A launch that runtime.prebind made direct (a compiled kernel's C launcher) carries what its direct
+    # launch reads (``native_state``): the native run allocates and launches with the same calls.
+    state: tuple[Any, ...] | None = getattr(launch, "native_state", None)
+    module = native() if state is not None else None
+    if module is not None and state is not None:
+        return functools.partial(module.run, (new, shape, stride, launch, *state))
+
     def run(tensors: tuple[Tensor | None, ...]) -> Tensor:
         out = new(shape, stride)
         launch(*tensors, out)
@@ -388,30 +396,36 @@ def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> 
 SiteHit = Callable[[list[_Candidate], tuple[Tensor | None, ...]], "Callable[..., Tensor] | None"]
 """A call-site check: the entry of the first of a site's candidates that a call's tensors match, or None."""
 
+_NATIVE: Any = None  # fastpath_native.c's module once built; False where it cannot be
 
-def _native_site_hit() -> SiteHit | None:
-    """``_site_hit_py`` compiled from ``site_check.c``, or None where it cannot be (no C compiler, a
-    Triton without its build helper) or ``ALCOP_NATIVE=0``.
 
-    Every call that a site serves runs this check, and on a call that finds the CPU's caches cold (an
-    eager call after a synchronisation) its bytecode costs about a microsecond more than the same
-    calls made from C. The source is compiled with Triton's own C build (the compiler and cache that
-    its kernel launchers use), once per machine."""
-    if not config.native():
-        return None
-    try:
-        from triton.runtime.build import compile_module_from_src
-        module = compile_module_from_src((Path(__file__).parent / "site_check.c").read_text(), "alcop_site_check")
-    except Exception as exc:  # no compiler or Python headers, or another Triton: the Python check serves
-        logging.getLogger("alcop_triton").info("the call-site check runs in Python: %s: %s", type(exc).__name__, exc)
-        return None
-    module.configure(_address, lambda: config.fp32_precision())  # read as the Python check reads it
-    hit: SiteHit = module.site_hit
-    return hit
+def native() -> Any | None:
+    """The hit's C functions (``fastpath_native.c``: the call-site check and a stored call's allocation
+    and launch), or None where they cannot be built (no C compiler, a Triton without its build helper)
+    or ``ALCOP_NATIVE=0``; then the Python references serve (``_site_hit_py``, ``_plain_run``'s closure).
+
+    A call that finds the CPU's caches cold (an eager call after a synchronisation) pays for every
+    frame and bytecode of the hit; the C functions make the same calls without them. The source is
+    compiled with Triton's own C build (the compiler and cache that its kernel launchers use), once
+    per machine, when the first stored entry or call site needs it."""
+    global _NATIVE
+    if _NATIVE is None:
+        _NATIVE = False
+        if config.native():
+            try:
+                from triton.runtime.build import compile_module_from_src
+                source = (Path(__file__).parent / "fastpath_native.c").read_text()
+                _NATIVE = compile_module_from_src(source, "alcop_fastpath_native")
+            except Exception as exc:  # no compiler or Python headers, or another Triton: Python serves
+                logging.getLogger("alcop_triton").info("the fast path's hit runs in Python: %s: %s",
+                                                       type(exc).__name__, exc)
+            else:
+                _NATIVE.configure(_address, lambda: config.fp32_precision())  # read as the Python check does
+    return _NATIVE or None
 
 
 _site_hit: SiteHit = _site_hit_py
-"""The call-site check ``call`` makes: ``_native_site_hit()``'s once a site has a candidate, else ``_site_hit_py``."""
+"""The call-site check ``call`` makes: the native one once a site has a candidate (if it can be built), else ``_site_hit_py``."""
 _site_hit_built = False
 
 
@@ -422,7 +436,8 @@ def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], ent
         return
     if not _site_hit_built:  # the first candidate: build the compiled check now, not at import
         _site_hit_built = True
-        _site_hit = _native_site_hit() or _site_hit_py
+        module = native()
+        _site_hit = module.site_hit if module is not None else _site_hit_py
     site = _sites.setdefault(site_key, [])
     if len(site) >= SITE_CANDIDATES:  # the oldest goes: a site whose shapes change keeps finding the new ones
         del site[0]

@@ -264,6 +264,9 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
         else:
             launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *host_descriptors(tensors),
                      *tail)
+    if direct:  # what the direct branch reads, for the fast path's native run (fastpath_native.c, ``run``)
+        launch.native_state = (current_device, index, stream_of, hooks, address, memo, encode,  # type: ignore[attr-defined]
+                               scratch_address, nbytes, c_launch, g0, g1, g2, function, coop, pdl, metadata)
     return launch
 
 

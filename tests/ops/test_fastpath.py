@@ -7,6 +7,7 @@ and binding say which path a call took.
 
 from __future__ import annotations
 
+import types
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -33,10 +34,11 @@ def fresh_cache() -> Iterator[None]:
     yield
 
 
-_NATIVE_SITE_HIT = fastpath._native_site_hit()
+NATIVE = fastpath.native()
+needs_native = pytest.mark.skipif(NATIVE is None, reason="no C compiler: the Python hit is the only one")
+_NATIVE_SITE_HIT = NATIVE.site_hit if NATIVE is not None else None
 SITE_CHECKS = [pytest.param(fastpath._site_hit_py, id="python"),
-               pytest.param(_NATIVE_SITE_HIT, id="native",
-                            marks=pytest.mark.skipif(_NATIVE_SITE_HIT is None, reason="no C compiler: Python checks"))]
+               pytest.param(_NATIVE_SITE_HIT, id="native", marks=needs_native)]
 
 
 @contextmanager
@@ -332,7 +334,7 @@ def test_a_call_site_candidate_is_found_only_for_its_own_signature(
     assert found  # the guarded lookup was taken
 
 
-@pytest.mark.skipif(_NATIVE_SITE_HIT is None, reason="no C compiler: the Python check is the only one")
+@needs_native
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([(3, 7), (5, 7), (3, 5)]), st.sampled_from([torch.float16, torch.float32]),
                           st.sampled_from([0, 1, 8]), st.booleans(), st.booleans()), min_size=2, max_size=12),
@@ -359,9 +361,9 @@ def test_the_compiled_site_check_agrees_with_the_python_one(
             assert _NATIVE_SITE_HIT(site, tensors) is fastpath._site_hit_py(site, tensors)
 
 
+@needs_native
 def test_the_compiled_site_check_rejects_what_it_cannot_read() -> None:
-    if _NATIVE_SITE_HIT is None:
-        pytest.skip("no C compiler: the Python check is the only one")
+    assert _NATIVE_SITE_HIT is not None
     with pytest.raises(TypeError, match="site_hit"):
         _NATIVE_SITE_HIT((), ())
     with pytest.raises(TypeError, match="7-tuple"):
@@ -371,6 +373,68 @@ def test_the_compiled_site_check_rejects_what_it_cannot_read() -> None:
         raise ValueError("a guard that fails")
     with pytest.raises(ValueError, match="a guard that fails"):  # the exception passes through
         _NATIVE_SITE_HIT([(1, None, None, failing, None, None, None)], (randn(2),))
+
+
+class _Chain:
+    """A Triton launch hook chain (``knobs.runtime.launch_enter_hook``): called where it has hooks."""
+    def __init__(self, calls: list[Any]) -> None:
+        self.calls = calls
+
+
+@needs_native
+def test_the_native_run_launches_as_the_direct_launch_does() -> None:
+    # runtime.prebind's direct launch, as the native run makes it, with stand-ins for CUDA's callables:
+    # c_launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, metadata, None, None, None, *arguments).
+    assert NATIVE is not None
+    a, b = randn(2, 5, dtype=torch.float16), randn(5, 3, dtype=torch.float16, seed=1)
+    out = torch.empty_strided((2, 3), (1, 2), dtype=torch.float16)  # what the stored entry allocates
+    made, launched, encoded, scratch = [], [], [], []
+    memo: dict[tuple[int, ...], tuple[Any, ...]] = {}
+    hooks = types.SimpleNamespace(launch_enter_hook=_Chain([]), launch_exit_hook=None)
+    device = [0]
+
+    def new(shape: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
+        made.append((shape, stride))
+        return out
+
+    def encode(tensors: tuple[torch.Tensor, ...], ptrs: tuple[int, ...]) -> tuple[Any, ...]:
+        assert tensors == (a, b, out)
+        encoded.append(ptrs)
+        memo[ptrs] = (*ptrs, "map", 7)
+        return memo[ptrs]
+
+    def state(nbytes: int) -> tuple[Any, ...]:
+        return (new, (2, 3), (1, 2), lambda *ts: launched.append(("python", ts)), lambda: device[0], 0,
+                lambda index: 99 + index, hooks, torch.Tensor.data_ptr, memo, encode,
+                lambda index, stream, n: scratch.append((index, stream, n)) or 4096, nbytes,
+                lambda *args: launched.append(("c", args)), 4, 1, 1, "function", False, True, "metadata")
+
+    ptrs = (a.data_ptr(), b.data_ptr(), out.data_ptr())
+    direct = ("c", (4, 1, 1, 99, "function", False, True, None, None, "metadata", None, None, None, *ptrs, "map", 7))
+    assert NATIVE.run(state(0), (a, b)) is out and made == [((2, 3), (1, 2))]
+    assert launched == [direct] and encoded == [ptrs]
+    NATIVE.run(state(0), (a, b))  # the same addresses: the memo's arguments
+    assert launched == [direct] * 2 and encoded == [ptrs]
+    NATIVE.run(state(256), (a, b))  # global scratch: runtime.scratch_address's buffer
+    assert scratch == [(0, 99, 256)] and launched[-1][1][7] == 4096
+    del launched[:]
+    device[0] = 1  # another current device: the Python launch switches to the kernel's
+    NATIVE.run(state(0), (a, b))
+    device[0] = 0
+    hooks.launch_enter_hook = _Chain([print])  # a launch hook: the Python launch calls it
+    NATIVE.run(state(0), (a, b))
+    hooks.launch_enter_hook, hooks.launch_exit_hook = None, print  # a hook that is not a chain
+    NATIVE.run(state(0), (a, b))
+    assert launched == [("python", (a, b, out))] * 3
+
+    def failing(*args: Any) -> None:
+        raise RuntimeError("a launch that fails")
+    hooks.launch_exit_hook = None
+    broken = state(0)[:13] + (failing,) + state(0)[14:]
+    with pytest.raises(RuntimeError, match="a launch that fails"):
+        NATIVE.run(broken, (a, b))
+    with pytest.raises(TypeError, match="21-tuple"):
+        NATIVE.run(state(0)[:5], (a, b))
 
 
 def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.MonkeyPatch) -> None:
