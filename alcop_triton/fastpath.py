@@ -31,7 +31,8 @@ before replays its prebound launch; an unseen one would compile, which a capture
 Both caches are forgotten at each dispatch generation (``generation.bump``: the tuning database
 gained a record, ``invalidate()``); ``stats()`` counts hits and misses. A signature hit once is
 also found without computing it: its call site checks the tensors with torch's C++ tensor guard
-(see "call sites" below).
+(see "call sites" below). Where a C compiler is at hand, that check and a stored entry's allocation and
+launch run compiled (``native()``, ``fastpath_native.c``); the Python functions here are their reference.
 """
 
 from __future__ import annotations
