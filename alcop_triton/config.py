@@ -72,8 +72,9 @@ def autotune() -> bool:
 
 
 def native() -> bool:
-    """``ALCOP_NATIVE`` (default on): the fast path's call-site check runs compiled from C where a C
-    compiler is at hand (``fastpath._native_site_hit``); 0 keeps it in Python. Read once per process."""
+    """``ALCOP_NATIVE`` (default on): the fast path's hit (the call-site check, a stored call's allocation
+    and launch) runs compiled from C where a C compiler is at hand (``fastpath.native``); 0 keeps it in
+    Python. Read once per process."""
     return _flag("ALCOP_NATIVE", "1")
 
 

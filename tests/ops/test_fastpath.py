@@ -261,8 +261,8 @@ def test_a_call_site_candidate_is_checked_without_a_signature(check: Callable[..
     # goes by its signature.
     monkeypatch.setattr(fastpath, "_site_hit", check)
     monkeypatch.setattr(fastpath, "_site_hit_built", True)
-    x, w, bias = randn(6, 5, dtype=torch.float16), randn(4, 5, dtype=torch.float16, seed=1), randn(4, seed=2)
-    bias = bias.half()
+    h = torch.float16
+    x, w, bias = randn(6, 5, dtype=h), randn(4, 5, dtype=h, seed=1), randn(4, dtype=h, seed=2)
     for _ in range(2):
         at.linear(x, w, bias)
         at.linear(x, w)
