@@ -52,7 +52,8 @@ LATER_SUITES = ("dispatch_h100/report.json", "h200_dispatch/report.json", "conv_
                 "wgrad_h100/suite_bwd_phases/report.json", "wgrad_h100/suite_conv_final/report.json",
                 "wgrad_h100/suite_bwd_table/report.json", "wgrad_h100/suite_conv3d_bwd/report.json",
                 "pdl_h100/suite/report.json", "pdl_h100/conv_suite/report.json", "pdl_h100/h200_suite/report.json",
-                "pdl_h100/suite_repeat/report.json", "native_hit_h100/4_final/suite/report.json")
+                "pdl_h100/suite_repeat/report.json", "native_hit_h100/4_final/suite/report.json",
+                "native_hit_h100/5_repeat/suite/report.json")
 # Host-time and end-to-end runs after the headline run (patch mode changed since): each its own run.
 LATER_OVERHEAD = ("callpath_h100/overhead/overhead.json", "turns_h100/overhead/overhead.json",
                   "tma_h100/overhead/overhead.json", "fastpath_h100/overhead/overhead.json",
@@ -60,7 +61,8 @@ LATER_OVERHEAD = ("callpath_h100/overhead/overhead.json", "turns_h100/overhead/o
                   "callpath_final_h100/overhead/overhead.json", "callpath_final_h100/overhead_routes/overhead.json",
                   "patch_sites_h100/overhead/overhead.json", "pdl_h100/overhead/overhead.json",
                   "patch_linger_h100/overhead_first/overhead.json", "patch_linger_h100/overhead_second/overhead.json",
-                  "patch_linger_h100/overhead/overhead.json", "native_hit_h100/4_final/overhead/overhead.json")
+                  "patch_linger_h100/overhead/overhead.json", "native_hit_h100/4_final/overhead/overhead.json",
+                  "native_hit_h100/5_repeat/overhead/overhead.json")
 LATER_E2E = ("patch_h100/e2e/e2e.json", "callpath_h100/e2e/e2e.json", "turns_h100/e2e/e2e.json",
              "tma_h100/e2e/e2e.json", "fastpath_h100/e2e/e2e.json", "resnet_patch_h100/3_after_margin/e2e/e2e.json",
              "resnet_patch_h100/4_one_call/e2e/e2e.json", "resnet_patch_h100/6_e2e_process_per_model/e2e/e2e.json",
@@ -69,7 +71,8 @@ LATER_E2E = ("patch_h100/e2e/e2e.json", "callpath_h100/e2e/e2e.json", "turns_h10
              "patch_linger_h100/e2e/e2e.json", "patch_linger_h100/resnet_only_1/e2e.json",
              "patch_linger_h100/resnet_only_2/e2e.json", "patch_linger_h100/e2e_by_pass/e2e.json",
              "patch_linger_h100/final/e2e/e2e.json", "patch_linger_h100/after_params/e2e/e2e.json",
-             "patch_linger_h100/last/e2e/e2e.json", "native_hit_h100/4_final/e2e/e2e.json")
+             "patch_linger_h100/last/e2e/e2e.json", "native_hit_h100/4_final/e2e/e2e.json",
+             "native_hit_h100/5_repeat/e2e/e2e.json")
 HEADLINE_ABLATION, HEADLINE_MODEL = "ablation/pipeline_variants.json", "model/model_eval.json"
 
 
