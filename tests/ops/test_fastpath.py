@@ -437,6 +437,21 @@ def test_the_native_run_launches_as_the_direct_launch_does() -> None:
         NATIVE.run(state(0)[:5], (a, b))
 
 
+def test_alcop_native_0_keeps_the_hit_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALCOP_NATIVE", "0")
+    monkeypatch.setattr(fastpath, "_NATIVE", None)  # not built yet in this process
+    assert fastpath.native() is None
+    launched: list[Any] = []
+
+    def launch(*tensors: torch.Tensor) -> None:
+        launched.append(tensors)
+    launch.native_state = ()  # type: ignore[attr-defined]  # a direct launch's: the Python run serves all the same
+    a = randn(2, 3)
+    run = fastpath._plain_run(a.new_empty_strided, (3, 2), (1, 3), launch)
+    out = run((a,))
+    assert (out.shape, out.stride()) == ((3, 2), (1, 3)) and launched == [(a, out)]
+
+
 def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = randn(6, 5).requires_grad_(), randn(5, 4, seed=1)
     y = at.matmul(a, b)
