@@ -451,12 +451,9 @@ def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], ent
         return
     fp32 = any(t.dtype is torch.float32 for t in present)
     align = tuple(t.data_ptr() & 15 for t in present)
-    if len(present) == len(tensors):
-        site.append((len(tensors), None, None, guards.check, None if not any(align) else align,
-                     config.fp32_precision() if fp32 else None, entry))
-    else:
-        site.append((len(tensors), *_pickers(tensors), guards.check, None if not any(align) else align,
-                     config.fp32_precision() if fp32 else None, entry))
+    pickers = (None, None) if len(present) == len(tensors) else _pickers(tensors)
+    site.append((len(tensors), *pickers, guards.check, None if not any(align) else align,
+                 config.fp32_precision() if fp32 else None, entry))
 
 
 def _pickers(tensors: tuple[Tensor | None, ...]) -> tuple[Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...]],
