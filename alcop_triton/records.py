@@ -16,8 +16,11 @@ from typing import IO, Any, Literal, Mapping
 
 from .errors import ScheduleError
 
-AsyncCopy = Literal["pointer", "tma"]
-ASYNC_COPIES: tuple[str, ...] = ("pointer", "tma")
+AsyncCopy = Literal["pointer", "tma", "box"]
+ASYNC_COPIES: tuple[str, ...] = ("pointer", "tma", "box")
+"""How operand tiles reach shared memory: ``cp.async`` pointer copies, TMA copies (tensor descriptors,
+sm90), or, for a stride-1 channels-last convolution, the box kernel (``kernels/conv_window.py``): each A
+tile one TMA box of the input window, in a Gluon kernel that owns its ring of stages."""
 
 OPS: tuple[str, ...] = ("matmul", "bmm", "conv1d", "conv2d", "conv3d", "linear")
 DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
@@ -53,7 +56,9 @@ class KernelConfig:
         reg_stages: register-level pipeline depth; 1 = no explicit prefetch, R >= 2 = sub-tiles are
             loaded R - 1 steps ahead of the dot that uses them.
         reg_split: sub-tiles per reduction chunk at the register level (block_k // reg_split >= 16).
-        async_copy: "pointer" (cp.async on sm80+) or "tma" (tensor descriptors; TMA on sm90).
+        async_copy: "pointer" (cp.async on sm80+), "tma" (tensor descriptors; TMA on sm90), or "box" (a
+            convolution's box kernel, ``kernels/conv_window.py``: its tile a block of output positions whose
+            window is one TMA box per tap; sm90, else it runs as its "tma" twin).
         persistent: one program per resident slot on the GPU (not per output tile), each looping over
             output tiles; with smem_stages > 1 the tile loop is flattened with the reduction loop, so
             the next tile's first copies are in flight during this tile's epilogue.
@@ -125,7 +130,7 @@ class KernelConfig:
         return dataclasses.replace(self, **changes)
 
     def __str__(self) -> str:
-        tma = "_tma" if self.async_copy == "tma" else ""
+        tma = "" if self.async_copy == "pointer" else f"_{self.async_copy}"
         pers = "_persistent" if self.persistent else ""
         split = f"_split{self.split_k}" if self.split_k > 1 else ""
         tail = "_tail" if self.wave_tail else ""

@@ -243,6 +243,9 @@ class Schedule:
 
     def async_copy(self, mechanism: str) -> None:
         """'pointer' (cp.async) or 'tma' (tensor descriptors)."""
+        if mechanism == "box":
+            raise ScheduleError("async_copy('box'): the box is the library convolution kernel's copy "
+                                "(kernels/conv_window.py), not a schedule step; a schedule copies by 'pointer' or 'tma'")
         if mechanism not in ASYNC_COPIES:
             raise ScheduleError(f"async_copy({mechanism!r}): must be one of {ASYNC_COPIES}")
         self.steps.append(AsyncCopyStep(mechanism))

@@ -266,9 +266,10 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
     """The model's top-k, its best config per split factor, and dispatch's transfer pick, for an nt GEMM on
     wgmma each 8-warp tile also with 4 warps, each also with the other copy mechanism where the op and the
     GPU offer both: which of pointer and TMA copies wins for a tile is measured, not left to the model's
-    coarse ranking of the two; where the tiles leave a short last wave, each also as a wave tail. No
-    duplicates."""
+    coarse ranking of the two; a convolution the box kernel runs also with the box kernel's tiles; where the
+    tiles leave a short last wave, each also as a wave tail. No duplicates."""
     from alcop_triton.autotune.dispatch import model_shortlist, transfer
+    from alcop_triton.kernels.conv_window import window_configs
     from alcop_triton.autotune.space import Knobs, shape_reason
     from alcop_triton.records import tail_capable
     ranked = model_shortlist(w, spec)
@@ -294,6 +295,8 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
             twin = c.replace(async_copy=mech)
             if twin not in out and shape_reason(w, twin, spec) is None:
                 out.append(twin)
+    # A convolution the box kernel runs: also its own tiles (the model does not rank boxes)
+    out += [c for c in window_configs(w) if c not in out and shape_reason(w, c, spec) is None]
     # Where the tiles leave a short last wave, each config also as a wave tail (the space's rules say
     # where one can run): the model's estimate of the overlap is new, so it is measured, not ranked.
     for c in list(out):

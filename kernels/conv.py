@@ -75,7 +75,14 @@ def conv_te(dtype: str, p: ConvParams) -> tuple[list[te.Tensor], te.Tensor]:
 
 
 @lru_cache(maxsize=256)
-def compiled(dtype: str, p: ConvParams, cfg: at.KernelConfig) -> at.CompiledKernel:
+def compiled(dtype: str, p: ConvParams, cfg: at.KernelConfig) -> Any:
+    """The kernel of one convolution form and config: the implicit-GEMM kernel built from ``conv_te``, or for
+    ``async_copy="box"`` the box kernel (``conv_window.WindowConv``, which runs as the ``"tma"`` twin of this
+    one where it cannot run itself). Either is called, or bound, with the input, the weight, the bias if any
+    and optionally the output viewed as (N, groups, C_out, *spatial)."""
+    if cfg.async_copy == "box":
+        from .conv_window import WindowConv
+        return WindowConv(dtype, p, cfg)
     inputs, out = conv_te(dtype, p)
     sp = SPATIAL[p.nd]
     s = at.Schedule.from_config(out, cfg, m_axes=("n",) + tuple(f"o{x}" for x in sp), n_axes=("co",))

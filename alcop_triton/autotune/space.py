@@ -76,7 +76,7 @@ class Knobs:
     smem_stages: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
     reg_stages: tuple[int, ...] = (1, 2, 3)
     reg_split: tuple[int, ...] = (1, 2, 4)
-    async_copy: tuple[str, ...] = ("pointer", "tma")
+    async_copy: tuple[str, ...] = ("pointer", "tma", "box")
     persistent: tuple[bool, ...] = (False, True)
     split_k: tuple[int, ...] = (1, 2, 4, 8)
     wave_tail: tuple[bool, ...] = (False, True)
@@ -210,7 +210,7 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
          lambda c: (c.reg_stages > 1) & (c.reg_stages > c.reg_split * _cdiv(k, c.block_k))),
         ("more warps than the tile can feed", lambda c: c.num_warps > np.maximum(2, c.block_m * c.block_n // 256))]
     if spec is not None and _cc_tuple(spec.cc) < (9, 0):
-        rules.append(("tma needs sm90", lambda c: c.async_copy == "tma"))
+        rules.append(("tma needs sm90", lambda c: c.async_copy != "pointer"))
     if not conv and any(r % (16 // workload.elem_bytes) for r in workload.operand_rows()):
         # Rows that 16-byte loads cannot read, used as they are (kernels.matmul.aligned_operands copies
         # them only for a long reduction): every element is a load of its own, with its own pointer and
@@ -231,7 +231,28 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
             rules.append((reason, lambda c: c.async_copy == "tma"))
         else:
             rules.append((reason, lambda c: (c.async_copy == "tma") & (channels % c.block_k != 0)))
+    rules += _box_rules(workload)
     return tuple(rules)
+
+
+def _box_rules(workload: Workload) -> list[Rule]:
+    """Where the box kernel (``async_copy="box"``, ``kernels/conv_window.py``) runs: a stride-1, dilation-1,
+    ungrouped channels-last conv2d/conv3d in half precision, a tile of 64 rows per warpgroup, its ring of
+    shared-memory stages the only pipelining knob (``conv_window.why_not``, for columns of knob values)."""
+    box = "box"
+    q = workload.conv_params() if workload.op in ("conv2d", "conv3d") else None
+    if (q is None or workload.layout not in ("nhwc", "ndhwc") or (q["stride"], q["dilation"], q["groups"]) != (1, 1, 1)
+            or workload.dtype not in ("float16", "bfloat16")):
+        return [("the box kernel is a stride-1, ungrouped, channels-last half-precision convolution's",
+                 lambda c: c.async_copy == box)]
+    ci = q["ci"]
+    return [("box tile: block_m = 16 x num_warps (one warpgroup per 64 rows), 4 or 8 warps",
+             lambda c: (c.async_copy == box) & ((c.block_m != 16 * c.num_warps) | ((c.num_warps != 4) & (c.num_warps != 8)))),
+            ("box chunks: input channels a multiple of block_k, block_k >= 16",
+             lambda c: (c.async_copy == box) & ((ci % c.block_k != 0) | (c.block_k < 16))),
+            ("box kernel: a ring of shared-memory stages only (no register prefetch, split-K, wave tail; group_m 8)",
+             lambda c: (c.async_copy == box) & ((c.smem_stages < 2) | (c.reg_stages > 1) | (c.reg_split > 1)
+                                                 | (c.split_k > 1) | c.wave_tail | (c.group_m != 8)))]
 
 
 def shape_reason(workload: Workload, c: KernelConfig | Candidate, spec: Any | None) -> str | None:

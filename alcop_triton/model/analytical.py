@@ -188,7 +188,7 @@ def _resources(eb: int, c: _TileKnobs, spec: GPUSpec) -> Resources:
     path = mma_path(c, spec)
     threads = 32 * c.num_warps
     stage = (c.block_m * c.block_k + c.block_k * c.block_n) * eb
-    pipeline = stage * max(1, c.smem_stages) + (8 * c.smem_stages if c.async_copy == "tma" else 0)
+    pipeline = stage * max(1, c.smem_stages) + (8 * c.smem_stages if c.async_copy != "pointer" else 0)
     scratch = c.block_m * c.block_n * eb
     # A flattened persistent loop keeps the pipeline buffers live through the epilogue (the next
     # tile's copies are in flight), so the scratch comes on top (measured: 64x64x128 at 7 stages

@@ -49,7 +49,7 @@ def featurize(workload: Workload, config: KernelConfig, spec: GPUSpec, est: Esti
     f: dict[str, float] = {f"op_{op}": float(workload.op == op) for op in OPS}
     f.update(log2_block_m=_log2(c.block_m), log2_block_n=_log2(c.block_n), log2_block_k=_log2(c.block_k),
              log2_group_m=_log2(c.group_m), log2_num_warps=_log2(c.num_warps), smem_stages=c.smem_stages,
-             reg_stages=c.reg_stages, reg_split=c.reg_split, tma=float(c.async_copy == "tma"),
+             reg_stages=c.reg_stages, reg_split=c.reg_split, tma=float(c.async_copy != "pointer"),
              persistent=float(c.persistent), log2_split_k=math.log2(c.split_k),
              elem_bytes=eb, is_fp32=float(workload.dtype == "float32"))
     f.update(log2_batch=_log2(batch), log2_m=_log2(m), log2_n=_log2(n), log2_k=_log2(k),

@@ -45,10 +45,10 @@ LAYERS3D = ((64, 14, 7, 7, 512, 512), (64, 112, 56, 56, 64, 64), (64, 56, 28, 28
 
 
 @gluon.jit
-def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, n0, od, oh0, ow0, co0,
+def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od, oh0, ow0, co0,
            C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, P: gl.constexpr, PD: gl.constexpr,
-           BH: gl.constexpr, BW: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr):
-    """Copy reduction chunk ``i`` (window tap, then channels) into ring stage ``i % STAGES``."""
+           BH: gl.constexpr, BW: gl.constexpr, BK: gl.constexpr):
+    """Copy a tile's reduction chunk ``i`` (window tap, then channels) into ring stage ``s``."""
     CH: gl.constexpr = C // BK
     tap = i // CH
     c0 = (i - tap * CH) * BK
@@ -56,7 +56,6 @@ def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, n0, od, oh0, ow0, co0,
     rhw = tap - rd * (KH * KW)
     rh = rhw // KW
     rw = rhw - rh * KW
-    s = i % STAGES
     bar = bars.index(s)
     mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
     box = a_ring.index(s)._reinterpret(x_desc.dtype, x_desc.block_type.shape, x_desc.layout)
@@ -97,7 +96,8 @@ def conv_kernel(x_desc, w_desc, y_desc, OD, n_hb, n_wb, n_cb,
     acc = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_layout)
 
     for i in gl.static_range(STAGES - 1):
-        _issue(x_desc, w_desc, a_ring, b_ring, bars, i, n0, od, oh0, ow0, co0, C, KH, KW, P, PD, BH, BW, BK, STAGES)
+        _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i % STAGES, n0, od, oh0, ow0, co0, C, KH, KW, P, PD, BH, BW,
+               BK)
     for k in range(KT):
         stage = k % STAGES
         mbarrier.wait(bars.index(stage), (k // STAGES) & 1)
@@ -106,8 +106,8 @@ def conv_kernel(x_desc, w_desc, y_desc, OD, n_hb, n_wb, n_cb,
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
         nxt = k + STAGES - 1
         if nxt < KT:
-            _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, n0, od, oh0, ow0, co0, C, KH, KW, P, PD, BH, BW, BK,
-                   STAGES)
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, nxt % STAGES, n0, od, oh0, ow0, co0, C, KH, KW, P, PD,
+                   BH, BW, BK)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     for st in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(st))
@@ -121,12 +121,91 @@ def conv_kernel(x_desc, w_desc, y_desc, OD, n_hb, n_wb, n_cb,
     tma.store_wait(pendings=0)
 
 
+@gluon.jit
+def _tile_of(t, OD, n_hb, n_wb, n_cb, BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr):
+    """Tile ``t``'s first image, output plane, row, column and channel; channel blocks fastest, so tiles
+    running side by side read the same input window from L2."""
+    cb = t % n_cb
+    t = t // n_cb
+    wb = t % n_wb
+    t = t // n_wb
+    hb = t % n_hb
+    t = t // n_hb
+    return (t // OD) * BI, t % OD, hb * BH, wb * BW, cb * BN
+
+
+@gluon.jit
+def _issue_flat(x_desc, w_desc, a_ring, b_ring, bars, j, pid, P, OD, n_hb, n_wb, n_cb,
+                C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, P_: gl.constexpr, PD: gl.constexpr,
+                BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                STAGES: gl.constexpr, KT: gl.constexpr):
+    """Copy the program's ``j``-th chunk of its run (chunk ``j % KT`` of its ``j // KT``-th tile)."""
+    n0, od, oh0, ow0, co0 = _tile_of(pid + (j // KT) * P, OD, n_hb, n_wb, n_cb, BI, BH, BW, BN)
+    _issue(x_desc, w_desc, a_ring, b_ring, bars, j % KT, j % STAGES, n0, od, oh0, ow0, co0, C, KH, KW, P_, PD, BH,
+           BW, BK)
+
+
+@gluon.jit
+def conv_persistent(x_desc, w_desc, y_desc, OD, n_hb, n_wb, n_cb, n_tiles,
+                    C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, P: gl.constexpr,
+                    PD: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr,
+                    BK: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """``conv_kernel`` with one program per SM running tiles pid, pid + P, ...: its chunks form one sequence,
+    so the next tile's first copies are in flight while a tile ends, and its output is stored by a TMA copy
+    that runs on while the next tile computes."""
+    BM: gl.constexpr = BI * BH * BW
+    KT: gl.constexpr = KD * KH * KW * (C // BK)
+    pid = gl.program_id(0)
+    NP = gl.num_programs(0)
+    total = (n_tiles - pid + NP - 1) // NP * KT
+
+    tile_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BK], gl.float16)
+    a_ring = gl.allocate_shared_memory(gl.float16, [STAGES, BM, BK], tile_layout)
+    b_ring = gl.allocate_shared_memory(gl.float16, [STAGES, BN, BK], w_desc.layout)
+    out_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BN], gl.float16)
+    c_smem = gl.allocate_shared_memory(gl.float16, [BM, BN], out_layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for st in gl.static_range(STAGES):
+        mbarrier.init(bars.index(st), count=1)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+    acc = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_layout)
+
+    for j in gl.static_range(STAGES - 1):
+        if j < total:
+            _issue_flat(x_desc, w_desc, a_ring, b_ring, bars, j, pid, NP, OD, n_hb, n_wb, n_cb, C, KH, KW, P, PD,
+                        BI, BH, BW, BN, BK, STAGES, KT)
+    for i in range(total):
+        k = i % KT
+        stage = i % STAGES
+        mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
+        acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage).permute((1, 0)), acc, use_acc=k != 0,
+                            is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        nxt = i + STAGES - 1
+        if nxt < total:
+            _issue_flat(x_desc, w_desc, a_ring, b_ring, bars, nxt, pid, NP, OD, n_hb, n_wb, n_cb, C, KH, KW, P, PD,
+                        BI, BH, BW, BN, BK, STAGES, KT)
+        if k == KT - 1:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            n0, od, oh0, ow0, co0 = _tile_of(pid + (i // KT) * NP, OD, n_hb, n_wb, n_cb, BI, BH, BW, BN)
+            tma.store_wait(pendings=0)  # the last tile's store has read c_smem (its issuing thread waits)
+            gl.thread_barrier()
+            c_smem.store(acc.to(gl.float16))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(y_desc, [n0, od, oh0, ow0, co0],
+                                            c_smem._reinterpret(gl.float16, y_desc.block_type.shape, y_desc.layout))
+    tma.store_wait(pendings=0)
+    for st in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(st))
+
+
 def conv(x: Any, w: Any, tile: tuple[int, ...], pad: int = 1) -> Any:
     """Stride-1 convolution of a channels-last fp16 ``x`` (N, C, [D,] H, W) with ``w`` (CO, C, [KD,] KH, KW)
-    by ``conv_kernel``; ``tile`` = (BI, BH, BW, BN, BK, STAGES, num_warps), BI images a tile."""
+    by ``conv_kernel``; ``tile`` = (BI, BH, BW, BN, BK, STAGES, num_warps, persistent), BI images a tile."""
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    bi, bh, bw, bn, bk, stages, warps = tile
+    bi, bh, bw, bn, bk, stages, warps, persistent = tile
     three = x.dim() == 5
     x5 = x.permute(0, 2, 3, 4, 1) if three else x.permute(0, 2, 3, 1).unsqueeze(1)
     w5 = w.permute(0, 2, 3, 4, 1) if three else w.permute(0, 2, 3, 1).unsqueeze(1)
@@ -147,9 +226,14 @@ def conv(x: Any, w: Any, tile: tuple[int, ...], pad: int = 1) -> Any:
     y_desc = TensorDescriptor(y5, list(y5.shape), list(y5.stride()), ybox,
                               gl.NVMMASharedLayout.get_default_for(ybox, gl.float16))
     n_hb, n_wb, n_cb = triton.cdiv(oh, bh), triton.cdiv(ow, bw), triton.cdiv(co, bn)
-    grid = (triton.cdiv(nb, bi) * od * n_hb * n_wb * n_cb, )
-    conv_kernel[grid](x_desc, w_desc, y_desc, od, n_hb, n_wb, n_cb, c, kd, kh, kw, pad, pd, bi, bh, bw, bn, bk,
-                      stages, num_warps=warps)
+    n_tiles = triton.cdiv(nb, bi) * od * n_hb * n_wb * n_cb
+    if persistent:
+        grid = (min(n_tiles, torch.cuda.get_device_properties(x.device).multi_processor_count), )
+        conv_persistent[grid](x_desc, w_desc, y_desc, od, n_hb, n_wb, n_cb, n_tiles, c, kd, kh, kw, pad, pd, bi, bh,
+                              bw, bn, bk, stages, num_warps=warps)
+    else:
+        conv_kernel[(n_tiles, )](x_desc, w_desc, y_desc, od, n_hb, n_wb, n_cb, c, kd, kh, kw, pad, pd, bi, bh, bw,
+                                 bn, bk, stages, num_warps=warps)
     return y
 
 
@@ -169,15 +253,18 @@ def boxes(nb: int, h: int, w: int, bm: int) -> list[tuple[int, int, int]]:
 
 
 def tiles_for(nb: int, h: int, w: int, c: int, co: int) -> list[tuple[int, ...]]:
-    """(BI, BH, BW, BN, BK, STAGES, warps) to try: 128-row tiles over two warpgroups and 64-row ones over one,
-    each with its least padded box; up to 256 output channels, as many stages as shared memory allows."""
+    """(BI, BH, BW, BN, BK, STAGES, warps, persistent) to try: 128-row tiles over two warpgroups and 64-row ones
+    over one, each with its least padded box; up to 256 output channels; one program per tile (as many stages
+    as shared memory allows) or one per SM (a stage less: the output tile has its own buffer)."""
     bk = min(64, c)
-    wide = [(256, 3), (128, 4), (128, 3)] if co >= 256 else [(min(co, 128), 4), (min(co, 128), 3)]
-    narrow = [(min(co, 128), 4)] + ([(256, 3)] if co >= 256 else [])
+    bn = min(co, 256)
     out = []
-    for bm, warps, ns in ((128, 8, wide), (64, 4, narrow)):
+    for bm, warps in ((128, 8), (64, 4)):
         bi, bh, bw = boxes(nb, h, w, bm)[0]
-        out += [(bi, bh, bw, bn, bk, st, warps) for bn, st in ns]
+        out += [(bi, bh, bw, bn, bk, 3 if bn == 256 else 4, warps, False)]
+        out += [(bi, bh, bw, bn, bk, st, warps, True) for st in ((3, 2) if bn == 256 else (4, 3))]
+        if bm == 128 and co >= 256:
+            out += [(bi, bh, bw, 128, bk, 4, warps, True)]
     return out
 
 
@@ -234,7 +321,7 @@ def main(out_dir: str, quick: bool = False) -> int:
         torch.cuda.empty_cache()
 
     lines = table_head("Stride-1 convolutions in Gluon: TMA window boxes and async wgmma", meta,
-                       "µs, fp16, channels-last, pad 1; tile = (BI, BH, BW, BN, BK, stages, warps).",
+                       "µs, fp16, channels-last, pad 1; tile = (BI, BH, BW, BN, BK, stages, warps, persistent).",
                        ["layer", "cuDNN", "alcop", "best Gluon tile", "Gluon", "cuDNN / alcop", "cuDNN / Gluon"])
     for r in rows:
         best = fastest(r["tiles"])

@@ -15,6 +15,7 @@ import alcop_triton as at
 from alcop_triton import config_choice, custom_ops, fastpath
 from alcop_triton.autotune import dispatch as dmod
 from alcop_triton.kernels.conv import gemm_workload
+from alcop_triton.kernels.conv_window import window_configs
 from alcop_triton.autotune.database import RecordSkipped, parse_line, read_jsonl
 from alcop_triton.autotune.space import shape_reason
 from alcop_triton.model.hardware import get_spec
@@ -221,9 +222,11 @@ def test_conv_candidates_come_from_the_conv_space(bt):
     cands = bt.candidates(w, SPEC, 6, [])
     assert cands and all(shape_reason(w, c, SPEC) is None for c in cands)
     assert not any(c.persistent for c in cands)
-    # stride 1, channels last: each config also with TMA windows (the model ranks pointer copies only)
-    assert {c.async_copy for c in cands} == {"pointer", "tma"}
-    assert all(c.replace(async_copy="pointer") in cands for c in cands)
+    # stride 1, channels last: each config also with TMA windows and as the box kernel where its tile
+    # allows (the model ranks pointer copies only), and the box kernel's own tiles
+    assert {c.async_copy for c in cands} == {"pointer", "tma", "box"}
+    assert all(c in cands for c in window_configs(w) if shape_reason(w, c, SPEC) is None)
+    assert all(c.replace(async_copy="pointer") in cands for c in cands if c not in window_configs(w))
     assert len({c.split_k for c in cands}) > 1  # 49 rows: split-K fills the GPU
 
 

@@ -1,0 +1,333 @@
+"""A stride-1 convolution whose A tiles are TMA boxes of the input window: the ``"box"`` copy mechanism.
+
+The implicit-GEMM kernel of ``conv.py`` fuses (n, oh, ow) into its M tile, so a tile's rows span several
+output rows, and Triton's pipeliner cannot copy such a window as one TMA box (a multi-row box reshaped for
+the dot raced in Triton 3.6: ``benchmarks/results/conv_tma_h100``). This kernel is written in Gluon, where
+the kernel owns its shared-memory ring, its barriers and its MMA waits, so the box can be the whole tile:
+
+* the output tile is a BI x BH x BW block of output positions (BI images' BH x BW rectangles of one
+  output plane) by BLOCK_N output channels, BLOCK_M = BI * BH * BW rows;
+* for window tap (rd, rh, rw) and channels c0.., its A operand is one TMA copy of the input box at
+  (n0, od + rd - pad, oh0 + rh - pad, ow0 + rw - pad, c0): TMA fills coordinates outside the input with
+  zeros, which is the convolution's zero padding, so no index math or mask runs per element;
+* each ring stage is allocated as the [BLOCK_M, BLOCK_K] tile the wgmma reads and reinterpreted as the
+  box for the copy (the 128-byte swizzle depends only on the shared-memory address, so both views agree),
+  likewise the weight's [BLOCK_N, 1, .., BLOCK_K] box of the (CO, [KD,] KH, KW, C) channels-last weight;
+* ``smem_stages`` ring stages, one wgmma in flight: chunk k's MMA is issued, chunk k - 1's is waited for,
+  and its stage takes the copies of chunk k + stages - 1;
+* the epilogue adds the bias and stores the tile by one TMA copy of its output box (rows past the output
+  are clipped by TMA, so a box wider than the output loses only the padded rows' work).
+
+Channels-last fp16/bf16 convolutions with stride 1, dilation 1, one group, channels a multiple of
+BLOCK_K, on sm90. ``boxes`` picks the box shape of a tile (the least padded). Elsewhere, CPU tensors in
+Triton's interpreter included, a ``"box"`` config runs as its ``"tma"`` twin of the implicit-GEMM kernel
+(the same arithmetic), so a table's record stays usable on any device.
+
+Measured (``benchmarks/results/conv_window_h100``): on the H100 the conv2d suite's stride-1 3x3 layers ran
+0.78-1.11x cuDNN's time under CUDA graphs with this kernel, against 0.69-0.82x with the implicit-GEMM one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+import alcop_triton as at
+from alcop_triton.records import ScheduleError
+
+WINDOW_CC = (9, 0)
+"""Compute capability from which the box kernel runs (TMA and wgmma: Hopper)."""
+
+WINDOW_DTYPES = ("float16", "bfloat16")
+
+
+# ----------------------------------------------------------------------------- the kernel
+
+@gluon.jit
+def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od, oh0, ow0, co0, THREE: gl.constexpr,
+           C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
+           PW: gl.constexpr):
+    """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od, oh0, ow0, co0) into
+    ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels."""
+    BK: gl.constexpr = x_desc.block_type.shape[-1]
+    CH: gl.constexpr = C // BK
+    tap = i // CH
+    c0 = (i - tap * CH) * BK
+    rd = tap // (KH * KW)
+    rhw = tap - rd * (KH * KW)
+    rh = rhw // KW
+    rw = rhw - rh * KW
+    bar = bars.index(s)
+    mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
+    a_box = a_ring.index(s)._reinterpret(x_desc.dtype, x_desc.block_type.shape, x_desc.layout)
+    b_box = b_ring.index(s)._reinterpret(w_desc.dtype, w_desc.block_type.shape, w_desc.layout)
+    if THREE:
+        tma.async_copy_global_to_shared(x_desc, [n0, od + rd - PD, oh0 + rh - PH, ow0 + rw - PW, c0], bar, a_box)
+        tma.async_copy_global_to_shared(w_desc, [co0, rd, rh, rw, c0], bar, b_box)
+    else:
+        tma.async_copy_global_to_shared(x_desc, [n0, oh0 + rh - PH, ow0 + rw - PW, c0], bar, a_box)
+        tma.async_copy_global_to_shared(w_desc, [co0, rh, rw, c0], bar, b_box)
+
+
+@gluon.jit
+def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS: gl.constexpr,
+               THREE: gl.constexpr, C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr,
+               PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr,
+               BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    BK: gl.constexpr = x_desc.block_type.shape[-1]
+    dtype: gl.constexpr = x_desc.dtype
+    BM: gl.constexpr = BI * BH * BW
+    KT: gl.constexpr = KD * KH * KW * (C // BK)
+    # Output channel blocks fastest: programs that run side by side read the same input window from L2.
+    t = gl.program_id(0)
+    cb = t % n_cb
+    t = t // n_cb
+    wb = t % n_wb
+    t = t // n_wb
+    hb = t % n_hb
+    t = t // n_hb
+    od = t % OD
+    n0 = (t // OD) * BI
+    oh0 = hb * BH
+    ow0 = wb * BW
+    co0 = cb * BN
+
+    a_ring = gl.allocate_shared_memory(dtype, [STAGES, BM, BK], gl.NVMMASharedLayout.get_default_for([BM, BK], dtype))
+    b_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, BK], gl.NVMMASharedLayout.get_default_for([BN, BK], dtype))
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for st in gl.static_range(STAGES):
+        mbarrier.init(bars.index(st), count=1)
+    # One warpgroup per 64 rows (wgmma's M), the whole BLOCK_N per instruction.
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+    acc = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_layout)
+
+    for i in gl.static_range(STAGES - 1):
+        _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW)
+    for k in range(KT):
+        stage = k % STAGES
+        mbarrier.wait(bars.index(stage), (k // STAGES) & 1)
+        acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage).permute((1, 0)), acc, is_async=True)
+        # One MMA in flight: chunk k - 1's has finished, so its stage takes chunk k + STAGES - 1.
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        nxt = k + STAGES - 1
+        if nxt < KT:
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, nxt % STAGES, n0, od, oh0, ow0, co0, THREE, C, KH, KW,
+                   PD, PH, PW)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    for st in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(st))
+
+    if HAS_BIAS:
+        cols = co0 + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+        acc = acc + gl.load(b_ptr + cols, mask=cols < CO, other=0.0).to(gl.float32)[None, :]
+    # The ring is dead here, so the output tile may share its memory.
+    c_smem = gl.allocate_shared_memory(dtype, [BM, BN], gl.NVMMASharedLayout.get_default_for([BM, BN], dtype))
+    c_smem.store(acc.to(dtype))
+    fence_async_shared()
+    y_box = c_smem._reinterpret(dtype, y_desc.block_type.shape, y_desc.layout)
+    if THREE:
+        tma.async_copy_shared_to_global(y_desc, [n0, od, oh0, ow0, co0], y_box)
+    else:
+        tma.async_copy_shared_to_global(y_desc, [n0, oh0, ow0, co0], y_box)
+    tma.store_wait(pendings=0)
+
+
+# The launch's tensors come first (what ``runtime.prebind`` rebinds per call), then their descriptors.
+@gluon.jit
+def conv_window(x, w, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr, C: gl.constexpr,
+                KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
+                PW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr,
+                STAGES: gl.constexpr, num_warps: gl.constexpr):
+    _conv_tile(x_desc, w_desc, y_desc, x, CO, OD, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW, PD, PH, PW, BI, BH,
+               BW, BN, STAGES, num_warps)
+
+
+@gluon.jit
+def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr,
+                     C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr,
+                     PH: gl.constexpr, PW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr,
+                     BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    _conv_tile(x_desc, w_desc, y_desc, b, CO, OD, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, BI, BH,
+               BW, BN, STAGES, num_warps)
+
+
+# ----------------------------------------------------------------------------- tiles and eligibility
+
+def boxes(n: int, h: int, w: int, block_m: int) -> list[tuple[int, int, int]]:
+    """(BI, BH, BW) boxes of ``block_m`` output positions, sides powers of two, BW at least 8; the least
+    padded first (rows computed past the output over rows of the output; ties: the widest). A box spans
+    several images only where it spans their whole height."""
+    cands = []
+    for bw in (8, 16, 32, 64, 128, 256):
+        for bh in (2 ** e for e in range(9)):
+            bi = block_m // (bw * bh)
+            if bi < 1 or bi * bh * bw != block_m or (bi > 1 and bh < h) or bw > 2 * triton.next_power_of_2(w):
+                continue
+            rows = -(-n // bi) * bi * -(-h // bh) * bh * -(-w // bw) * bw
+            cands.append((rows / (n * h * w), -bw, (bi, bh, bw)))
+    return [c[2] for c in sorted(cands)]
+
+
+def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: at.KernelConfig) -> str | None:
+    """Why ``config`` cannot run as the box kernel on a convolution of ``p`` (``conv.ConvParams``), or None.
+    Device and alignment are checked at the call (the call then runs the ``"tma"`` twin)."""
+    if any(s != 1 for s in p.stride) or any(d != 1 for d in p.dilation):
+        return f"stride {p.stride}, dilation {p.dilation}: a box is the window of a stride-1, dilation-1 convolution"
+    if p.groups != 1 or p.nd == 1 or not p.channels_last:
+        return (f"groups={p.groups}, {p.nd}-d, channels_last={p.channels_last}: boxes copy one group of a 2-d or "
+                "3-d channels-last input")
+    if p.activation is not None:
+        return f"activation {p.activation!r}: the box kernel's epilogue adds a bias only"
+    if dtype not in WINDOW_DTYPES:
+        return f"dtype {dtype}: the box kernel multiplies {' or '.join(WINDOW_DTYPES)} (wgmma)"
+    if channels % config.block_k or config.block_k * 2 < 32:
+        return f"{channels} input channels, block_k={config.block_k}: chunks of 16 or more whole channels"
+    if config.num_warps not in (4, 8) or config.block_m != 16 * config.num_warps:
+        return (f"block_m={config.block_m}, num_warps={config.num_warps}: one warpgroup per 64 rows "
+                "(block_m = 16 x num_warps, 4 or 8 warps)")
+    if config.block_n > 256 or config.block_n > max(64, triton.next_power_of_2(out_channels)):
+        return f"block_n={config.block_n} for {out_channels} output channels: one wgmma spans at most 256"
+    if config.smem_stages < 2 or config.reg_stages != 1 or config.persistent or config.split_k > 1 or config.wave_tail:
+        return "the box kernel pipelines its shared-memory ring only: smem_stages >= 2, none of the other knobs"
+    return None
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a launch specialises on besides the config: the problem's sizes."""
+    n: int
+    d: int
+    h: int
+    w: int
+    c: int
+    co: int
+    kd: int
+    kh: int
+    kw: int
+
+
+class WindowConv:
+    """The box kernel of one (dtype, ``conv.ConvParams``, config): ``bind`` and ``label`` as
+    ``build.CompiledKernel``'s, over the conv kernel's tensors (input, weight, bias if any, then the output
+    viewed as (N, groups, C_out, *spatial))."""
+
+    def __init__(self, dtype: str, p: Any, config: at.KernelConfig) -> None:
+        self.dtype, self.p, self.config = dtype, p, config
+        self.fn = conv_window_bias if p.bias else conv_window
+
+    def label(self) -> str:
+        return f"conv window kernel ({self.config})"
+
+    def __call__(self, *tensors: Any) -> Any:
+        launch, out = self.bind(*tensors)
+        if launch is not None:
+            launch()
+        return out
+
+    def _twin(self) -> Any:
+        from . import conv
+        return conv.compiled(self.dtype, self.p, self.config.replace(async_copy="tma"))
+
+    def runs_here(self, tensors: Sequence[Any]) -> bool:
+        """Whether the box kernel runs on these tensors: CUDA sm90+, every address and every stride but the
+        channels' 16-byte aligned (TMA's rules)."""
+        import torch
+        dev = tensors[0].device
+        if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < WINDOW_CC:
+            return False
+        return all(t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride() if s != 1)
+                   for t in tensors if t.dim() > 1)
+
+    def bind(self, *tensors: Any) -> tuple[Any, Any]:
+        import torch
+
+        from alcop_triton.build import Launch
+        from .conv import empty_output, output_size
+        n_in = 3 if self.p.bias else 2
+        x, w = tensors[0], tensors[1]
+        if len(tensors) == n_in:
+            shape = (x.shape[0], w.shape[0], *output_size(x, w, self.p.stride, self.p.pad_left, self.p.pad_right,
+                                                          self.p.dilation))
+            tensors = (*tensors, empty_output(x, shape).unflatten(1, (1, w.shape[0])))
+        if not self.runs_here(tensors) or tensors[-1].numel() == 0:
+            return self._twin().bind(*tensors)
+        y = tensors[-1]
+        three = self.p.nd == 3
+        sp = list(x.shape[2:]) if three else [1, *x.shape[2:]]
+        ks = list(w.shape[2:]) if three else [1, *w.shape[2:]]
+        s = _Shape(x.shape[0], *sp, x.shape[1], w.shape[0], *ks)
+        od, oh, ow = y.shape[3:] if three else (1, *y.shape[3:])
+        cfg = self.config
+        reason = why_not(self.p, self.dtype, s.c, s.co, cfg)
+        if reason is not None:
+            raise ScheduleError(f"{self.label()}: {reason}")
+        bi, bh, bw = boxes(s.n, oh, ow, cfg.block_m)[0]
+        rank = x.dim()
+        # Descriptor dims: channels last (unit stride), then the rest in order; the output skips its group dim.
+        xdims = (0, *range(2, rank), 1)
+        ydims = (0, *range(3, rank + 1), 2)
+        lead = [bi] + ([1] if three else [])
+        descriptors = ((0, xdims, (*lead, bh, bw, cfg.block_k)),
+                       (1, xdims, (cfg.block_n, *[1] * (rank - 2), cfg.block_k)),
+                       (len(tensors) - 1, ydims, (*lead, bh, bw, cfg.block_n)))
+        grid = (-(-s.n // bi) * od * -(-oh // bh) * -(-ow // bw) * -(-s.co // cfg.block_n), )
+        pads = tuple(self.p.pad_left) if three else (0, *self.p.pad_left)
+        kwargs = {"THREE": three, "C": s.c, "KD": s.kd, "KH": s.kh, "KW": s.kw, "PD": pads[0], "PH": pads[1],
+                  "PW": pads[2], "BI": bi, "BH": bh, "BW": bw, "BN": cfg.block_n, "STAGES": cfg.smem_stages,
+                  "num_warps": cfg.num_warps}
+        descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
+        args = (*tensors, *descs, s.co, od, -(-oh // bh), -(-ow // bw), -(-s.co // cfg.block_n))
+        with torch.cuda.device(x.device):
+            run = self.fn[grid]
+        return Launch(self.fn, run, grid, args, kwargs, len(tensors), x.device, descriptors), y
+
+
+def gluon_descriptor(x: Any, dims: Sequence[int], block: Sequence[int]) -> Any:
+    """``runtime.tma_descriptor`` with the shared-memory layout a Gluon kernel's signature carries (the
+    largest swizzle its block allows); the compiled launcher reads only its address, shape and strides, so
+    later calls may pass ``runtime.tma_descriptor``'s own."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from alcop_triton.runtime import tma_descriptor
+    import torch
+    d = tma_descriptor(x, dims, block)
+    dt = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[x.dtype]
+    return TensorDescriptor(d.base, d.shape, d.strides, d.block_shape,
+                            gl.NVMMASharedLayout.get_default_for(list(block), dt))
+
+
+def window_configs(workload: at.Workload) -> list[at.KernelConfig]:
+    """The box kernel's configs worth measuring on a convolution (empty where it cannot run): 128-row tiles
+    over two warpgroups and 64-row ones over one; 256 (or all) and 128 output channels; chunks of 64
+    channels; as many ring stages as shared memory holds (the measured best on the H100's suite layers)."""
+    if workload.op not in ("conv2d", "conv3d") or workload.layout not in ("nhwc", "ndhwc"):
+        return []
+    q = workload.conv_params()
+    co, ci = q["co"], q["ci"]
+    bk = min(64, ci)
+    out = []
+    for bm, warps in ((128, 8), (64, 4)):
+        for bn in sorted({min(256, max(64, triton.next_power_of_2(co))), min(128, max(64, triton.next_power_of_2(co)))},
+                         reverse=True):
+            stages = 3 if bn == 256 else 4
+            out.append(at.KernelConfig(bm, bn, bk, group_m=8, num_warps=warps, smem_stages=stages, async_copy="box"))
+    return out
+
+
+def config_reason(workload: at.Workload, config: at.KernelConfig) -> str | None:
+    """``why_not`` for a tuning workload (the suite's form: one stride, pad and dilation for every dim)."""
+    from .conv import ConvParams
+    if workload.op not in ("conv2d", "conv3d"):
+        return f"op {workload.op!r}: the box kernel is a convolution's"
+    q = workload.conv_params()
+    nd = 3 if workload.op == "conv3d" else 2
+    p = ConvParams(nd, (q["stride"],) * nd, (q["pad"],) * nd, (q["pad"],) * nd, (q["dilation"],) * nd, q["groups"],
+                   workload.layout in ("nhwc", "ndhwc"))
+    return why_not(p, workload.dtype, q["ci"] // q["groups"], q["co"], config)

@@ -1,0 +1,100 @@
+"""The box kernel's config, its rules and its CPU route (``kernels/conv_window.py``, ``async_copy="box"``).
+
+The kernel itself (Gluon: TMA, mbarriers, wgmma) runs on sm90 only (``tests/gpu/test_conv_window_gpu.py``);
+elsewhere a box config runs as its ``"tma"`` twin of the implicit-GEMM kernel, checked here in Triton's
+interpreter on odd sizes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import alcop_triton as at
+from alcop_triton import KernelConfig, Workload
+from alcop_triton.autotune.space import shape_reason
+from alcop_triton.errors import ScheduleError
+from alcop_triton.kernels import conv as kconv
+from alcop_triton.kernels.conv_window import WindowConv, boxes, config_reason, why_not, window_configs
+from alcop_triton.model.hardware import get_spec
+
+BOX = KernelConfig(64, 64, 16, group_m=8, num_warps=4, smem_stages=3, async_copy="box")
+SPEC = get_spec("H100")
+
+
+def _params(nd: int = 2, **kw) -> kconv.ConvParams:
+    base = dict(nd=nd, stride=(1,) * nd, pad_left=(1,) * nd, pad_right=(1,) * nd, dilation=(1,) * nd, groups=1,
+                channels_last=True)
+    return kconv.ConvParams(**(base | kw))
+
+
+def test_config_names_and_round_trips() -> None:
+    assert str(BOX).endswith("_box") and BOX.to_dict()["ASYNC_COPY"] == "box"
+    assert KernelConfig.from_dict(BOX.to_dict()) == BOX
+
+
+def test_a_schedule_does_not_copy_by_box() -> None:
+    a = at.te.placeholder((at.te.var("M"), at.te.var("K")), "float16", "A")
+    b = at.te.placeholder((at.te.var("K"), at.te.var("N")), "float16", "B")
+    k = at.te.reduce_axis(a.shape[1], "k")
+    c = at.te.compute((a.shape[0], b.shape[1]), lambda i, j: at.te.sum(a[i, k] * b[k, j], axis=k), "C")
+    with pytest.raises(ScheduleError, match="kernels/conv_window.py"):
+        at.Schedule(c).async_copy("box")
+
+
+@pytest.mark.parametrize("nd,spatial,bias", [(2, (9, 11), True), (3, (3, 5, 6), False)])
+def test_on_cpu_a_box_config_runs_its_tma_twin(nd: int, spatial: tuple[int, ...], bias: bool, kit) -> None:
+    g = torch.Generator().manual_seed(nd)
+    fmt = torch.channels_last if nd == 2 else torch.channels_last_3d
+    x = kit.rand((2, 32, *spatial), "float16", g).contiguous(memory_format=fmt)
+    w = (kit.rand((24, 32, *(3,) * nd), "float16", g) / 17).contiguous(memory_format=fmt)
+    b = kit.rand((24,), "float16", g) if bias else None
+    kern = kconv.compiled("float16", _params(nd, bias=bias), BOX)
+    assert isinstance(kern, WindowConv)
+    out = kconv.empty_output(x, (2, 24, *spatial))
+    out.fill_(float("nan"))
+    launch, _ = kern.bind(*[t for t in (x, w, b) if t is not None], out.unflatten(1, (1, 24)))
+    assert launch.jit is not kern.fn
+    launch()
+    f = F.conv2d if nd == 2 else F.conv3d
+    kit.assert_close(out, f(x.double(), w.double(), None if b is None else b.double(), padding=1), "float16")
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(stride=(2, 2)), "stride"), (dict(dilation=(1, 2)), "dilation"), (dict(groups=2), "groups"),
+    (dict(channels_last=False), "channels-last"), (dict(activation="relu"), "bias only")])
+def test_why_not_names_the_convolutions_it_cannot_run(change: dict, match: str) -> None:
+    assert why_not(_params(), "float16", 64, 64, BOX) is None
+    assert match in why_not(_params(**change), "float16", 64, 64, BOX)
+
+
+@pytest.mark.parametrize("dtype,channels,config,match", [
+    ("float32", 64, BOX, "wgmma"), ("float16", 40, BOX.replace(block_k=32), "whole channels"),
+    ("float16", 64, BOX.replace(block_m=128), "warpgroup"), ("float16", 64, BOX.replace(smem_stages=1), "ring"),
+    ("float16", 64, BOX.replace(reg_stages=2), "ring")])
+def test_why_not_names_the_configs_it_cannot_run(dtype: str, channels: int, config: KernelConfig, match: str) -> None:
+    assert match in why_not(_params(), dtype, channels, 64, config)
+
+
+def test_space_rules_agree_with_why_not() -> None:
+    conv = Workload("conv2d", (8, 28, 28, 64, 128, 3, 3, 1, 1), "float16", "nhwc")
+    for c in window_configs(conv):
+        assert shape_reason(conv, c, SPEC) is None and config_reason(conv, c) is None
+    strided = Workload("conv2d", (8, 28, 28, 64, 128, 3, 3, 2, 1), "float16", "nhwc")
+    for c in window_configs(strided):
+        assert shape_reason(strided, c, SPEC) is not None and config_reason(strided, c) is not None
+    assert shape_reason(conv, BOX, get_spec("A100")) is not None  # TMA: sm90
+    gemm = Workload("matmul", (512, 512, 512), "float16", "nn")
+    assert window_configs(gemm) == [] and shape_reason(gemm, BOX, SPEC) is not None
+
+
+@pytest.mark.parametrize("n,h,w,block_m", [(64, 56, 56, 128), (64, 7, 7, 128), (3, 13, 29, 64), (1, 1, 200, 64)])
+def test_boxes_cover_the_tile_least_padded_first(n: int, h: int, w: int, block_m: int) -> None:
+    found = boxes(n, h, w, block_m)
+    assert found and all(bi * bh * bw == block_m and bw >= 8 and (bi == 1 or bh >= h) for bi, bh, bw in found)
+
+    def rows(box: tuple[int, int, int]) -> int:
+        bi, bh, bw = box
+        return -(-n // bi) * bi * -(-h // bh) * bh * -(-w // bw) * bw
+    assert rows(found[0]) == min(rows(b) for b in found)
