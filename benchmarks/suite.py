@@ -74,7 +74,7 @@ TIMER_TEXT = {"eager": "eager call, CUDA events after an L2 flush, host cost inc
               "wall": "wall clock, CPU interpreter (dry run: not a measurement)"}
 UNSTABLE = 0.10
 TOLERANCE = 1e-2
-SETS = ("alcop", "heldout", "models", "decode", "conv2d", "conv2d_bwd", "conv3d", "conv3d_bwd", "smoke")
+SETS = ("alcop", "heldout", "models", "decode", "conv2d", "conv2d_bwd", "conv3d", "conv3d_bwd", "resnet50", "smoke")
 
 
 @dataclass(frozen=True)
