@@ -243,11 +243,12 @@ class Schedule:
 
     def async_copy(self, mechanism: str) -> None:
         """'pointer' (cp.async) or 'tma' (tensor descriptors)."""
+        steps = tuple(m for m in ASYNC_COPIES if m != "box")
         if mechanism == "box":
-            raise ScheduleError("async_copy('box'): the box is the library convolution kernel's copy "
-                                "(kernels/conv_window.py), not a schedule step; a schedule copies by 'pointer' or 'tma'")
-        if mechanism not in ASYNC_COPIES:
-            raise ScheduleError(f"async_copy({mechanism!r}): must be one of {ASYNC_COPIES}")
+            raise ScheduleError(f"async_copy('box'): the box is the library convolution kernel's copy "
+                                f"(kernels/conv_window.py), not a schedule step; must be one of {steps}")
+        if mechanism not in steps:
+            raise ScheduleError(f"async_copy({mechanism!r}): must be one of {steps}")
         self.steps.append(AsyncCopyStep(mechanism))
 
     def persistent(self) -> None:

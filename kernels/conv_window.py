@@ -19,7 +19,7 @@ the kernel owns its shared-memory ring, its barriers and its MMA waits, so the b
   are clipped by TMA, so a box wider than the output loses only the padded rows' work).
 
 Channels-last fp16/bf16 convolutions with stride 1, dilation 1, one group, channels a multiple of
-BLOCK_K, on sm90. ``boxes`` picks the box shape of a tile (the least padded). Elsewhere, CPU tensors in
+BLOCK_K, on sm90; and strided unpadded 1x1 ones, as the stride-1 convolution of the input's strided view. ``boxes`` picks the box shape of a tile (the least padded). Elsewhere, CPU tensors in
 Triton's interpreter included, a ``"box"`` config runs as its ``"tma"`` twin of the implicit-GEMM kernel
 (the same arithmetic), so a table's record stays usable on any device.
 
@@ -109,7 +109,8 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS
     acc = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_layout)
 
     for i in gl.static_range(STAGES - 1):
-        _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW)
+        if i < KT:  # a ring deeper than the reduction copies what there is
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW)
     for k in range(KT):
         stage = k % STAGES
         mbarrier.wait(bars.index(stage), (k // STAGES) & 1)
@@ -175,11 +176,23 @@ def boxes(n: int, h: int, w: int, block_m: int) -> list[tuple[int, int, int]]:
     return [c[2] for c in sorted(cands)]
 
 
-def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: at.KernelConfig) -> str | None:
-    """Why ``config`` cannot run as the box kernel on a convolution of ``p`` (``conv.ConvParams``), or None.
-    Device and alignment are checked at the call (the call then runs the ``"tma"`` twin)."""
-    if any(s != 1 for s in p.stride) or any(d != 1 for d in p.dilation):
-        return f"stride {p.stride}, dilation {p.dilation}: a box is the window of a stride-1, dilation-1 convolution"
+def pointwise_strided(p: Any, window: Sequence[int]) -> bool:
+    """A strided, unpadded 1x1 (1x1x1) convolution: the stride-1 convolution of the input's strided view
+    (``x[..., ::s, ::s]``, which a TMA descriptor describes by its strides), as ResNet's downsampling
+    shortcuts are."""
+    return all(k == 1 for k in window) and not any(p.pad_left) and not any(p.pad_right)
+
+
+def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: at.KernelConfig,
+            window: Sequence[int]) -> str | None:
+    """Why ``config`` cannot run as the box kernel on a convolution of ``p`` (``conv.ConvParams``) with a
+    ``window`` (its kernel's spatial extents), or None. Device and alignment are checked at the call (the
+    call then runs the ``"tma"`` twin)."""
+    if any(d != 1 for d in p.dilation) and any(k > 1 for k in window):
+        return f"dilation {p.dilation}: a box is the window of a dilation-1 convolution"
+    if any(s != 1 for s in p.stride) and not pointwise_strided(p, window):
+        return (f"stride {p.stride} with a {'x'.join(map(str, window))} window: a box is the window of a stride-1 "
+                "convolution, or of a strided unpadded 1x1 one's strided view")
     if p.groups != 1 or p.nd == 1 or not p.channels_last:
         return (f"groups={p.groups}, {p.nd}-d, channels_last={p.channels_last}: boxes copy one group of a 2-d or "
                 "3-d channels-last input")
@@ -260,12 +273,16 @@ class WindowConv:
             return self._twin().bind(*tensors)
         y = tensors[-1]
         three = self.p.nd == 3
+        if any(st != 1 for st in self.p.stride) and pointwise_strided(self.p, w.shape[2:]):
+            # The strided view starts at the input's address: a later call's input rebinds it (runtime.prebind)
+            x = x[(slice(None), slice(None), *(slice(None, None, st) for st in self.p.stride))]
+            tensors = (x, *tensors[1:])
         sp = list(x.shape[2:]) if three else [1, *x.shape[2:]]
         ks = list(w.shape[2:]) if three else [1, *w.shape[2:]]
         s = _Shape(x.shape[0], *sp, x.shape[1], w.shape[0], *ks)
         od, oh, ow = y.shape[3:] if three else (1, *y.shape[3:])
         cfg = self.config
-        reason = why_not(self.p, self.dtype, s.c, s.co, cfg)
+        reason = why_not(self.p, self.dtype, s.c, s.co, cfg, w.shape[2:])
         if reason is not None:
             raise ScheduleError(f"{self.label()}: {reason}")
         bi, bh, bw = boxes(s.n, oh, ow, cfg.block_m)[0]
@@ -312,11 +329,12 @@ def window_configs(workload: at.Workload) -> list[at.KernelConfig]:
     q = workload.conv_params()
     co, ci = q["co"], q["ci"]
     bk = min(64, ci)
+    chunks = q["kd"] * q["kh"] * q["kw"] * -(-ci // bk)
     out = []
     for bm, warps in ((128, 8), (64, 4)):
         for bn in sorted({min(256, max(64, triton.next_power_of_2(co))), min(128, max(64, triton.next_power_of_2(co)))},
                          reverse=True):
-            stages = 3 if bn == 256 else 4
+            stages = max(2, min(3 if bn == 256 else 4, chunks))
             out.append(at.KernelConfig(bm, bn, bk, group_m=8, num_warps=warps, smem_stages=stages, async_copy="box"))
     return out
 
@@ -330,4 +348,5 @@ def config_reason(workload: at.Workload, config: at.KernelConfig) -> str | None:
     nd = 3 if workload.op == "conv3d" else 2
     p = ConvParams(nd, (q["stride"],) * nd, (q["pad"],) * nd, (q["pad"],) * nd, (q["dilation"],) * nd, q["groups"],
                    workload.layout in ("nhwc", "ndhwc"))
-    return why_not(p, workload.dtype, q["ci"] // q["groups"], q["co"], config)
+    window = (q["kd"], q["kh"], q["kw"]) if nd == 3 else (q["kh"], q["kw"])
+    return why_not(p, workload.dtype, q["ci"] // q["groups"], q["co"], config, window)

@@ -236,13 +236,14 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
 
 
 def _box_rules(workload: Workload) -> list[Rule]:
-    """Where the box kernel (``async_copy="box"``, ``kernels/conv_window.py``) runs: a stride-1, dilation-1,
-    ungrouped channels-last conv2d/conv3d in half precision, a tile of 64 rows per warpgroup, its ring of
+    """Where the box kernel (``async_copy="box"``, ``kernels/conv_window.py``) runs: a stride-1, dilation-1
+    (or unpadded 1x1, any stride), ungrouped channels-last conv2d/conv3d in half precision, a tile of 64 rows per warpgroup, its ring of
     shared-memory stages the only pipelining knob (``conv_window.why_not``, for columns of knob values)."""
     box = "box"
     q = workload.conv_params() if workload.op in ("conv2d", "conv3d") else None
-    if (q is None or workload.layout not in ("nhwc", "ndhwc") or (q["stride"], q["dilation"], q["groups"]) != (1, 1, 1)
-            or workload.dtype not in ("float16", "bfloat16")):
+    pointwise = q is not None and (q["kd"], q["kh"], q["kw"], q["pad"]) == (1, 1, 1, 0)  # any stride: a strided view
+    if (q is None or workload.layout not in ("nhwc", "ndhwc") or q["groups"] != 1
+            or (not pointwise and (q["stride"], q["dilation"]) != (1, 1)) or workload.dtype not in ("float16", "bfloat16")):
         return [("the box kernel is a stride-1, ungrouped, channels-last half-precision convolution's",
                  lambda c: c.async_copy == box)]
     ci = q["ci"]

@@ -2,7 +2,7 @@
 
 Each A tile is one TMA box of the input window per tap, padding by TMA's zero fill; the output tile a TMA
 box clipped at the output's edges. Checked against torch in float64 on odd sizes (outputs not a multiple
-of the box, channels not a multiple of the tile), with bias, 1x1 to 5x5 windows, 'same' padding of an even
+of the box, channels not a multiple of the tile), a strided 1x1 convolution on its strided view, with bias, 1x1 to 5x5 windows, 'same' padding of an even
 window (more padding after than before), conv2d and conv3d, fp16 and bf16; outputs poisoned first, and
 equal bit for bit across runs; through the drop-ins eagerly and in a CUDA graph; a misaligned input runs
 the "tma" twin.
@@ -114,3 +114,19 @@ def test_a_misaligned_input_runs_the_tma_twin(kit) -> None:
     assert launch.jit is not kern.fn
     launch()
     kit.assert_close(out, _reference(case, x, w, b), "bfloat16", "tma twin")
+
+
+def test_a_strided_pointwise_convolution_reads_its_strided_view(kit) -> None:
+    g = torch.Generator(device="cpu").manual_seed(5)
+    x = kit.rand((3, 64, 15, 13), "float16", g, "cuda").contiguous(memory_format=torch.channels_last)
+    w = (kit.rand((96, 64, 1, 1), "float16", g, "cuda") / 8).contiguous(memory_format=torch.channels_last)
+    ref = F.conv2d(x.double(), w.double(), stride=2)
+    p = kconv.ConvParams(2, (2, 2), (0, 0), (0, 0), (1, 1), 1, True)
+    kern = kconv.compiled("float16", p, _box(128, 128, 64, 3))
+    out = kconv.empty_output(x, ref.shape)
+    out.fill_(float("nan"))
+    launch, _ = kern.bind(x, w, out.unflatten(1, (1, 96)))
+    assert launch.jit is kern.fn
+    launch.prebind()(x, w, out.unflatten(1, (1, 96)))  # rebinds the strided view at the passed input
+    kit.assert_close(out, ref, "float16", "1x1 stride 2")
+

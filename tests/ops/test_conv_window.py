@@ -65,8 +65,17 @@ def test_on_cpu_a_box_config_runs_its_tma_twin(nd: int, spatial: tuple[int, ...]
     (dict(stride=(2, 2)), "stride"), (dict(dilation=(1, 2)), "dilation"), (dict(groups=2), "groups"),
     (dict(channels_last=False), "channels-last"), (dict(activation="relu"), "bias only")])
 def test_why_not_names_the_convolutions_it_cannot_run(change: dict, match: str) -> None:
-    assert why_not(_params(), "float16", 64, 64, BOX) is None
-    assert match in why_not(_params(**change), "float16", 64, 64, BOX)
+    assert why_not(_params(), "float16", 64, 64, BOX, (3, 3)) is None
+    assert match in why_not(_params(**change), "float16", 64, 64, BOX, (3, 3))
+
+
+def test_a_strided_pointwise_convolution_runs_on_its_strided_view() -> None:
+    strided = _params(stride=(2, 2), pad_left=(0, 0), pad_right=(0, 0))
+    assert why_not(strided, "float16", 64, 64, BOX, (1, 1)) is None
+    assert "stride" in why_not(strided, "float16", 64, 64, BOX, (3, 3))
+    assert "stride" in why_not(_params(stride=(2, 2)), "float16", 64, 64, BOX, (1, 1))  # padded
+    down = Workload("conv2d", (8, 28, 28, 256, 512, 1, 1, 2, 0), "float16", "nhwc")
+    assert all(shape_reason(down, c, SPEC) is None for c in window_configs(down))
 
 
 @pytest.mark.parametrize("dtype,channels,config,match", [
@@ -74,7 +83,7 @@ def test_why_not_names_the_convolutions_it_cannot_run(change: dict, match: str) 
     ("float16", 64, BOX.replace(block_m=128), "warpgroup"), ("float16", 64, BOX.replace(smem_stages=1), "ring"),
     ("float16", 64, BOX.replace(reg_stages=2), "ring")])
 def test_why_not_names_the_configs_it_cannot_run(dtype: str, channels: int, config: KernelConfig, match: str) -> None:
-    assert match in why_not(_params(), dtype, channels, 64, config)
+    assert match in why_not(_params(), dtype, channels, 64, config, (3, 3))
 
 
 def test_space_rules_agree_with_why_not() -> None:
