@@ -328,7 +328,9 @@ def window_configs(workload: at.Workload) -> list[at.KernelConfig]:
         return []
     q = workload.conv_params()
     co, ci = q["co"], q["ci"]
-    bk = min(64, ci)
+    bk = next((b for b in (64, 32, 16) if ci % b == 0), None)  # whole chunks of channels
+    if bk is None:
+        return []
     chunks = q["kd"] * q["kh"] * q["kw"] * -(-ci // bk)
     out = []
     for bm, warps in ((128, 8), (64, 4)):

@@ -94,6 +94,10 @@ def test_space_rules_agree_with_why_not() -> None:
     for c in window_configs(strided):
         assert shape_reason(strided, c, SPEC) is not None and config_reason(strided, c) is not None
     assert shape_reason(conv, BOX, get_spec("A100")) is not None  # TMA: sm90
+    for ci in (3, 40):  # no whole chunk of 16 or more channels: ResNet's stem, odd channel counts
+        assert window_configs(Workload("conv2d", (8, 28, 28, ci, 64, 3, 3, 1, 1), "float16", "nhwc")) == []
+    assert {c.block_k for c in window_configs(Workload("conv2d", (8, 28, 28, 96, 64, 3, 3, 1, 1), "float16",
+                                                       "nhwc"))} == {32}
     gemm = Workload("matmul", (512, 512, 512), "float16", "nn")
     assert window_configs(gemm) == [] and shape_reason(gemm, BOX, SPEC) is not None
 
