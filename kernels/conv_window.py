@@ -19,7 +19,9 @@ the kernel owns its shared-memory ring, its barriers and its MMA waits, so the b
   are clipped by TMA, so a box wider than the output loses only the padded rows' work).
 
 Channels-last fp16/bf16 convolutions with stride 1, dilation 1, one group, channels a multiple of
-BLOCK_K, on sm90; and strided unpadded 1x1 ones, as the stride-1 convolution of the input's strided view. ``boxes`` picks the box shape of a tile (the least padded). Elsewhere, CPU tensors in
+BLOCK_K, on sm90; strided 2-d ones whose strides divide the input's extents, on the input's phase view
+(N, H / SH, SH, W / SW, SW * C), where each tap's rows are a box again; and strided unpadded 1x1 ones, as
+the stride-1 convolution of the input's strided view. ``boxes`` picks the box shape of a tile (the least padded). Elsewhere, CPU tensors in
 Triton's interpreter included, a ``"box"`` config runs as its ``"tma"`` twin of the implicit-GEMM kernel
 (the same arithmetic), so a table's record stays usable on any device.
 
@@ -52,9 +54,14 @@ WINDOW_DTYPES = ("float16", "bfloat16")
 @gluon.jit
 def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od, oh0, ow0, co0, THREE: gl.constexpr,
            C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
-           PW: gl.constexpr):
+           PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
     """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od, oh0, ow0, co0) into
-    ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels."""
+    ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels.
+
+    A 2-d input comes as its phase view (N, H / SH, SH, W / SW, SW * C): input row oh * SH + rh - PH is
+    row block oh + dh of phase ph (rh - PH = dh * SH + ph, 0 <= ph < SH), and likewise its column, whose
+    phase selects a run of C channels; so a strided window is a box of the view too (SH = SW = 1: the
+    input itself)."""
     BK: gl.constexpr = x_desc.block_type.shape[-1]
     CH: gl.constexpr = C // BK
     tap = i // CH
@@ -71,15 +78,19 @@ def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od, oh0, ow0, co0, TH
         tma.async_copy_global_to_shared(x_desc, [n0, od + rd - PD, oh0 + rh - PH, ow0 + rw - PW, c0], bar, a_box)
         tma.async_copy_global_to_shared(w_desc, [co0, rd, rh, rw, c0], bar, b_box)
     else:
-        tma.async_copy_global_to_shared(x_desc, [n0, oh0 + rh - PH, ow0 + rw - PW, c0], bar, a_box)
+        ph = ((rh - PH) % SH + SH) % SH  # integer division truncates: the phase first, then an exact quotient
+        pw = ((rw - PW) % SW + SW) % SW
+        tma.async_copy_global_to_shared(x_desc, [n0, oh0 + (rh - PH - ph) // SH, ph, ow0 + (rw - PW - pw) // SW,
+                                                 pw * C + c0], bar, a_box)
         tma.async_copy_global_to_shared(w_desc, [co0, rh, rw, c0], bar, b_box)
 
 
 @gluon.jit
 def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS: gl.constexpr,
                THREE: gl.constexpr, C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr,
-               PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr,
-               BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+               PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
+               BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+               num_warps: gl.constexpr):
     BK: gl.constexpr = x_desc.block_type.shape[-1]
     dtype: gl.constexpr = x_desc.dtype
     BM: gl.constexpr = BI * BH * BW
@@ -110,7 +121,8 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS
 
     for i in gl.static_range(STAGES - 1):
         if i < KT:  # a ring deeper than the reduction copies what there is
-            _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW)
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW,
+                   SH, SW)
     for k in range(KT):
         stage = k % STAGES
         mbarrier.wait(bars.index(stage), (k // STAGES) & 1)
@@ -120,7 +132,7 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS
         nxt = k + STAGES - 1
         if nxt < KT:
             _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, nxt % STAGES, n0, od, oh0, ow0, co0, THREE, C, KH, KW,
-                   PD, PH, PW)
+                   PD, PH, PW, SH, SW)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     for st in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(st))
@@ -144,19 +156,20 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS
 @gluon.jit
 def conv_window(x, w, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr, C: gl.constexpr,
                 KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
-                PW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr,
-                STAGES: gl.constexpr, num_warps: gl.constexpr):
-    _conv_tile(x_desc, w_desc, y_desc, x, CO, OD, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW, PD, PH, PW, BI, BH,
-               BW, BN, STAGES, num_warps)
+                PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr,
+                BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    _conv_tile(x_desc, w_desc, y_desc, x, CO, OD, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
+               BI, BH, BW, BN, STAGES, num_warps)
 
 
 @gluon.jit
 def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr,
                      C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr,
-                     PH: gl.constexpr, PW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr,
-                     BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
-    _conv_tile(x_desc, w_desc, y_desc, b, CO, OD, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, BI, BH,
-               BW, BN, STAGES, num_warps)
+                     PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr,
+                     BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+                     num_warps: gl.constexpr):
+    _conv_tile(x_desc, w_desc, y_desc, b, CO, OD, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
+               BI, BH, BW, BN, STAGES, num_warps)
 
 
 # ----------------------------------------------------------------------------- tiles and eligibility
@@ -190,9 +203,9 @@ def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: at.Ker
     call then runs the ``"tma"`` twin)."""
     if any(d != 1 for d in p.dilation) and any(k > 1 for k in window):
         return f"dilation {p.dilation}: a box is the window of a dilation-1 convolution"
-    if any(s != 1 for s in p.stride) and not pointwise_strided(p, window):
+    if any(s != 1 for s in p.stride) and not pointwise_strided(p, window) and p.nd != 2:
         return (f"stride {p.stride} with a {'x'.join(map(str, window))} window: a box is the window of a stride-1 "
-                "convolution, or of a strided unpadded 1x1 one's strided view")
+                "convolution, of a strided 2-d one's phase view, or of a strided unpadded 1x1 one's strided view")
     if p.groups != 1 or p.nd == 1 or not p.channels_last:
         return (f"groups={p.groups}, {p.nd}-d, channels_last={p.channels_last}: boxes copy one group of a 2-d or "
                 "3-d channels-last input")
@@ -258,6 +271,25 @@ class WindowConv:
         return all(t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride() if s != 1)
                    for t in tensors if t.dim() > 1)
 
+    def _input_view(self, x: Any, w: Any) -> tuple[Any, tuple[int, int]] | None:
+        """The input as the kernel's descriptor reads it, and the strides left to the kernel, or None where
+        no view serves (the call runs the "tma" twin): a 3-d input as it is (its strided 1x1 convolution on
+        ``x[..., ::s, ::s, ::s]``); a 2-d one as its phase view (N, H / SH, SH, W / SW, SW * C) of the
+        channels-last memory, where the strides divide the extents, else a strided 1x1 convolution's
+        (N, OH, 1, OW, C) view of ``x[..., ::s, ::s]``."""
+        stride = tuple(self.p.stride)
+        strided = any(st != 1 for st in stride)
+        pointwise = strided and pointwise_strided(self.p, w.shape[2:])
+        if self.p.nd == 3:
+            return (x[(slice(None), slice(None), *(slice(None, None, st) for st in stride))] if pointwise else x), (1, 1)
+        n, c, h, wd = x.shape
+        nhwc = x.permute(0, 2, 3, 1)
+        if h % stride[0] == 0 and wd % stride[1] == 0 and nhwc.is_contiguous():
+            return nhwc.view(n, h // stride[0], stride[0], wd // stride[1], stride[1] * c), stride
+        if pointwise:
+            return nhwc[:, ::stride[0], ::stride[1]].unsqueeze(2), (1, 1)
+        return None
+
     def bind(self, *tensors: Any) -> tuple[Any, Any]:
         import torch
 
@@ -273,31 +305,34 @@ class WindowConv:
             return self._twin().bind(*tensors)
         y = tensors[-1]
         three = self.p.nd == 3
-        if any(st != 1 for st in self.p.stride) and pointwise_strided(self.p, w.shape[2:]):
-            # The strided view starts at the input's address: a later call's input rebinds it (runtime.prebind)
-            x = x[(slice(None), slice(None), *(slice(None, None, st) for st in self.p.stride))]
-            tensors = (x, *tensors[1:])
         sp = list(x.shape[2:]) if three else [1, *x.shape[2:]]
         ks = list(w.shape[2:]) if three else [1, *w.shape[2:]]
         s = _Shape(x.shape[0], *sp, x.shape[1], w.shape[0], *ks)
+        view = self._input_view(x, w)
+        if view is None:
+            return self._twin().bind(*tensors)
+        # The view starts at the input's address: a later call's input rebinds it (runtime.prebind).
+        x, strides = view
+        tensors = (x, *tensors[1:])
         od, oh, ow = y.shape[3:] if three else (1, *y.shape[3:])
         cfg = self.config
         reason = why_not(self.p, self.dtype, s.c, s.co, cfg, w.shape[2:])
         if reason is not None:
             raise ScheduleError(f"{self.label()}: {reason}")
         bi, bh, bw = boxes(s.n, oh, ow, cfg.block_m)[0]
-        rank = x.dim()
+        rank = w.dim()
         # Descriptor dims: channels last (unit stride), then the rest in order; the output skips its group dim.
-        xdims = (0, *range(2, rank), 1)
+        wdims = (0, *range(2, rank), 1)
         ydims = (0, *range(3, rank + 1), 2)
         lead = [bi] + ([1] if three else [])
-        descriptors = ((0, xdims, (*lead, bh, bw, cfg.block_k)),
-                       (1, xdims, (cfg.block_n, *[1] * (rank - 2), cfg.block_k)),
+        xbox = (bi, 1, bh, bw, cfg.block_k) if three else (bi, bh, 1, bw, cfg.block_k)
+        descriptors = ((0, wdims if three else tuple(range(5)), xbox),
+                       (1, wdims, (cfg.block_n, *[1] * (rank - 2), cfg.block_k)),
                        (len(tensors) - 1, ydims, (*lead, bh, bw, cfg.block_n)))
         grid = (-(-s.n // bi) * od * -(-oh // bh) * -(-ow // bw) * -(-s.co // cfg.block_n), )
         pads = tuple(self.p.pad_left) if three else (0, *self.p.pad_left)
         kwargs = {"THREE": three, "C": s.c, "KD": s.kd, "KH": s.kh, "KW": s.kw, "PD": pads[0], "PH": pads[1],
-                  "PW": pads[2], "BI": bi, "BH": bh, "BW": bw, "BN": cfg.block_n, "STAGES": cfg.smem_stages,
+                  "PW": pads[2], "SH": strides[0], "SW": strides[1], "BI": bi, "BH": bh, "BW": bw, "BN": cfg.block_n, "STAGES": cfg.smem_stages,
                   "num_warps": cfg.num_warps}
         descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
         args = (*tensors, *descs, s.co, od, -(-oh // bh), -(-ow // bw), -(-s.co // cfg.block_n))

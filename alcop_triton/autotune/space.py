@@ -236,14 +236,18 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
 
 
 def _box_rules(workload: Workload) -> list[Rule]:
-    """Where the box kernel (``async_copy="box"``, ``kernels/conv_window.py``) runs: a stride-1, dilation-1
-    (or unpadded 1x1, any stride), ungrouped channels-last conv2d/conv3d in half precision, a tile of 64 rows per warpgroup, its ring of
+    """Where the box kernel (``async_copy="box"``, ``kernels/conv_window.py``) runs: a dilation-1, ungrouped
+    channels-last conv2d/conv3d in half precision of stride 1 (a conv2d: or a stride dividing H and W; an
+    unpadded 1x1 one: any stride), a tile of 64 rows per warpgroup, its ring of
     shared-memory stages the only pipelining knob (``conv_window.why_not``, for columns of knob values)."""
     box = "box"
     q = workload.conv_params() if workload.op in ("conv2d", "conv3d") else None
-    pointwise = q is not None and (q["kd"], q["kh"], q["kw"], q["pad"]) == (1, 1, 1, 0)  # any stride: a strided view
+    # other strides: an unpadded 1x1 convolution's strided view, a 2-d one's phase view where they divide H and W
+    pointwise = q is not None and (q["kd"], q["kh"], q["kw"], q["pad"]) == (1, 1, 1, 0)
+    phased = q is not None and workload.op == "conv2d" and q["h"] % q["stride"] == 0 and q["w"] % q["stride"] == 0
     if (q is None or workload.layout not in ("nhwc", "ndhwc") or q["groups"] != 1
-            or (not pointwise and (q["stride"], q["dilation"]) != (1, 1)) or workload.dtype not in ("float16", "bfloat16")):
+            or (not pointwise and (q["dilation"] != 1 or (q["stride"] != 1 and not phased)))
+            or workload.dtype not in ("float16", "bfloat16")):
         return [("the box kernel is a stride-1, ungrouped, channels-last half-precision convolution's",
                  lambda c: c.async_copy == box)]
     ci = q["ci"]

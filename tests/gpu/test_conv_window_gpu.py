@@ -2,7 +2,7 @@
 
 Each A tile is one TMA box of the input window per tap, padding by TMA's zero fill; the output tile a TMA
 box clipped at the output's edges. Checked against torch in float64 on odd sizes (outputs not a multiple
-of the box, channels not a multiple of the tile), a strided 1x1 convolution on its strided view, with bias, 1x1 to 5x5 windows, 'same' padding of an even
+of the box, channels not a multiple of the tile), a strided 1x1 convolution on its strided view, strided windows on the input's phase view, with bias, 1x1 to 5x5 windows, 'same' padding of an even
 window (more padding after than before), conv2d and conv3d, fp16 and bf16; outputs poisoned first, and
 equal bit for bit across runs; through the drop-ins eagerly and in a CUDA graph; a misaligned input runs
 the "tma" twin.
@@ -129,4 +129,22 @@ def test_a_strided_pointwise_convolution_reads_its_strided_view(kit) -> None:
     assert launch.jit is kern.fn
     launch.prebind()(x, w, out.unflatten(1, (1, 96)))  # rebinds the strided view at the passed input
     kit.assert_close(out, ref, "float16", "1x1 stride 2")
+
+
+@pytest.mark.parametrize("size,window,stride,pad", [((28, 28), 3, 2, 1), ((14, 18), 3, 2, 1), ((12, 12), 5, 3, 2),
+                                                    ((13, 15), 3, 2, 1)])
+def test_a_strided_window_reads_the_phase_view(size: tuple[int, int], window: int, stride: int, pad: int, kit) -> None:
+    # (13, 15): the stride divides neither extent, so the call runs the "tma" twin
+    g = torch.Generator(device="cpu").manual_seed(sum(size))
+    x = kit.rand((3, 64, *size), "float16", g, "cuda").contiguous(memory_format=torch.channels_last)
+    w = (kit.rand((128, 64, window, window), "float16", g, "cuda") / 24).contiguous(memory_format=torch.channels_last)
+    ref = F.conv2d(x.double(), w.double(), stride=stride, padding=pad)
+    p = kconv.ConvParams(2, (stride,) * 2, (pad,) * 2, (pad,) * 2, (1, 1), 1, True)
+    kern = kconv.compiled("float16", p, _box(128, 128, 64, 4))
+    out = kconv.empty_output(x, ref.shape)
+    out.fill_(float("nan"))
+    launch, _ = kern.bind(x, w, out.unflatten(1, (1, 128)))
+    assert (launch.jit is kern.fn) == (size[0] % stride == 0 and size[1] % stride == 0)
+    launch.prebind()(x, w, out.unflatten(1, (1, 128)))
+    kit.assert_close(out, ref, "float16", f"{size} window {window} stride {stride}")
 
