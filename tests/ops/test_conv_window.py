@@ -114,3 +114,24 @@ def test_boxes_cover_the_tile_least_padded_first(n: int, h: int, w: int, block_m
         bi, bh, bw = box
         return -(-n // bi) * bi * -(-h // bh) * bh * -(-w // bw) * bw
     assert rows(found[0]) == min(rows(b) for b in found)
+
+
+def test_a_one_element_dims_stride_does_not_change_the_kernel(kit) -> None:
+    # A 1x1 weight made channels-last on the GPU has stride 1 in its window dims, on the CPU C: both launch
+    # with the same scalars (Triton specialises integer arguments on their divisibility by 16, and a stride
+    # of 1 there cost the address math its divisibility: 3.2x slower loads), and compute the same.
+    g = torch.Generator().manual_seed(11)
+    x = kit.rand((2, 32, 6, 6), "float16", g).contiguous(memory_format=torch.channels_last)
+    w = kit.rand((48, 32, 1, 1), "float16", g).contiguous(memory_format=torch.channels_last)
+    p = kconv.ConvParams(2, (2, 2), (0, 0), (0, 0), (1, 1), 1, True)
+    kern = kconv.compiled("float16", p, KernelConfig(32, 32, 32, group_m=8, num_warps=4, smem_stages=2))
+    runs = []
+    for window_strides in ((32, 32), (1, 1)):
+        weight = w.as_strided(w.shape, (32, 1, *window_strides))
+        out = kconv.empty_output(x, (2, 48, 3, 3))
+        launch, _ = kern.bind(x, weight, out.unflatten(1, (1, 48)))
+        launch()
+        runs.append((launch.args[launch.n_tensors:], out))
+    assert runs[0][0] == runs[1][0]
+    assert torch.equal(runs[0][1], runs[1][1])
+    kit.assert_close(runs[0][1], F.conv2d(x.double(), w.double(), stride=2), "float16")
