@@ -1,4 +1,5 @@
-"""A stride-1 convolution whose A tiles are TMA boxes of the input window: the ``"box"`` copy mechanism.
+"""A convolution whose A tiles are TMA boxes of the input window: the ``"box"`` copy mechanism (host side;
+the Gluon kernel is ``conv_window_kernel.py``).
 
 The implicit-GEMM kernel of ``conv.py`` fuses (n, oh, ow) into its M tile, so a tile's rows span several
 output rows, and Triton's pipeliner cannot copy such a window as one TMA box (a multi-row box reshaped for
@@ -21,158 +22,32 @@ the kernel owns its shared-memory ring, its barriers and its MMA waits, so the b
 Channels-last fp16/bf16 convolutions with stride 1, dilation 1, one group, channels a multiple of
 BLOCK_K, on sm90; strided 2-d ones whose strides divide the input's extents, on the input's phase view
 (N, H / SH, SH, W / SW, SW * C), where each tap's rows are a box again; and strided unpadded 1x1 ones, as
-the stride-1 convolution of the input's strided view. ``boxes`` picks the box shape of a tile (the least padded). Elsewhere, CPU tensors in
-Triton's interpreter included, a ``"box"`` config runs as its ``"tma"`` twin of the implicit-GEMM kernel
-(the same arithmetic), so a table's record stays usable on any device.
+the stride-1 convolution of the input's strided view. ``boxes`` picks the box shape of a tile (the least
+padded). Elsewhere, CPU tensors in Triton's interpreter included, a ``"box"`` config runs as its ``"tma"``
+twin of the implicit-GEMM kernel (the same arithmetic), so a table's record stays usable on any device.
 
-Measured (``benchmarks/results/conv_window_h100``): on the H100 the conv2d suite's stride-1 3x3 layers ran
-0.78-1.11x cuDNN's time under CUDA graphs with this kernel, against 0.69-0.82x with the implicit-GEMM one.
+Measured on the H100 (``benchmarks/results/conv_window_h100/README.md``, kernel time under CUDA graphs, one
+suite run, dispatch from the shipped table): the ALCOP conv2d suite at 1.042x cuDNN's speed (geomean; 0.866x
+before), ResNet-50's convolutions at 0.954x, the conv3d suite at 0.816x (0.680x before).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import triton
-from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
 
 import alcop_triton as at
 from alcop_triton.records import ScheduleError
+
+from .conv_window_kernel import conv_window, conv_window_bias
 
 WINDOW_CC = (9, 0)
 """Compute capability from which the box kernel runs (TMA and wgmma: Hopper)."""
 
 WINDOW_DTYPES = ("float16", "bfloat16")
 
-
-# ----------------------------------------------------------------------------- the kernel
-
-@gluon.jit
-def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od, oh0, ow0, co0, THREE: gl.constexpr,
-           C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
-           PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
-    """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od, oh0, ow0, co0) into
-    ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels.
-
-    A 2-d input comes as its phase view (N, H / SH, SH, W / SW, SW * C): input row oh * SH + rh - PH is
-    row block oh + dh of phase ph (rh - PH = dh * SH + ph, 0 <= ph < SH), and likewise its column, whose
-    phase selects a run of C channels; so a strided window is a box of the view too (SH = SW = 1: the
-    input itself)."""
-    BK: gl.constexpr = x_desc.block_type.shape[-1]
-    CH: gl.constexpr = C // BK
-    tap = i // CH
-    c0 = (i - tap * CH) * BK
-    rd = tap // (KH * KW)
-    rhw = tap - rd * (KH * KW)
-    rh = rhw // KW
-    rw = rhw - rh * KW
-    bar = bars.index(s)
-    mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
-    a_box = a_ring.index(s)._reinterpret(x_desc.dtype, x_desc.block_type.shape, x_desc.layout)
-    b_box = b_ring.index(s)._reinterpret(w_desc.dtype, w_desc.block_type.shape, w_desc.layout)
-    if THREE:
-        tma.async_copy_global_to_shared(x_desc, [n0, od + rd - PD, oh0 + rh - PH, ow0 + rw - PW, c0], bar, a_box)
-        tma.async_copy_global_to_shared(w_desc, [co0, rd, rh, rw, c0], bar, b_box)
-    else:
-        ph = ((rh - PH) % SH + SH) % SH  # integer division truncates: the phase first, then an exact quotient
-        pw = ((rw - PW) % SW + SW) % SW
-        tma.async_copy_global_to_shared(x_desc, [n0, oh0 + (rh - PH - ph) // SH, ph, ow0 + (rw - PW - pw) // SW,
-                                                 pw * C + c0], bar, a_box)
-        tma.async_copy_global_to_shared(w_desc, [co0, rh, rw, c0], bar, b_box)
-
-
-@gluon.jit
-def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS: gl.constexpr,
-               THREE: gl.constexpr, C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr,
-               PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
-               BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-               num_warps: gl.constexpr):
-    BK: gl.constexpr = x_desc.block_type.shape[-1]
-    dtype: gl.constexpr = x_desc.dtype
-    BM: gl.constexpr = BI * BH * BW
-    KT: gl.constexpr = KD * KH * KW * (C // BK)
-    # Output channel blocks fastest: programs that run side by side read the same input window from L2.
-    t = gl.program_id(0)
-    cb = t % n_cb
-    t = t // n_cb
-    wb = t % n_wb
-    t = t // n_wb
-    hb = t % n_hb
-    t = t // n_hb
-    od = t % OD
-    n0 = (t // OD) * BI
-    oh0 = hb * BH
-    ow0 = wb * BW
-    co0 = cb * BN
-
-    a_ring = gl.allocate_shared_memory(dtype, [STAGES, BM, BK], gl.NVMMASharedLayout.get_default_for([BM, BK], dtype))
-    b_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, BK], gl.NVMMASharedLayout.get_default_for([BN, BK], dtype))
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for st in gl.static_range(STAGES):
-        mbarrier.init(bars.index(st), count=1)
-    # One warpgroup per 64 rows (wgmma's M), the whole BLOCK_N per instruction.
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, BN, 16])
-    acc = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_layout)
-
-    for i in gl.static_range(STAGES - 1):
-        if i < KT:  # a ring deeper than the reduction copies what there is
-            _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW,
-                   SH, SW)
-    for k in range(KT):
-        stage = k % STAGES
-        mbarrier.wait(bars.index(stage), (k // STAGES) & 1)
-        acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage).permute((1, 0)), acc, is_async=True)
-        # One MMA in flight: chunk k - 1's has finished, so its stage takes chunk k + STAGES - 1.
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-        nxt = k + STAGES - 1
-        if nxt < KT:
-            _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, nxt % STAGES, n0, od, oh0, ow0, co0, THREE, C, KH, KW,
-                   PD, PH, PW, SH, SW)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    for st in gl.static_range(STAGES):
-        mbarrier.invalidate(bars.index(st))
-
-    if HAS_BIAS:
-        cols = co0 + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
-        acc = acc + gl.load(b_ptr + cols, mask=cols < CO, other=0.0).to(gl.float32)[None, :]
-    # The ring is dead here, so the output tile may share its memory.
-    c_smem = gl.allocate_shared_memory(dtype, [BM, BN], gl.NVMMASharedLayout.get_default_for([BM, BN], dtype))
-    c_smem.store(acc.to(dtype))
-    fence_async_shared()
-    y_box = c_smem._reinterpret(dtype, y_desc.block_type.shape, y_desc.layout)
-    if THREE:
-        tma.async_copy_shared_to_global(y_desc, [n0, od, oh0, ow0, co0], y_box)
-    else:
-        tma.async_copy_shared_to_global(y_desc, [n0, oh0, ow0, co0], y_box)
-    tma.store_wait(pendings=0)
-
-
-# The launch's tensors come first (what ``runtime.prebind`` rebinds per call), then their descriptors.
-@gluon.jit
-def conv_window(x, w, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr, C: gl.constexpr,
-                KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
-                PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr,
-                BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
-    _conv_tile(x_desc, w_desc, y_desc, x, CO, OD, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
-               BI, BH, BW, BN, STAGES, num_warps)
-
-
-@gluon.jit
-def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr,
-                     C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr,
-                     PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr,
-                     BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-                     num_warps: gl.constexpr):
-    _conv_tile(x_desc, w_desc, y_desc, b, CO, OD, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
-               BI, BH, BW, BN, STAGES, num_warps)
-
-
-# ----------------------------------------------------------------------------- tiles and eligibility
 
 def boxes(n: int, h: int, w: int, block_m: int) -> list[tuple[int, int, int]]:
     """(BI, BH, BW) boxes of ``block_m`` output positions, sides powers of two, BW at least 8; the least
@@ -225,20 +100,6 @@ def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: at.Ker
     return None
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """What a launch specialises on besides the config: the problem's sizes."""
-    n: int
-    d: int
-    h: int
-    w: int
-    c: int
-    co: int
-    kd: int
-    kh: int
-    kw: int
-
-
 class WindowConv:
     """The box kernel of one (dtype, ``conv.ConvParams``, config): ``bind`` and ``label`` as
     ``build.CompiledKernel``'s, over the conv kernel's tensors (input, weight, bias if any, then the output
@@ -246,7 +107,7 @@ class WindowConv:
 
     def __init__(self, dtype: str, p: Any, config: at.KernelConfig) -> None:
         self.dtype, self.p, self.config = dtype, p, config
-        self.fn = conv_window_bias if p.bias else conv_window
+        self.fn: Any = conv_window_bias if p.bias else conv_window
 
     def label(self) -> str:
         return f"conv window kernel ({self.config})"
@@ -291,6 +152,8 @@ class WindowConv:
         return None
 
     def bind(self, *tensors: Any) -> tuple[Any, Any]:
+        """(launch, out) as ``CompiledKernel.bind``: checks and the launch's arguments once, ``launch()`` only
+        enqueues the kernel (or its "tma" twin's launch, where the box kernel cannot run on these tensors)."""
         import torch
 
         from alcop_triton.build import Launch
@@ -305,9 +168,8 @@ class WindowConv:
             return self._twin().bind(*tensors)
         y = tensors[-1]
         three = self.p.nd == 3
-        sp = list(x.shape[2:]) if three else [1, *x.shape[2:]]
-        ks = list(w.shape[2:]) if three else [1, *w.shape[2:]]
-        s = _Shape(x.shape[0], *sp, x.shape[1], w.shape[0], *ks)
+        n, c, co = x.shape[0], x.shape[1], w.shape[0]
+        kd, kh, kw = w.shape[2:] if three else (1, *w.shape[2:])
         view = self._input_view(x, w)
         if view is None:
             return self._twin().bind(*tensors)
@@ -316,12 +178,13 @@ class WindowConv:
         tensors = (x, *tensors[1:])
         od, oh, ow = y.shape[3:] if three else (1, *y.shape[3:])
         cfg = self.config
-        reason = why_not(self.p, self.dtype, s.c, s.co, cfg, w.shape[2:])
+        reason = why_not(self.p, self.dtype, c, co, cfg, w.shape[2:])
         if reason is not None:
             raise ScheduleError(f"{self.label()}: {reason}")
-        bi, bh, bw = boxes(s.n, oh, ow, cfg.block_m)[0]
+        bi, bh, bw = boxes(n, oh, ow, cfg.block_m)[0]
         rank = w.dim()
-        # Descriptor dims: channels last (unit stride), then the rest in order; the output skips its group dim.
+        # Descriptor dims: channels last (unit stride), then the rest in order; the output skips its group dim;
+        # a 2-d input's phase view is read in its own order.
         wdims = (0, *range(2, rank), 1)
         ydims = (0, *range(3, rank + 1), 2)
         lead = [bi] + ([1] if three else [])
@@ -329,13 +192,13 @@ class WindowConv:
         descriptors = ((0, wdims if three else tuple(range(5)), xbox),
                        (1, wdims, (cfg.block_n, *[1] * (rank - 2), cfg.block_k)),
                        (len(tensors) - 1, ydims, (*lead, bh, bw, cfg.block_n)))
-        grid = (-(-s.n // bi) * od * -(-oh // bh) * -(-ow // bw) * -(-s.co // cfg.block_n), )
+        grid = (-(-n // bi) * od * -(-oh // bh) * -(-ow // bw) * -(-co // cfg.block_n), )
         pads = tuple(self.p.pad_left) if three else (0, *self.p.pad_left)
-        kwargs = {"THREE": three, "C": s.c, "KD": s.kd, "KH": s.kh, "KW": s.kw, "PD": pads[0], "PH": pads[1],
-                  "PW": pads[2], "SH": strides[0], "SW": strides[1], "BI": bi, "BH": bh, "BW": bw, "BN": cfg.block_n, "STAGES": cfg.smem_stages,
-                  "num_warps": cfg.num_warps}
+        kwargs = {"THREE": three, "C": c, "KD": kd, "KH": kh, "KW": kw, "PD": pads[0], "PH": pads[1],
+                  "PW": pads[2], "SH": strides[0], "SW": strides[1], "BI": bi, "BH": bh, "BW": bw,
+                  "BN": cfg.block_n, "STAGES": cfg.smem_stages, "num_warps": cfg.num_warps}
         descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
-        args = (*tensors, *descs, s.co, od, -(-oh // bh), -(-ow // bw), -(-s.co // cfg.block_n))
+        args = (*tensors, *descs, co, od, -(-oh // bh), -(-ow // bw), -(-co // cfg.block_n))
         with torch.cuda.device(x.device):
             run = self.fn[grid]
         return Launch(self.fn, run, grid, args, kwargs, len(tensors), x.device, descriptors), y

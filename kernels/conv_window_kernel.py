@@ -1,0 +1,133 @@
+"""The box kernel's device code (Gluon): ``conv_window.py`` holds what runs on the host.
+
+Device code, not host Python: Gluon's constexpr annotations and layouts are not types mypy can follow, so
+this module is left out of the type check (``setup.cfg``).
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+
+@gluon.jit
+def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od, oh0, ow0, co0, THREE: gl.constexpr,
+           C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
+           PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
+    """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od, oh0, ow0, co0) into
+    ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels.
+
+    A 2-d input comes as its phase view (N, H / SH, SH, W / SW, SW * C): input row oh * SH + rh - PH is
+    row block oh + dh of phase ph (rh - PH = dh * SH + ph, 0 <= ph < SH), and likewise its column, whose
+    phase selects a run of C channels; so a strided window is a box of the view too (SH = SW = 1: the
+    input itself)."""
+    BK: gl.constexpr = x_desc.block_type.shape[-1]
+    CH: gl.constexpr = C // BK
+    tap = i // CH
+    c0 = (i - tap * CH) * BK
+    rd = tap // (KH * KW)
+    rhw = tap - rd * (KH * KW)
+    rh = rhw // KW
+    rw = rhw - rh * KW
+    bar = bars.index(s)
+    mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
+    a_box = a_ring.index(s)._reinterpret(x_desc.dtype, x_desc.block_type.shape, x_desc.layout)
+    b_box = b_ring.index(s)._reinterpret(w_desc.dtype, w_desc.block_type.shape, w_desc.layout)
+    if THREE:
+        tma.async_copy_global_to_shared(x_desc, [n0, od + rd - PD, oh0 + rh - PH, ow0 + rw - PW, c0], bar, a_box)
+        tma.async_copy_global_to_shared(w_desc, [co0, rd, rh, rw, c0], bar, b_box)
+    else:
+        ph = ((rh - PH) % SH + SH) % SH  # integer division truncates: the phase first, then an exact quotient
+        pw = ((rw - PW) % SW + SW) % SW
+        tma.async_copy_global_to_shared(x_desc, [n0, oh0 + (rh - PH - ph) // SH, ph, ow0 + (rw - PW - pw) // SW,
+                                                 pw * C + c0], bar, a_box)
+        tma.async_copy_global_to_shared(w_desc, [co0, rh, rw, c0], bar, b_box)
+
+
+@gluon.jit
+def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS: gl.constexpr,
+               THREE: gl.constexpr, C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr,
+               PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
+               BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+               num_warps: gl.constexpr):
+    BK: gl.constexpr = x_desc.block_type.shape[-1]
+    dtype: gl.constexpr = x_desc.dtype
+    BM: gl.constexpr = BI * BH * BW
+    KT: gl.constexpr = KD * KH * KW * (C // BK)
+    # Output channel blocks fastest: programs that run side by side read the same input window from L2.
+    t = gl.program_id(0)
+    cb = t % n_cb
+    t = t // n_cb
+    wb = t % n_wb
+    t = t // n_wb
+    hb = t % n_hb
+    t = t // n_hb
+    od = t % OD
+    n0 = (t // OD) * BI
+    oh0 = hb * BH
+    ow0 = wb * BW
+    co0 = cb * BN
+
+    a_ring = gl.allocate_shared_memory(dtype, [STAGES, BM, BK], gl.NVMMASharedLayout.get_default_for([BM, BK], dtype))
+    b_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, BK], gl.NVMMASharedLayout.get_default_for([BN, BK], dtype))
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for st in gl.static_range(STAGES):
+        mbarrier.init(bars.index(st), count=1)
+    # One warpgroup per 64 rows (wgmma's M), the whole BLOCK_N per instruction.
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+    acc = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_layout)
+
+    for i in gl.static_range(STAGES - 1):
+        if i < KT:  # a ring deeper than the reduction copies what there is
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW,
+                   SH, SW)
+    for k in range(KT):
+        stage = k % STAGES
+        mbarrier.wait(bars.index(stage), (k // STAGES) & 1)
+        acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage).permute((1, 0)), acc, is_async=True)
+        # One MMA in flight: chunk k - 1's has finished, so its stage takes chunk k + STAGES - 1.
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        nxt = k + STAGES - 1
+        if nxt < KT:
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, nxt % STAGES, n0, od, oh0, ow0, co0, THREE, C, KH, KW,
+                   PD, PH, PW, SH, SW)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    for st in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(st))
+
+    if HAS_BIAS:
+        cols = co0 + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+        acc = acc + gl.load(b_ptr + cols, mask=cols < CO, other=0.0).to(gl.float32)[None, :]
+    # The ring is dead here, so the output tile may share its memory.
+    c_smem = gl.allocate_shared_memory(dtype, [BM, BN], gl.NVMMASharedLayout.get_default_for([BM, BN], dtype))
+    c_smem.store(acc.to(dtype))
+    fence_async_shared()
+    y_box = c_smem._reinterpret(dtype, y_desc.block_type.shape, y_desc.layout)
+    if THREE:
+        tma.async_copy_shared_to_global(y_desc, [n0, od, oh0, ow0, co0], y_box)
+    else:
+        tma.async_copy_shared_to_global(y_desc, [n0, oh0, ow0, co0], y_box)
+    tma.store_wait(pendings=0)
+
+
+# The launch's tensors come first (what ``runtime.prebind`` rebinds per call), then their descriptors.
+@gluon.jit
+def conv_window(x, w, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr, C: gl.constexpr,
+                KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
+                PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr,
+                BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    _conv_tile(x_desc, w_desc, y_desc, x, CO, OD, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
+               BI, BH, BW, BN, STAGES, num_warps)
+
+
+@gluon.jit
+def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr,
+                     C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr,
+                     PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr,
+                     BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+                     num_warps: gl.constexpr):
+    _conv_tile(x_desc, w_desc, y_desc, b, CO, OD, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
+               BI, BH, BW, BN, STAGES, num_warps)
