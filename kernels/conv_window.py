@@ -142,7 +142,8 @@ class WindowConv:
         strided = any(st != 1 for st in stride)
         pointwise = strided and pointwise_strided(self.p, w.shape[2:])
         if self.p.nd == 3:
-            return (x[(slice(None), slice(None), *(slice(None, None, st) for st in stride))] if pointwise else x), (1, 1)
+            every = (slice(None), slice(None), *(slice(None, None, st) for st in stride))
+            return (x[every] if pointwise else x), (1, 1)
         n, c, h, wd = x.shape
         nhwc = x.permute(0, 2, 3, 1)
         if h % stride[0] == 0 and wd % stride[1] == 0 and nhwc.is_contiguous():

@@ -252,7 +252,8 @@ def _box_rules(workload: Workload) -> list[Rule]:
                  lambda c: c.async_copy == box)]
     ci = q["ci"]
     return [("box tile: block_m = 16 x num_warps (one warpgroup per 64 rows), 4 or 8 warps",
-             lambda c: (c.async_copy == box) & ((c.block_m != 16 * c.num_warps) | ((c.num_warps != 4) & (c.num_warps != 8)))),
+             lambda c: (c.async_copy == box)
+             & ((c.block_m != 16 * c.num_warps) | ((c.num_warps != 4) & (c.num_warps != 8)))),
             ("box chunks: input channels a multiple of block_k, block_k >= 16",
              lambda c: (c.async_copy == box) & ((ci % c.block_k != 0) | (c.block_k < 16))),
             ("box kernel: a ring of shared-memory stages only (no register prefetch, split-K, wave tail; group_m 8)",

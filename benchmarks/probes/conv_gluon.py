@@ -295,7 +295,7 @@ def main(out_dir: str, quick: bool = False) -> int:
     torch.manual_seed(0)
     meta = run_meta()
     rows: list[dict[str, Any]] = []
-    layers: list[tuple[int, ...]] = list(LAYERS2D[:2] if quick else LAYERS2D) + list(LAYERS3D[:1] if quick else LAYERS3D)
+    layers: list[tuple[int, ...]] = [*(LAYERS2D[:2] if quick else LAYERS2D), *(LAYERS3D[:1] if quick else LAYERS3D)]
     for layer in layers:
         three = len(layer) == 6
         nb, *sp, c, co = layer

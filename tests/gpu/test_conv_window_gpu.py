@@ -2,10 +2,11 @@
 
 Each A tile is one TMA box of the input window per tap, padding by TMA's zero fill; the output tile a TMA
 box clipped at the output's edges. Checked against torch in float64 on odd sizes (outputs not a multiple
-of the box, channels not a multiple of the tile), a strided 1x1 convolution on its strided view, strided windows on the input's phase view, with bias, 1x1 to 5x5 windows, 'same' padding of an even
+of the box, channels not a multiple of the tile), with bias, 1x1 to 5x5 windows, 'same' padding of an even
 window (more padding after than before), conv2d and conv3d, fp16 and bf16; outputs poisoned first, and
 equal bit for bit across runs; through the drop-ins eagerly and in a CUDA graph; a misaligned input runs
-the "tma" twin.
+the "tma" twin; a strided 1x1 convolution on its strided view, strided windows on the input's phase view
+(where the stride does not divide the input, the "tma" twin).
 """
 
 from __future__ import annotations
