@@ -102,7 +102,21 @@ class _Key:
     multiple_of: tuple[tuple[str, int], ...] = ()
 
 
-class CompiledKernel:
+class Runs:
+    """A kernel that ``bind``s its tensors to a launch (``Launch``; None for an empty output) and its output:
+    calling it binds and launches."""
+
+    def bind(self, *tensors: Any) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def __call__(self, *tensors: Any) -> Any:
+        launch, out = self.bind(*tensors)
+        if launch is not None:
+            launch()
+        return out
+
+
+class CompiledKernel(Runs):
     """A built kernel: call it with torch tensors (inputs, then optionally the output).
 
     One generated kernel serves every shape (sizes are runtime arguments); variants are specialised
@@ -228,12 +242,6 @@ class CompiledKernel:
             raise RuntimeError(f"{self.out.name} kernel: sizes {self.static} are compiled in when it is first called; "
                                "call it once before reading its source or plan")
         return v
-
-    def __call__(self, *tensors: Any) -> Any:
-        launch, out = self.bind(*tensors)
-        if launch is not None:
-            launch()
-        return out
 
     def label(self) -> str:
         """How errors name this kernel."""

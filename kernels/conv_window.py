@@ -39,6 +39,7 @@ import triton
 from triton.experimental.gluon import language as gl
 
 import alcop_triton as at
+from alcop_triton.build import Launch, Runs
 from alcop_triton.records import ScheduleError
 
 from .conv_window_kernel import conv_window, conv_window_bias
@@ -100,8 +101,8 @@ def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: at.Ker
     return None
 
 
-class WindowConv:
-    """The box kernel of one (dtype, ``conv.ConvParams``, config): ``bind`` and ``label`` as
+class WindowConv(Runs):
+    """The box kernel of one (dtype, ``conv.ConvParams``, config): ``bind``, ``label`` and calls as
     ``build.CompiledKernel``'s, over the conv kernel's tensors (input, weight, bias if any, then the output
     viewed as (N, groups, C_out, *spatial))."""
 
@@ -111,12 +112,6 @@ class WindowConv:
 
     def label(self) -> str:
         return f"conv window kernel ({self.config})"
-
-    def __call__(self, *tensors: Any) -> Any:
-        launch, out = self.bind(*tensors)
-        if launch is not None:
-            launch()
-        return out
 
     def _twin(self) -> Any:
         from . import conv
@@ -157,7 +152,6 @@ class WindowConv:
         enqueues the kernel (or its "tma" twin's launch, where the box kernel cannot run on these tensors)."""
         import torch
 
-        from alcop_triton.build import Launch
         from .conv import empty_output, output_size
         n_in = 3 if self.p.bias else 2
         x, w = tensors[0], tensors[1]
