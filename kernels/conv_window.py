@@ -94,8 +94,10 @@ def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: at.Ker
     if config.num_warps not in (4, 8) or config.block_m != 16 * config.num_warps:
         return (f"block_m={config.block_m}, num_warps={config.num_warps}: one warpgroup per 64 rows "
                 "(block_m = 16 x num_warps, 4 or 8 warps)")
-    if config.block_n > 256 or config.block_n > max(64, triton.next_power_of_2(out_channels)):
-        return f"block_n={config.block_n} for {out_channels} output channels: one wgmma spans at most 256"
+    if config.block_n > 256:
+        return f"block_n={config.block_n}: one wgmma spans at most 256 output channels"
+    if config.block_n > max(64, triton.next_power_of_2(out_channels)):
+        return f"block_n={config.block_n} for {out_channels} output channels: a wider tile only computes padding"
     if config.smem_stages < 2 or config.reg_stages != 1 or config.persistent or config.split_k > 1 or config.wave_tail:
         return "the box kernel pipelines its shared-memory ring only: smem_stages >= 2, none of the other knobs"
     return None
@@ -159,23 +161,34 @@ class WindowConv(Runs):
             shape = (x.shape[0], w.shape[0], *output_size(x, w, self.p.stride, self.p.pad_left, self.p.pad_right,
                                                           self.p.dilation))
             tensors = (*tensors, empty_output(x, shape).unflatten(1, (1, w.shape[0])))
-        if not self.runs_here(tensors) or tensors[-1].numel() == 0:
+        plan = self.plan(tensors) if self.runs_here(tensors) and tensors[-1].numel() else None
+        if plan is None:
             return self._twin().bind(*tensors)
-        y = tensors[-1]
+        grid, args, kwargs, descriptors = plan
+        with torch.cuda.device(x.device):
+            run = self.fn[grid]
+        return Launch(self.fn, run, grid, args, kwargs, len(tensors), x.device, descriptors), tensors[-1]
+
+    def plan(self, tensors: Sequence[Any]) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any], Any] | None:
+        """The launch on ``tensors`` (input, weight, bias if any, output as (N, 1, C_out, *spatial)), on any
+        device: grid, positional arguments (the input as the view the kernel reads, then the descriptors and
+        sizes), constexprs, and the descriptors as ``(tensor index, dims, block)``; None where no view of
+        the input serves. ScheduleError where the config cannot run here."""
+        x, w, y = tensors[0], tensors[1], tensors[-1]
         three = self.p.nd == 3
         n, c, co = x.shape[0], x.shape[1], w.shape[0]
         kd, kh, kw = w.shape[2:] if three else (1, *w.shape[2:])
+        reason = why_not(self.p, self.dtype, c, co, self.config, w.shape[2:])
+        if reason is not None:
+            raise ScheduleError(f"{self.label()}: {reason}")
         view = self._input_view(x, w)
         if view is None:
-            return self._twin().bind(*tensors)
+            return None
         # The view starts at the input's address: a later call's input rebinds it (runtime.prebind).
         x, strides = view
         tensors = (x, *tensors[1:])
         od, oh, ow = y.shape[3:] if three else (1, *y.shape[3:])
         cfg = self.config
-        reason = why_not(self.p, self.dtype, c, co, cfg, w.shape[2:])
-        if reason is not None:
-            raise ScheduleError(f"{self.label()}: {reason}")
         bi, bh, bw = boxes(n, oh, ow, cfg.block_m)[0]
         rank = w.dim()
         # Descriptor dims: channels last (unit stride), then the rest in order; the output skips its group dim;
@@ -194,9 +207,7 @@ class WindowConv(Runs):
                   "BN": cfg.block_n, "STAGES": cfg.smem_stages, "num_warps": cfg.num_warps}
         descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
         args = (*tensors, *descs, co, od, -(-oh // bh), -(-ow // bw), -(-co // cfg.block_n))
-        with torch.cuda.device(x.device):
-            run = self.fn[grid]
-        return Launch(self.fn, run, grid, args, kwargs, len(tensors), x.device, descriptors), y
+        return grid, args, kwargs, descriptors
 
 
 def gluon_descriptor(x: Any, dims: Sequence[int], block: Sequence[int]) -> Any:
