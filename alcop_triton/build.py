@@ -312,7 +312,7 @@ class CompiledKernel(Runs):
             # slower with a weight whose unit dims had stride 1).
             scalars += [(f"stride_{t.name}_{d}", x.stride(d) if x.shape[d] != 1 else SIZE1_STRIDE)
                         for d in range(t.ndim) if d != u]
-        key = _Key(unit, trips, _tma_aligned(all_x), config.fp32_precision(), tuple((n, env[n]) for n in self.static),
+        key = _Key(unit, trips, tma_aligned(all_x), config.fp32_precision(), tuple((n, env[n]) for n in self.static),
                    _multiple_of(scalars, 16 // min(x.element_size() for x in all_x)))
         v = self._variant(key, dev.type)
         self.last = v
@@ -459,7 +459,7 @@ def _multiple_of(scalars: list[tuple[str, int]], vec: int) -> tuple[tuple[str, i
     return tuple((n, vec) for n, x in scalars if vec > 1 and x % 16 and x % vec == 0)
 
 
-def _tma_aligned(xs: list[Any]) -> bool:
+def tma_aligned(xs: list[Any]) -> bool:
     """TMA's rules: 16-byte aligned base addresses and 16-byte multiple strides (except the unit one),
     no broadcast (stride 0) dims and no empty ones (an empty reduction). A dim of one element has no
     stride to speak of (its coordinate is always 0), so ``runtime.tma_descriptor`` gives it a legal one."""

@@ -39,7 +39,7 @@ import triton
 from triton.experimental.gluon import language as gl
 
 import alcop_triton as at
-from alcop_triton.build import Launch, Runs
+from alcop_triton.build import Launch, Runs, tma_aligned
 from alcop_triton.records import ScheduleError
 
 from .conv_window_kernel import conv_window, conv_window_bias
@@ -120,14 +120,13 @@ class WindowConv(Runs):
         return conv.compiled(self.dtype, self.p, self.config.replace(async_copy="tma"))
 
     def runs_here(self, tensors: Sequence[Any]) -> bool:
-        """Whether the box kernel runs on these tensors: CUDA sm90+, every address and every stride but the
-        channels' 16-byte aligned (TMA's rules)."""
+        """Whether the box kernel runs on these tensors: CUDA sm90+, and TMA's rules (``build.tma_aligned``)
+        on the input, weight and output (the bias is read by pointers)."""
         import torch
         dev = tensors[0].device
         if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < WINDOW_CC:
             return False
-        return all(t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride() if s != 1)
-                   for t in tensors if t.dim() > 1)
+        return tma_aligned([t for t in tensors if t.dim() > 1])
 
     def _input_view(self, x: Any, w: Any) -> tuple[Any, tuple[int, int]] | None:
         """The input as the kernel's descriptor reads it, and the strides left to the kernel, or None where
@@ -161,7 +160,7 @@ class WindowConv(Runs):
             shape = (x.shape[0], w.shape[0], *output_size(x, w, self.p.stride, self.p.pad_left, self.p.pad_right,
                                                           self.p.dilation))
             tensors = (*tensors, empty_output(x, shape).unflatten(1, (1, w.shape[0])))
-        plan = self.plan(tensors) if self.runs_here(tensors) and tensors[-1].numel() else None
+        plan = self.plan(tensors) if self.runs_here(tensors) else None
         if plan is None:
             return self._twin().bind(*tensors)
         grid, args, kwargs, descriptors = plan

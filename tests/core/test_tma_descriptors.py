@@ -64,11 +64,11 @@ def test_an_unaligned_output_falls_back_to_pointers(kit) -> None:
 
 def test_tma_rules_reject_broadcast_dims_and_ignore_one_element_dims() -> None:
     x = torch.zeros(4, 16, dtype=torch.float16)
-    assert build_mod._tma_aligned([x])
-    assert not build_mod._tma_aligned([x[:1].expand(4, 16)])                   # stride 0 over 4 rows
-    assert build_mod._tma_aligned([x[:1].as_strided((1, 16), (3, 1))])        # one row: its stride is moot
-    assert not build_mod._tma_aligned([torch.zeros(4, 12, dtype=torch.float16)[:, :8]])  # 24-byte rows
-    assert not build_mod._tma_aligned([torch.zeros(32, 0, dtype=torch.float16)])        # nothing to describe
+    assert build_mod.tma_aligned([x])
+    assert not build_mod.tma_aligned([x[:1].expand(4, 16)])                   # stride 0 over 4 rows
+    assert build_mod.tma_aligned([x[:1].as_strided((1, 16), (3, 1))])        # one row: its stride is moot
+    assert not build_mod.tma_aligned([torch.zeros(4, 12, dtype=torch.float16)[:, :8]])  # 24-byte rows
+    assert not build_mod.tma_aligned([torch.zeros(32, 0, dtype=torch.float16)])        # nothing to describe
 
 
 @interpreter
