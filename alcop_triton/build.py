@@ -308,8 +308,8 @@ class CompiledKernel(Runs):
             u = dict(unit)[t.name]
             # A dim of one element is only ever indexed at 0, so its stride is whatever torch left there (a 1x1
             # weight made channels-last on the GPU has stride 1 there, on the CPU C): passed as a multiple of 16,
-            # the address math keeps its divisibility and the loads stay vectorised (a 1x1 stride-2 conv ran 3.2x
-            # slower with a weight whose unit dims had stride 1).
+            # the address math keeps its divisibility and the loads stay vectorised (a 1x1 stride-2 conv ran
+            # several times slower with a weight whose unit dims had stride 1: results/conv_window_h100).
             scalars += [(f"stride_{t.name}_{d}", x.stride(d) if x.shape[d] != 1 else SIZE1_STRIDE)
                         for d in range(t.ndim) if d != u]
         key = _Key(unit, trips, tma_aligned(all_x), config.fp32_precision(), tuple((n, env[n]) for n in self.static),
