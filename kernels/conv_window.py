@@ -6,10 +6,10 @@ output rows, and Triton's pipeliner cannot copy such a window as one TMA box (a 
 the dot raced in Triton 3.6: ``benchmarks/results/conv_tma_h100``). This kernel is written in Gluon, where
 the kernel owns its shared-memory ring, its barriers and its MMA waits, so the box can be the whole tile:
 
-* the output tile is a BI x BH x BW block of output positions (BI images' BH x BW rectangles of one
-  output plane) by BLOCK_N output channels, BLOCK_M = BI * BH * BW rows;
+* the output tile is a BI x BD x BH x BW block of output positions (BI images' BD x BH x BW blocks; BD = 1
+  in 2-d) by BLOCK_N output channels, BLOCK_M = BI * BD * BH * BW rows;
 * for window tap (rd, rh, rw) and channels c0.., its A operand is one TMA copy of the input box at
-  (n0, od + rd - pad, oh0 + rh - pad, ow0 + rw - pad, c0): TMA fills coordinates outside the input with
+  (n0, od0 + rd - pad, oh0 + rh - pad, ow0 + rw - pad, c0): TMA fills coordinates outside the input with
   zeros, which is the convolution's zero padding, so no index math or mask runs per element;
 * each ring stage is allocated as the [BLOCK_M, BLOCK_K] tile the wgmma reads and reinterpreted as the
   box for the copy (the 128-byte swizzle depends only on the shared-memory address, so both views agree),
@@ -33,6 +33,8 @@ before), ResNet-50's convolutions at 0.954x, the conv3d suite at 0.816x (0.680x 
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any, Sequence
 
 import triton
@@ -50,19 +52,27 @@ WINDOW_CC = (9, 0)
 WINDOW_DTYPES = ("float16", "bfloat16")
 
 
-def boxes(n: int, h: int, w: int, block_m: int) -> list[tuple[int, int, int]]:
-    """(BI, BH, BW) boxes of ``block_m`` output positions, sides powers of two, BW at least 8; the least
-    padded first (rows computed past the output over rows of the output; ties: the widest). A box spans
-    several images only where it spans their whole height."""
+@functools.lru_cache(maxsize=256)
+def boxes(n: int, d: int, h: int, w: int, block_m: int) -> tuple[tuple[int, int, int, int], ...]:
+    """(BI, BD, BH, BW) boxes of ``block_m`` output positions over (images, depth, height, width), sides
+    powers of two up to TMA's 256 (BD no deeper than the output: 1 in 2-d); the least padded first (rows
+    computed past the output over rows of the output), ties to the widest, then the tallest, then the
+    deepest box.
+
+    Padding is the only cost a box's shape changes: every tap copies ``block_m`` rows of channels whatever
+    the shape, so a box of 2 images' 8 x 8 corners (56 x 56 planes, none padded) beats one 2 x 64 strip
+    (12.5% of its rows past the plane)."""
+    sides = [2 ** e for e in range(9)]
     cands = []
-    for bw in (8, 16, 32, 64, 128, 256):
-        for bh in (2 ** e for e in range(9)):
-            bi = block_m // (bw * bh)
-            if bi < 1 or bi * bh * bw != block_m or (bi > 1 and bh < h) or bw > 2 * triton.next_power_of_2(w):
-                continue
-            rows = -(-n // bi) * bi * -(-h // bh) * bh * -(-w // bw) * bw
-            cands.append((rows / (n * h * w), -bw, (bi, bh, bw)))
-    return [c[2] for c in sorted(cands)]
+    for bw in sides:
+        for bh in sides:
+            for bd in (s for s in sides if s <= triton.next_power_of_2(d)):
+                bi = block_m // (bw * bh * bd)
+                if bi not in sides or bi * bd * bh * bw != block_m:
+                    continue
+                rows = math.prod(-(-e // b) * b for e, b in ((n, bi), (d, bd), (h, bh), (w, bw)))
+                cands.append((rows / (n * d * h * w), -bw, -bh, -bd, (bi, bd, bh, bw)))
+    return tuple(c[-1] for c in sorted(cands))
 
 
 def pointwise_strided(p: Any, window: Sequence[int]) -> bool:
@@ -108,8 +118,10 @@ class WindowConv(Runs):
     ``build.CompiledKernel``'s, over the conv kernel's tensors (input, weight, bias if any, then the output
     viewed as (N, groups, C_out, *spatial))."""
 
-    def __init__(self, dtype: str, p: Any, config: at.KernelConfig) -> None:
-        self.dtype, self.p, self.config = dtype, p, config
+    def __init__(self, dtype: str, p: Any, config: at.KernelConfig,
+                 box: tuple[int, int, int, int] | None = None) -> None:
+        # ``box`` (BI, BD, BH, BW) overrides ``boxes``' pick: for probes that compare box shapes.
+        self.dtype, self.p, self.config, self.box = dtype, p, config, box
         self.fn: Any = conv_window_bias if p.bias else conv_window
 
     def label(self) -> str:
@@ -188,24 +200,27 @@ class WindowConv(Runs):
         tensors = (x, *tensors[1:])
         od, oh, ow = y.shape[3:] if three else (1, *y.shape[3:])
         cfg = self.config
-        bi, bh, bw = boxes(n, oh, ow, cfg.block_m)[0]
+        bi, bd, bh, bw = self.box or boxes(n, od, oh, ow, cfg.block_m)[0]
+        if bi * bd * bh * bw != cfg.block_m or (bd != 1 and not three):
+            raise ScheduleError(f"{self.label()}: box {(bi, bd, bh, bw)} is not {cfg.block_m} output positions "
+                                f"of a {self.p.nd}-d output")
         rank = w.dim()
         # Descriptor dims: channels last (unit stride), then the rest in order; the output skips its group dim;
         # a 2-d input's phase view is read in its own order.
         wdims = (0, *range(2, rank), 1)
         ydims = (0, *range(3, rank + 1), 2)
-        lead = [bi] + ([1] if three else [])
-        xbox = (bi, 1, bh, bw, cfg.block_k) if three else (bi, bh, 1, bw, cfg.block_k)
+        lead = [bi] + ([bd] if three else [])
+        xbox = (bi, bd, bh, bw, cfg.block_k) if three else (bi, bh, 1, bw, cfg.block_k)
         descriptors = ((0, wdims if three else tuple(range(5)), xbox),
                        (1, wdims, (cfg.block_n, *[1] * (rank - 2), cfg.block_k)),
                        (len(tensors) - 1, ydims, (*lead, bh, bw, cfg.block_n)))
-        grid = (-(-n // bi) * od * -(-oh // bh) * -(-ow // bw) * -(-co // cfg.block_n), )
+        grid = (-(-n // bi) * -(-od // bd) * -(-oh // bh) * -(-ow // bw) * -(-co // cfg.block_n), )
         pads = tuple(self.p.pad_left) if three else (0, *self.p.pad_left)
         kwargs = {"THREE": three, "C": c, "KD": kd, "KH": kh, "KW": kw, "PD": pads[0], "PH": pads[1],
-                  "PW": pads[2], "SH": strides[0], "SW": strides[1], "BI": bi, "BH": bh, "BW": bw,
+                  "PW": pads[2], "SH": strides[0], "SW": strides[1], "BI": bi, "BD": bd, "BH": bh, "BW": bw,
                   "BN": cfg.block_n, "STAGES": cfg.smem_stages, "num_warps": cfg.num_warps}
         descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
-        args = (*tensors, *descs, co, od, -(-oh // bh), -(-ow // bw), -(-co // cfg.block_n))
+        args = (*tensors, *descs, co, -(-od // bd), -(-oh // bh), -(-ow // bw), -(-co // cfg.block_n))
         return grid, args, kwargs, descriptors
 
 

@@ -13,10 +13,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 
 @gluon.jit
-def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od, oh0, ow0, co0, THREE: gl.constexpr,
+def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, THREE: gl.constexpr,
            C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
            PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
-    """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od, oh0, ow0, co0) into
+    """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od0, oh0, ow0, co0) into
     ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels.
 
     A 2-d input comes as its phase view (N, H / SH, SH, W / SW, SW * C): input row oh * SH + rh - PH is
@@ -36,7 +36,7 @@ def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od, oh0, ow0, co0, TH
     a_box = a_ring.index(s)._reinterpret(x_desc.dtype, x_desc.block_type.shape, x_desc.layout)
     b_box = b_ring.index(s)._reinterpret(w_desc.dtype, w_desc.block_type.shape, w_desc.layout)
     if THREE:
-        tma.async_copy_global_to_shared(x_desc, [n0, od + rd - PD, oh0 + rh - PH, ow0 + rw - PW, c0], bar, a_box)
+        tma.async_copy_global_to_shared(x_desc, [n0, od0 + rd - PD, oh0 + rh - PH, ow0 + rw - PW, c0], bar, a_box)
         tma.async_copy_global_to_shared(w_desc, [co0, rd, rh, rw, c0], bar, b_box)
     else:
         ph = ((rh - PH) % SH + SH) % SH  # integer division truncates: the phase first, then an exact quotient
@@ -47,14 +47,14 @@ def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od, oh0, ow0, co0, TH
 
 
 @gluon.jit
-def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS: gl.constexpr,
+def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BIAS: gl.constexpr,
                THREE: gl.constexpr, C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr,
                PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
-               BI: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-               num_warps: gl.constexpr):
+               BI: gl.constexpr, BD: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr,
+               STAGES: gl.constexpr, num_warps: gl.constexpr):
     BK: gl.constexpr = x_desc.block_type.shape[-1]
     dtype: gl.constexpr = x_desc.dtype
-    BM: gl.constexpr = BI * BH * BW
+    BM: gl.constexpr = BI * BD * BH * BW
     KT: gl.constexpr = KD * KH * KW * (C // BK)
     # Output channel blocks fastest: programs that run side by side read the same input window from L2.
     t = gl.program_id(0)
@@ -64,8 +64,8 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS
     t = t // n_wb
     hb = t % n_hb
     t = t // n_hb
-    od = t % OD
-    n0 = (t // OD) * BI
+    od0 = (t % n_db) * BD
+    n0 = (t // n_db) * BI
     oh0 = hb * BH
     ow0 = wb * BW
     co0 = cb * BN
@@ -82,7 +82,7 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS
 
     for i in gl.static_range(STAGES - 1):
         if i < KT:  # a ring deeper than the reduction copies what there is
-            _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW,
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od0, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW,
                    SH, SW)
     for k in range(KT):
         stage = k % STAGES
@@ -92,7 +92,7 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
         nxt = k + STAGES - 1
         if nxt < KT:
-            _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, nxt % STAGES, n0, od, oh0, ow0, co0, THREE, C, KH, KW,
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, nxt % STAGES, n0, od0, oh0, ow0, co0, THREE, C, KH, KW,
                    PD, PH, PW, SH, SW)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     for st in gl.static_range(STAGES):
@@ -107,7 +107,7 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS
     fence_async_shared()
     y_box = c_smem._reinterpret(dtype, y_desc.block_type.shape, y_desc.layout)
     if THREE:
-        tma.async_copy_shared_to_global(y_desc, [n0, od, oh0, ow0, co0], y_box)
+        tma.async_copy_shared_to_global(y_desc, [n0, od0, oh0, ow0, co0], y_box)
     else:
         tma.async_copy_shared_to_global(y_desc, [n0, oh0, ow0, co0], y_box)
     tma.store_wait(pendings=0)
@@ -115,19 +115,19 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, OD, n_hb, n_wb, n_cb, HAS_BIAS
 
 # The launch's tensors come first (what ``runtime.prebind`` rebinds per call), then their descriptors.
 @gluon.jit
-def conv_window(x, w, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr, C: gl.constexpr,
+def conv_window(x, w, y, x_desc, w_desc, y_desc, CO, n_db, n_hb, n_wb, n_cb, THREE: gl.constexpr, C: gl.constexpr,
                 KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
-                PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr, BH: gl.constexpr,
-                BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
-    _conv_tile(x_desc, w_desc, y_desc, x, CO, OD, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
-               BI, BH, BW, BN, STAGES, num_warps)
+                PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr, BD: gl.constexpr,
+                BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    _conv_tile(x_desc, w_desc, y_desc, x, CO, n_db, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW, PD, PH, PW, SH,
+               SW, BI, BD, BH, BW, BN, STAGES, num_warps)
 
 
 @gluon.jit
-def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, OD, n_hb, n_wb, n_cb, THREE: gl.constexpr,
+def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, n_db, n_hb, n_wb, n_cb, THREE: gl.constexpr,
                      C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr,
                      PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr,
-                     BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+                     BD: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                      num_warps: gl.constexpr):
-    _conv_tile(x_desc, w_desc, y_desc, b, CO, OD, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
-               BI, BH, BW, BN, STAGES, num_warps)
+    _conv_tile(x_desc, w_desc, y_desc, b, CO, n_db, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
+               BI, BD, BH, BW, BN, STAGES, num_warps)

@@ -6,7 +6,7 @@ of the box, channels not a multiple of the tile), with bias, 1x1 to 5x5 windows,
 window (more padding after than before), conv2d and conv3d, fp16 and bf16; outputs poisoned first, and
 equal bit for bit across runs; through the drop-ins eagerly and in a CUDA graph; a misaligned input runs
 the "tma" twin; a strided 1x1 convolution on its strided view, strided windows on the input's phase view
-(where the stride does not divide the input, the "tma" twin).
+(where the stride does not divide the input, the "tma" twin); box shapes over several images and planes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import torch.nn.functional as F
 import alcop_triton as at
 from alcop_triton import KernelConfig
 from alcop_triton.kernels import conv as kconv
-from alcop_triton.kernels.conv_window import WindowConv
+from alcop_triton.kernels.conv_window import WindowConv, boxes
+from alcop_triton.kernels.conv_window_kernel import conv_window
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or under TRITON_INTERPRET=1
 
@@ -149,3 +150,27 @@ def test_a_strided_window_reads_the_phase_view(size: tuple[int, int], window: in
     launch.prebind()(x, w, out.unflatten(1, (1, 128)))
     kit.assert_close(out, ref, "float16", f"{size} window {window} stride {stride}")
 
+
+
+@pytest.mark.parametrize("spatial,stride,block_m", [((9, 13), 1, 128), ((3, 7, 6), 1, 128), ((10, 14), 2, 64)])
+def test_every_box_shape_computes_the_convolution(spatial: tuple[int, ...], stride: int, block_m: int, kit) -> None:
+    # Boxes over several images and planes, rows of 1 or 2 positions, and the one-plane strips: the tile's
+    # rows are the box's positions in every shape, and TMA clips each at the output's edges.
+    nd = len(spatial)
+    g = torch.Generator(device="cpu").manual_seed(sum(spatial) + block_m)
+    fmt = torch.channels_last_3d if nd == 3 else torch.channels_last
+    x = kit.rand((3, 32, *spatial), "float16", g, "cuda").contiguous(memory_format=fmt)
+    w = (kit.rand((48, 32, *(3,) * nd), "float16", g, "cuda") / 17).contiguous(memory_format=fmt)
+    f = F.conv3d if nd == 3 else F.conv2d
+    ref = f(x.double(), w.double(), stride=stride, padding=1)
+    p = kconv.ConvParams(nd, (stride,) * nd, (1,) * nd, (1,) * nd, (1,) * nd, 1, True)
+    cfg = _box(block_m, 64, 32, 3)
+    od, oh, ow = ref.shape[2:] if nd == 3 else (1, *ref.shape[2:])
+    found = boxes(3, od, oh, ow, block_m)
+    for box in [*found[:4]] + [b for b in found if b[3] <= 2][:2] + [b for b in found if b[0] == 1][-2:]:
+        out = kconv.empty_output(x, ref.shape)
+        out.fill_(float("nan"))
+        launch, _ = WindowConv("float16", p, cfg, box).bind(x, w, out.unflatten(1, (1, 48)))
+        assert launch.jit is conv_window
+        launch()
+        kit.assert_close(out, ref, "float16", f"box {box}")

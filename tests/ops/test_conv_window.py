@@ -7,6 +7,8 @@ interpreter on odd sizes.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -105,15 +107,33 @@ def test_space_rules_agree_with_why_not() -> None:
     assert window_configs(gemm) == [] and shape_reason(gemm, BOX, SPEC) is not None
 
 
-@pytest.mark.parametrize("n,h,w,block_m", [(64, 56, 56, 128), (64, 7, 7, 128), (3, 13, 29, 64), (1, 1, 200, 64)])
-def test_boxes_cover_the_tile_least_padded_first(n: int, h: int, w: int, block_m: int) -> None:
-    found = boxes(n, h, w, block_m)
-    assert found and all(bi * bh * bw == block_m and bw >= 8 and (bi == 1 or bh >= h) for bi, bh, bw in found)
+@pytest.mark.parametrize("n,d,h,w,block_m", [(64, 1, 56, 56, 128), (64, 1, 7, 7, 128), (3, 1, 13, 29, 64),
+                                             (1, 1, 1, 200, 64), (64, 28, 14, 14, 128), (2, 5, 6, 7, 64)])
+def test_boxes_cover_the_tile_least_padded_first(n: int, d: int, h: int, w: int, block_m: int) -> None:
+    found = boxes(n, d, h, w, block_m)
+    assert found and all(math.prod(b) == block_m and all(s & (s - 1) == 0 and s <= 256 for s in b) for b in found)
 
-    def rows(box: tuple[int, int, int]) -> int:
-        bi, bh, bw = box
-        return -(-n // bi) * bi * -(-h // bh) * bh * -(-w // bw) * bw
+    def rows(box: tuple[int, int, int, int]) -> int:
+        return math.prod(-(-e // s) * s for e, s in zip((n, d, h, w), box))
     assert rows(found[0]) == min(rows(b) for b in found)
+    assert [b[3] for b in found if rows(b) == rows(found[0])][0] == max(b[3] for b in found if rows(b) == rows(found[0]))
+
+
+def test_boxes_span_images_and_depth_to_leave_no_padding() -> None:
+    # 56 x 56 planes: a one-plane box of 128 positions pads 12.5% (2 x 64 or 16 x 8); two images' 8 x 8 corners
+    # none. A conv3d's 14 x 14 planes: boxes over 8 images, 4 planes deep, 2 x 2.
+    assert boxes(64, 1, 56, 56, 128)[0] == (2, 1, 8, 8)
+    assert boxes(64, 112, 56, 56, 128)[0] == (1, 2, 8, 8)
+    assert boxes(64, 28, 14, 14, 128)[0] == (8, 4, 2, 2)
+
+
+def test_a_box_that_is_not_the_tile_is_refused() -> None:
+    x = torch.zeros(2, 64, 8, 8, dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    w = torch.zeros(64, 64, 3, 3, dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    y = torch.zeros(2, 1, 64, 8, 8, dtype=torch.float16)
+    for box in ((1, 1, 8, 4), (1, 2, 4, 8)):  # 32 positions for a 64-row tile; a depth in 2-d
+        with pytest.raises(ScheduleError, match="output positions"):
+            WindowConv("float16", _params(), BOX, box).plan((x, w, y))
 
 
 def test_a_one_element_dims_stride_does_not_change_the_kernel(kit) -> None:
@@ -137,17 +157,18 @@ def test_a_one_element_dims_stride_does_not_change_the_kernel(kit) -> None:
     kit.assert_close(runs[0][1], F.conv2d(x.double(), w.double(), stride=2), "float16")
 
 
-COMPILE_CASES = [  # (nd, spatial, window, stride, pad, dtype, bias, config)
+COMPILE_CASES = [  # (nd, spatial, window, stride, pad, dtype, bias, config, box or None for ``boxes``' pick)
     (2, (13, 29), 3, 1, 1, "float16", True, KernelConfig(128, 256, 64, group_m=8, num_warps=8, smem_stages=3,
-                                                         async_copy="box")),
-    (2, (14, 18), 3, 2, 1, "bfloat16", False, BOX.replace(block_k=32)),
-    (2, (15, 13), 1, 2, 0, "float16", False, BOX.replace(block_k=64, smem_stages=2)),
+                                                         async_copy="box"), None),
+    (2, (14, 18), 3, 2, 1, "bfloat16", False, BOX.replace(block_k=32), None),
+    (2, (15, 13), 1, 2, 0, "float16", False, BOX.replace(block_k=64, smem_stages=2), None),
     (3, (5, 6, 7), 3, 1, 1, "float16", True, KernelConfig(128, 64, 32, group_m=8, num_warps=8, smem_stages=4,
-                                                          async_copy="box"))]
+                                                          async_copy="box"), None),
+    (3, (5, 6, 7), 3, 1, 1, "bfloat16", False, BOX, (2, 4, 2, 4))]
 
 
 def compile_case(nd: int, spatial: tuple[int, ...], window: int, stride: int, pad: int, dtype: str, bias: bool,
-                 config: KernelConfig) -> tuple[bool, bool, int]:
+                 config: KernelConfig, box: tuple[int, int, int, int] | None) -> tuple[bool, bool, int]:
     """The launch the host side plans for such tensors, compiled by Triton for an H100 (sm90) without a GPU:
     (its PTX has wgmma, its PTX has TMA copies, its shared memory in bytes)."""
     import triton
@@ -160,7 +181,7 @@ def compile_case(nd: int, spatial: tuple[int, ...], window: int, stride: int, pa
     out = [(s + 2 * pad - window) // stride + 1 for s in spatial]
     y = torch.zeros(2, 256, *out, dtype=dt).contiguous(memory_format=fmt).unflatten(1, (1, 256))
     p = kconv.ConvParams(nd, (stride,) * nd, (pad,) * nd, (pad,) * nd, (1,) * nd, 1, True, bias)
-    kern = kconv.compiled(dtype, p, config)
+    kern = WindowConv(dtype, p, config, box)
     planned = kern.plan([t for t in (x, w, torch.zeros(256, dtype=dt) if bias else None, y) if t is not None])
     assert planned is not None
     _, args, kwargs, _ = planned
