@@ -3,11 +3,12 @@
 Gradients: dA = dZ @ B^T and dB = A^T @ dZ are ``alcop::mm``/``bmm``/``gemm`` calls on transposed *views*
 (strides, no copies). A convolution's input gradient runs on the forward convolution kernel (one
 convolution of dZ per input phase) or, strided, in one kernel over the phases; its weight gradient as
-an alcop GEMM over im2col rows that torch copies out of X (short reductions, no groups) or as a DSL
-kernel of its own (``kernels/conv_grad.py``). What torch computes in a backward: bias gradients (a sum
-over rows), ``beta * grad`` for a residual, and the activation's derivative (an elementwise product);
-with an activation other than relu the pre-activation is recomputed by one more alcop kernel rather
-than kept from the forward.
+an alcop GEMM over im2col rows that torch copies out of X (short reductions, no groups), as a DSL
+kernel of its own (``kernels/conv_grad.py``), or on sm90 on TMA boxes of dY and X
+(``kernels/conv_window_grad.py``). What torch computes in a backward: bias gradients (a sum over rows),
+``beta * grad`` for a residual, and the activation's derivative (an elementwise product); with an
+activation other than relu the pre-activation is recomputed by one more alcop kernel rather than kept
+from the forward.
 
 The same formulas also make ``GRAD``: ``torch.autograd.Function``s (``fastpath.grad_function``) over the
 cached implementations, for eager calls that need autograd but no tracing. Their per-call cost is a fraction of torch.library's
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     # alcop_triton.kernels is the top-level kernels/ directory (setup.cfg package_dir; __init__.py extends
     # __path__ in a checkout), which mypy cannot follow: it checks that directory as the package `kernels`.
     from kernels import conv_grad as conv_grad
+    from kernels import conv_window_grad
 else:
     from .kernels import conv_grad as conv_grad
 
@@ -112,8 +114,10 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
     """A convolution's input and weight gradients from the output gradient ``dz`` (what a backward pass
     through ``alcop::conv`` runs; None where not asked), each on the fastest kernel that computes it
     (``kernels/conv_grad.py``): a strided convolution's input gradient in one kernel over its input
-    phases where that applies, else on the forward convolution kernel; the weight gradient as a GEMM
-    over im2col rows where the reduction is short and there are no groups, else on its DSL kernel.
+    phases where that applies, else on the forward convolution kernel; the weight gradient on TMA boxes
+    of dY and the input where that kernel runs (``kernels/conv_window_grad.py``: sm90, fp16/bf16,
+    channels last), else as a GEMM over im2col rows where the reduction is short and there are no
+    groups, else on its DSL kernel.
     ``differentiable`` (a backward under create_graph): the input gradient through calls that differentiate
     again (the phases' single kernel does not)."""
     dx = dw = None
@@ -123,7 +127,11 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
         if dx is None:
             dx = conv_grad.input_grad_by_conv(CACHED, x, w, dz, stride, pad_left, dilation, groups)
     if weight_grad:
-        dw = conv_grad.weight_grad_by_gemm(CACHED, x, w, dz, stride, pad_left, dilation, groups)
+        if not TYPE_CHECKING:  # Gluon device code: loaded at the first weight gradient, not with the package
+            from .kernels import conv_window_grad
+        dw = conv_window_grad.weight_grad_by_boxes(x, w, dz, stride, pad_left, dilation, groups)
+        if dw is None:
+            dw = conv_grad.weight_grad_by_gemm(CACHED, x, w, dz, stride, pad_left, dilation, groups)
         if dw is None:
             key = conv_grad.conv_weight_grad_kernel(x.dim() - 2, x.dtype, stride, pad_left, dilation, groups)
             dw = CACHED.dsl_call(key, [dz, x, w]).flatten(0, 1)

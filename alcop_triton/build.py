@@ -14,7 +14,7 @@ from .loop_ir import Descriptor, Store, TileIndices, find
 from .lower import lower
 from .records import KernelConfig, dtype_name, wave_tail_rows
 from .rewrite import apply_pipeline
-from .runtime import for_device, load_kernel, prebind, resident_programs, tma_descriptor
+from .runtime import current_context, for_device, load_kernel, prebind, resident_programs, tma_descriptor
 from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
@@ -68,6 +68,8 @@ class Launch:
     then: Launch | None = None  # a wave tail's second launch, on the same tensors, enqueued right after this one
 
     def __call__(self) -> None:
+        if self.descriptors and self.device.type == "cuda":
+            current_context(self.device.index)  # Triton encodes the descriptors before its launch sets one
         self.run(*self.args, **self.kwargs)
         if self.then is not None:
             self.then()

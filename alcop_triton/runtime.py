@@ -9,6 +9,7 @@ belongs) is a miss: what is in the way is renamed aside and the kernel is writte
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -262,12 +263,38 @@ def prebind(run: Any, jit: Any, device: Any, grid: tuple[int, ...], args: Sequen
             c_launch(g0, g1, g2, stream, function, coop, pdl, scratch_address(index, stream, nbytes) if nbytes else None,
                      None, metadata, meta, enter, leave, *arguments)
         else:
+            if descriptors:  # Triton's wrapper encodes them before its launch makes a context current
+                current_context(index)
             launcher(g0, g1, g2, stream, function, metadata, meta, enter, leave, *tensors, *host_descriptors(tensors),
                      *tail)
     if direct:  # what the direct branch reads, for the fast path's native run (fastpath_native.c, ``run``)
         launch.native_state = (current_device, index, stream_of, hooks, address, memo, encode,  # type: ignore[attr-defined]
                                scratch_address, nbytes, c_launch, g0, g1, g2, function, coop, pdl, metadata)
     return launch
+
+
+def current_context(index: int | None) -> None:
+    """Make device ``index``'s primary context current in this thread where none is. The driver encodes a
+    TMA descriptor (cuTensorMapEncodeTiled) only under a current context, and Triton's launcher makes
+    one current when it launches, after the descriptors were encoded: so a thread whose first kernel
+    reads descriptors failed ("invalid device context"), as autograd's backward thread did when a
+    layer's weight gradient was the first thing it ran."""
+    import ctypes
+    lib = _libcuda()
+    ctx = ctypes.c_void_p()
+    if lib.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 and ctx.value:
+        return
+    import torch
+    dev = ctypes.c_int()
+    if lib.cuDeviceGet(ctypes.byref(dev), torch.cuda.current_device() if index is None else index) == 0 and \
+            lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0:
+        lib.cuCtxSetCurrent(ctx)
+
+
+@functools.lru_cache(maxsize=1)
+def _libcuda() -> Any:
+    import ctypes
+    return ctypes.CDLL("libcuda.so.1")
 
 
 def _compiled_launch(launcher: Any) -> Any:
@@ -295,6 +322,8 @@ def _argument_memo(compiled: Any, host_descriptors: Callable[[Sequence[Any]], li
         if len(memo) >= LAUNCH_MEMO:
             memo.clear()
         descs = host_descriptors(tensors)
+        if descs:
+            current_context(tensors[0].device.index)
         encoded: list[Any] = []
         for desc, meta in zip(descs, metas or [None] * len(descs)):
             encoded += make_tensordesc_arg(desc, meta)

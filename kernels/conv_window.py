@@ -113,6 +113,28 @@ def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: at.Ker
     return None
 
 
+def input_view(p: Any, x: Any, window: Sequence[int]) -> tuple[Any, tuple[int, int]] | None:
+    """The input of a convolution of ``p`` (``conv.ConvParams``) with a ``window`` as the box kernels'
+    descriptors read it, and the strides left to the kernel, or None where no view serves (the caller
+    runs another kernel): a 3-d input as it is (its strided 1x1 convolution on ``x[..., ::s, ::s, ::s]``);
+    a 2-d one as its phase view (N, H / SH, SH, W / SW, SW * C) of the channels-last memory, where the
+    strides divide the extents, else a strided 1x1 convolution's (N, OH, 1, OW, C) view of
+    ``x[..., ::s, ::s]``."""
+    stride = tuple(p.stride)
+    strided = any(st != 1 for st in stride)
+    pointwise = strided and pointwise_strided(p, window)
+    if p.nd == 3:
+        every = (slice(None), slice(None), *(slice(None, None, st) for st in stride))
+        return (x[every] if pointwise else x), (1, 1)
+    n, c, h, wd = x.shape
+    nhwc = x.permute(0, 2, 3, 1)
+    if h % stride[0] == 0 and wd % stride[1] == 0 and nhwc.is_contiguous():
+        return nhwc.view(n, h // stride[0], stride[0], wd // stride[1], stride[1] * c), stride
+    if pointwise:
+        return nhwc[:, ::stride[0], ::stride[1]].unsqueeze(2), (1, 1)
+    return None
+
+
 class WindowConv(Runs):
     """The box kernel of one (dtype, ``conv.ConvParams``, config): ``bind``, ``label`` and calls as
     ``build.CompiledKernel``'s, over the conv kernel's tensors (input, weight, bias if any, then the output
@@ -139,26 +161,6 @@ class WindowConv(Runs):
         if dev.type != "cuda" or torch.cuda.get_device_capability(dev) < WINDOW_CC:
             return False
         return tma_aligned([t for t in tensors if t.dim() > 1])
-
-    def _input_view(self, x: Any, w: Any) -> tuple[Any, tuple[int, int]] | None:
-        """The input as the kernel's descriptor reads it, and the strides left to the kernel, or None where
-        no view serves (the call runs the "tma" twin): a 3-d input as it is (its strided 1x1 convolution on
-        ``x[..., ::s, ::s, ::s]``); a 2-d one as its phase view (N, H / SH, SH, W / SW, SW * C) of the
-        channels-last memory, where the strides divide the extents, else a strided 1x1 convolution's
-        (N, OH, 1, OW, C) view of ``x[..., ::s, ::s]``."""
-        stride = tuple(self.p.stride)
-        strided = any(st != 1 for st in stride)
-        pointwise = strided and pointwise_strided(self.p, w.shape[2:])
-        if self.p.nd == 3:
-            every = (slice(None), slice(None), *(slice(None, None, st) for st in stride))
-            return (x[every] if pointwise else x), (1, 1)
-        n, c, h, wd = x.shape
-        nhwc = x.permute(0, 2, 3, 1)
-        if h % stride[0] == 0 and wd % stride[1] == 0 and nhwc.is_contiguous():
-            return nhwc.view(n, h // stride[0], stride[0], wd // stride[1], stride[1] * c), stride
-        if pointwise:
-            return nhwc[:, ::stride[0], ::stride[1]].unsqueeze(2), (1, 1)
-        return None
 
     def bind(self, *tensors: Any) -> tuple[Any, Any]:
         """(launch, out) as ``CompiledKernel.bind``: checks and the launch's arguments once, ``launch()`` only
@@ -192,7 +194,7 @@ class WindowConv(Runs):
         reason = why_not(self.p, self.dtype, c, co, self.config, w.shape[2:])
         if reason is not None:
             raise ScheduleError(f"{self.label()}: {reason}")
-        view = self._input_view(x, w)
+        view = input_view(self.p, x, w.shape[2:])
         if view is None:
             return None
         # The view starts at the input's address: a later call's input rebinds it (runtime.prebind).

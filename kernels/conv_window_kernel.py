@@ -13,16 +13,30 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 
 @gluon.jit
-def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, THREE: gl.constexpr,
-           C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
-           PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
-    """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od0, oh0, ow0, co0) into
-    ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels.
+def _window_copy(x_desc, bar, dst, n0, od0, oh0, ow0, c0, rd, rh, rw, THREE: gl.constexpr, C: gl.constexpr,
+                 PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
+    """TMA copy into ``dst`` of the input box that window tap (rd, rh, rw) reads for the output block at
+    (n0, od0, oh0, ow0), channels c0.., arriving on ``bar``.
 
     A 2-d input comes as its phase view (N, H / SH, SH, W / SW, SW * C): input row oh * SH + rh - PH is
     row block oh + dh of phase ph (rh - PH = dh * SH + ph, 0 <= ph < SH), and likewise its column, whose
     phase selects a run of C channels; so a strided window is a box of the view too (SH = SW = 1: the
     input itself)."""
+    if THREE:
+        tma.async_copy_global_to_shared(x_desc, [n0, od0 + rd - PD, oh0 + rh - PH, ow0 + rw - PW, c0], bar, dst)
+    else:
+        ph = ((rh - PH) % SH + SH) % SH  # integer division truncates: the phase first, then an exact quotient
+        pw = ((rw - PW) % SW + SW) % SW
+        tma.async_copy_global_to_shared(x_desc, [n0, oh0 + (rh - PH - ph) // SH, ph, ow0 + (rw - PW - pw) // SW,
+                                                 pw * C + c0], bar, dst)
+
+
+@gluon.jit
+def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, THREE: gl.constexpr,
+           C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
+           PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
+    """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od0, oh0, ow0, co0) into
+    ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels."""
     BK: gl.constexpr = x_desc.block_type.shape[-1]
     CH: gl.constexpr = C // BK
     tap = i // CH
@@ -35,14 +49,10 @@ def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, T
     mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
     a_box = a_ring.index(s)._reinterpret(x_desc.dtype, x_desc.block_type.shape, x_desc.layout)
     b_box = b_ring.index(s)._reinterpret(w_desc.dtype, w_desc.block_type.shape, w_desc.layout)
+    _window_copy(x_desc, bar, a_box, n0, od0, oh0, ow0, c0, rd, rh, rw, THREE, C, PD, PH, PW, SH, SW)
     if THREE:
-        tma.async_copy_global_to_shared(x_desc, [n0, od0 + rd - PD, oh0 + rh - PH, ow0 + rw - PW, c0], bar, a_box)
         tma.async_copy_global_to_shared(w_desc, [co0, rd, rh, rw, c0], bar, b_box)
     else:
-        ph = ((rh - PH) % SH + SH) % SH  # integer division truncates: the phase first, then an exact quotient
-        pw = ((rw - PW) % SW + SW) % SW
-        tma.async_copy_global_to_shared(x_desc, [n0, oh0 + (rh - PH - ph) // SH, ph, ow0 + (rw - PW - pw) // SW,
-                                                 pw * C + c0], bar, a_box)
         tma.async_copy_global_to_shared(w_desc, [co0, rh, rw, c0], bar, b_box)
 
 
@@ -131,3 +141,97 @@ def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, n_db, n_hb, n_wb, n
                      num_warps: gl.constexpr):
     _conv_tile(x_desc, w_desc, y_desc, b, CO, n_db, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
                BI, BD, BH, BW, BN, STAGES, num_warps)
+
+
+@gluon.jit
+def _issue_wgrad(x_desc, dy_desc, a_ring, b_ring, bars, p, s, co0, c0, rd, rh, rw, n_db, n_hb, n_wb,
+                 THREE: gl.constexpr, C: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr,
+                 SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr, BD: gl.constexpr, BH: gl.constexpr,
+                 BW: gl.constexpr):
+    """Copy position block ``p`` (width fastest) of the weight gradient's reduction into ring stage ``s``:
+    dY's box of output positions and channels co0.., and the input box the tap reads for them."""
+    wb = p % n_wb
+    p = p // n_wb
+    hb = p % n_hb
+    p = p // n_hb
+    n0 = (p // n_db) * BI
+    od0 = (p % n_db) * BD
+    oh0 = hb * BH
+    ow0 = wb * BW
+    bar = bars.index(s)
+    mbarrier.expect(bar, x_desc.block_type.nbytes + dy_desc.block_type.nbytes)
+    a_box = a_ring.index(s)._reinterpret(dy_desc.dtype, dy_desc.block_type.shape, dy_desc.layout)
+    b_box = b_ring.index(s)._reinterpret(x_desc.dtype, x_desc.block_type.shape, x_desc.layout)
+    if THREE:
+        tma.async_copy_global_to_shared(dy_desc, [n0, od0, oh0, ow0, co0], bar, a_box)
+    else:
+        tma.async_copy_global_to_shared(dy_desc, [n0, oh0, ow0, co0], bar, a_box)
+    _window_copy(x_desc, bar, b_box, n0, od0, oh0, ow0, c0, rd, rh, rw, THREE, C, PD, PH, PW, SH, SW)
+
+
+# As the forward's: tensors first (what ``runtime.prebind`` rebinds per call), then their descriptors.
+@gluon.jit
+def conv_window_wgrad(x, dy, ws, x_desc, dy_desc, CO, n_pos, per_split, n_db, n_hb, n_wb, n_cob,
+                      THREE: gl.constexpr, C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr,
+                      PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
+                      BI: gl.constexpr, BD: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
+                      num_warps: gl.constexpr):
+    """The weight gradient dW[co, tap, c] = sum over output positions of dY[pos, co] * X[pos + tap, c], as
+    float32 partial sums ``ws[split, co, tap, c]`` of one slice of the positions per program (the host adds
+    the slices in order). A program's operands are boxes of the same BI x BD x BH x BW output positions:
+    dY's [positions, BM channels] box is the wgmma's A (read transposed from shared memory), the input's
+    box at the program's tap, [positions, BN channels], its B; TMA's zero fill past the input is the
+    padding, and past dY's edges it adds zeros."""
+    BM: gl.constexpr = dy_desc.block_type.shape[-1]
+    BN: gl.constexpr = x_desc.block_type.shape[-1]
+    BK: gl.constexpr = BI * BD * BH * BW
+    TAPS: gl.constexpr = KD * KH * KW
+    dtype: gl.constexpr = x_desc.dtype
+    # Input channel blocks fastest, then output channel blocks: programs side by side read the same dY and
+    # input boxes from L2.
+    t = gl.program_id(0)
+    cb = t % (C // BN)
+    t = t // (C // BN)
+    cob = t % n_cob
+    t = t // n_cob
+    tap = t % TAPS
+    split = t // TAPS
+    rd = tap // (KH * KW)
+    rh = (tap - rd * (KH * KW)) // KW
+    rw = tap - rd * (KH * KW) - rh * KW
+    co0 = cob * BM
+    c0 = cb * BN
+    first = split * per_split
+    count = gl.minimum(per_split, n_pos - first)
+
+    a_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, BM], gl.NVMMASharedLayout.get_default_for([BK, BM], dtype))
+    b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, BN], gl.NVMMASharedLayout.get_default_for([BK, BN], dtype))
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for st in gl.static_range(STAGES):
+        mbarrier.init(bars.index(st), count=1)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+    acc = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_layout)
+
+    for i in gl.static_range(STAGES - 1):
+        if i < count:
+            _issue_wgrad(x_desc, dy_desc, a_ring, b_ring, bars, first + i, i, co0, c0, rd, rh, rw, n_db, n_hb, n_wb,
+                         THREE, C, PD, PH, PW, SH, SW, BI, BD, BH, BW)
+    for k in range(count):
+        stage = k % STAGES
+        mbarrier.wait(bars.index(stage), (k // STAGES) & 1)
+        acc = warpgroup_mma(a_ring.index(stage).permute((1, 0)), b_ring.index(stage), acc, is_async=True)
+        # One MMA in flight: block k - 1's has finished, so its stage takes block k + STAGES - 1.
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        nxt = k + STAGES - 1
+        if nxt < count:
+            _issue_wgrad(x_desc, dy_desc, a_ring, b_ring, bars, first + nxt, nxt % STAGES, co0, c0, rd, rh, rw, n_db,
+                         n_hb, n_wb, THREE, C, PD, PH, PW, SH, SW, BI, BD, BH, BW)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    for st in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(st))
+
+    rows = co0 + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
+    cols = c0 + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    offs = ((split * CO + rows[:, None]) * TAPS + tap) * C + cols[None, :]
+    gl.store(ws + offs, acc, mask=(rows < CO)[:, None])

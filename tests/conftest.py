@@ -186,6 +186,48 @@ class Kit:
         assert err <= cls.TOL[dtype], f"{what}: relative error {err:.3g} > {cls.TOL[dtype]} ({dtype})"
 
     @staticmethod
+    def apart(module: str, expr: str) -> Any:
+        """``expr`` (JSON-able) evaluated in a new Python process with ``module`` imported as ``t`` and the
+        repository on its path: for compiling Gluon kernels away from the interpreter this process runs."""
+        import json
+        import os
+        import subprocess
+        import sys
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = f"import json; import {module} as t; print(json.dumps({expr}))"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    @staticmethod
+    def compile_sm90(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, bool, int]:
+        """A Gluon kernel's launch (positional ``args``: tensors, TMA descriptors, integers; ``kwargs``: its
+        constexprs and ``num_warps``) compiled by Triton for an H100 (sm90) without a GPU: (its PTX has
+        wgmma, its PTX has TMA copies, its shared memory in bytes). Run it in a process of its own: the
+        interpreter, once it has run kernels, patches triton.language."""
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.experimental.gluon._runtime import GluonASTSource
+        short = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+        sig: dict[str, str] = {}
+        for arg, value in zip(fn.arg_names, args):  # what JITFunction.run would specialise on
+            if isinstance(value, torch.Tensor):
+                sig[arg] = "*" + short[value.dtype]
+            elif hasattr(value, "block_shape"):
+                block = ", ".join(map(str, value.block_shape))
+                sig[arg] = f"tensordesc<{short[value.base.dtype]}[{block}],{value.layout!r}>"
+            else:
+                sig[arg] = "i32"
+        constexprs = {k: v for k, v in kwargs.items() if k in fn.arg_names}  # num_warps is a parameter too
+        sig |= {k: "constexpr" for k in constexprs}
+        src = GluonASTSource(fn, sig, {(fn.arg_names.index(k),): v for k, v in constexprs.items()})
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": kwargs["num_warps"]})
+        ptx = compiled.asm["ptx"]
+        return "wgmma.mma_async" in ptx, "cp.async.bulk.tensor" in ptx, int(compiled.metadata.shared)
+
+    @staticmethod
     @functools.lru_cache(maxsize=None)
     def matmul(dtype: str, cfg: Any, batched: bool = False, ep: Any = None) -> Any:
         """A built (cached) matmul/bmm kernel of the operator library, for ``cfg``."""

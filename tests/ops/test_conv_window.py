@@ -171,9 +171,7 @@ def compile_case(nd: int, spatial: tuple[int, ...], window: int, stride: int, pa
                  config: KernelConfig, box: tuple[int, int, int, int] | None) -> tuple[bool, bool, int]:
     """The launch the host side plans for such tensors, compiled by Triton for an H100 (sm90) without a GPU:
     (its PTX has wgmma, its PTX has TMA copies, its shared memory in bytes)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+    from tests.conftest import Kit
     dt = getattr(torch, dtype)
     fmt = torch.channels_last if nd == 2 else torch.channels_last_3d
     x = torch.zeros(2, 64, *spatial, dtype=dt).contiguous(memory_format=fmt)
@@ -185,37 +183,12 @@ def compile_case(nd: int, spatial: tuple[int, ...], window: int, stride: int, pa
     planned = kern.plan([t for t in (x, w, torch.zeros(256, dtype=dt) if bias else None, y) if t is not None])
     assert planned is not None
     _, args, kwargs, _ = planned
-    short = {torch.float16: "fp16", torch.bfloat16: "bf16"}
-    sig: dict[str, str] = {}
-    for arg, value in zip(kern.fn.arg_names, args):  # what JITFunction.run would specialise on
-        if isinstance(value, torch.Tensor):
-            sig[arg] = "*" + short[value.dtype]
-        elif hasattr(value, "block_shape"):
-            block = ", ".join(map(str, value.block_shape))
-            sig[arg] = f"tensordesc<{short[value.base.dtype]}[{block}],{value.layout!r}>"
-        else:
-            sig[arg] = "i32"
-    sig |= {k: "constexpr" for k in kwargs}
-    src = GluonASTSource(kern.fn, sig, {(kern.fn.arg_names.index(k),): v for k, v in kwargs.items()})
-    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": config.num_warps})
-    ptx = compiled.asm["ptx"]
-    return "wgmma.mma_async" in ptx, "cp.async.bulk.tensor" in ptx, int(compiled.metadata.shared)
+    return Kit.compile_sm90(kern.fn, args, kwargs)
 
 
-def test_the_box_kernel_compiles_for_sm90() -> None:
+def test_the_box_kernel_compiles_for_sm90(kit) -> None:
     # No GPU here: the kernels these launches would run, compiled for an H100, must come out as TMA copies
-    # feeding wgmma, within the 227 KB of shared memory a program may have. In a process of its own: the
-    # interpreter that runs this file's other kernels patches triton.language while it runs them.
-    import json
-    import os
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = ("import json, sys; import tests.ops.test_conv_window as t; "
-            "print(json.dumps([t.compile_case(*c) for c in t.COMPILE_CASES]))")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    for case, (wgmma, tma, shared) in zip(COMPILE_CASES, json.loads(done.stdout.strip().splitlines()[-1])):
+    # feeding wgmma, within the 227 KB of shared memory a program may have.
+    found = kit.apart("tests.ops.test_conv_window", "[t.compile_case(*c) for c in t.COMPILE_CASES]")
+    for case, (wgmma, tma, shared) in zip(COMPILE_CASES, found):
         assert wgmma and tma and shared <= 232448, (case, wgmma, tma, shared)

@@ -1,0 +1,190 @@
+"""A convolution's weight gradient on TMA boxes (host side; the Gluon kernel is ``conv_window_wgrad`` in
+``conv_window_kernel.py``).
+
+dW[co, tap, c] = sum over output positions of dY[pos, co] * X[pos + tap, c]: per window tap a GEMM whose
+reduction runs over the output positions. A program owns one tap and one (BM output channels x BN input
+channels) tile; its reduction chunks are boxes of output positions (``conv_window.boxes``, 64 positions,
+the least padded), and both operands of a chunk are TMA boxes: dY's at the positions, the input's at the
+positions shifted by the tap, zero-filled past the input (the padding), as the forward's box kernel reads
+them (a strided 2-d convolution's input through its phase view, a strided 1x1 one's through its strided
+view). The tiles are few and the reductions long (a 3x3, 64-channel layer at batch 64 on 56 x 56 outputs:
+9 tiles of 200,704 positions), so the positions are split into slices, one per program, whose float32
+partial sums the host adds in slice order: deterministic, and no program waits for another.
+
+The DSL kernel of ``conv_grad.conv_weight_grad_te`` splits a flat (n, *o) index per lane of every chunk
+and masks the padding per element; here the index math is a few scalars per chunk and TMA does the rest.
+Where this kernel cannot run (``why_not``) the backward takes that kernel or the GEMM over im2col rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+import triton
+
+from alcop_triton.build import Launch, tma_aligned
+
+from .conv import ConvParams, memory_format_of
+from .conv_window import WINDOW_CC, WINDOW_DTYPES, boxes, gluon_descriptor, input_view, pointwise_strided
+from .conv_window_kernel import conv_window_wgrad as _wgrad_kernel
+
+WGRAD_KERNEL: Any = _wgrad_kernel  # a Gluon JIT function (its module is not type-checked)
+
+POSITIONS = 64
+"""Output positions per reduction chunk: one box of dY and one of the input per chunk (four k-steps of 16)."""
+
+MIN_CHUNKS = 8
+"""Fewest reduction chunks per program: below it the ring barely fills before the tile ends."""
+
+SMEM_BYTES = 200 * 1024
+"""Shared memory the ring may take (the H100 gives a program 227 KB)."""
+
+MMA_RATE = 450e12
+"""Multiply-adds x 2 per second the kernel's main loop sustains on an H100 over whole waves (fp16, 128 x 128
+tiles: ``benchmarks/results/conv_boxes_h100/wgrad``), for ``tile``'s choice of slices."""
+
+SUM_RATE = 2.5e12
+"""Bytes per second of the slices' sum (a float32 write by the kernel, a read by the sum)."""
+
+
+def why_not(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
+            dilation: Sequence[int], groups: int) -> str | None:
+    """Why the box kernel cannot compute this weight gradient, or None: fp16/bf16 on sm90, one group,
+    dilation 1, 2-d or 3-d, a channels-last input whose channels are a multiple of 16 and output
+    channels a multiple of 8 (TMA's 16-byte strides); stride 1, or a strided 2-d convolution whose strides
+    divide the input's extents (the phase view), or a strided unpadded 1x1 one."""
+    nd = x.dim() - 2
+    if x.device.type != "cuda" or torch.cuda.get_device_capability(x.device) < WINDOW_CC:
+        return f"device {x.device}: the box kernel needs TMA and wgmma (sm90)"
+    if str(x.dtype).removeprefix("torch.") not in WINDOW_DTYPES or not x.dtype == w.dtype == dy.dtype:
+        return f"dtype {x.dtype}: the box kernel multiplies {' or '.join(WINDOW_DTYPES)} (wgmma)"
+    if groups != 1 or nd not in (2, 3) or any(d != 1 for d in dilation):
+        return f"groups={groups}, {nd}-d, dilation {tuple(dilation)}: boxes are one group's dilation-1 2-d or 3-d window"
+    if memory_format_of(x) is torch.contiguous_format and x.shape[1] > 1:
+        return "an input stored channels first: a box copies channels-last rows"
+    if x.shape[1] % 16 or w.shape[0] % 8:
+        return f"{x.shape[1]} input, {w.shape[0]} output channels: chunks of 16 input channels, 8 output channels"
+    return _view_reason(x, w, dy, stride, pad)
+
+
+def _view_reason(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+                 pad: Sequence[int]) -> str | None:
+    if _view(x, w, dy, stride, pad) is None:
+        return (f"stride {tuple(stride)} on a {'x'.join(map(str, x.shape[2:]))} input: neither a stride-1 window, a "
+                "2-d phase view (the strides divide the extents) nor a strided unpadded 1x1 one's view")
+    return None
+
+
+def _params(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+            pad: Sequence[int]) -> ConvParams:
+    nd = x.dim() - 2
+    right = tuple((dy.shape[2 + i] - 1) * stride[i] + w.shape[2 + i] - 1 - pad[i] - (x.shape[2 + i] - 1)
+                  for i in range(nd))
+    return ConvParams(nd, tuple(stride), tuple(pad), right, (1,) * nd, 1, True)
+
+
+def _view(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+          pad: Sequence[int]) -> tuple[torch.Tensor, tuple[int, int]] | None:
+    p = _params(x, w, dy, stride, pad)
+    if any(s != 1 for s in stride) and x.dim() == 5 and not pointwise_strided(p, w.shape[2:]):
+        return None
+    return input_view(p, x, w.shape[2:])
+
+
+def tile(co: int, c: int, taps: int, chunks: int, sms: int) -> tuple[int, int, int, int]:
+    """(BM output channels, BN input channels, ring stages, slices) for a weight gradient of ``co`` x ``c``
+    channels, ``taps`` window taps and ``chunks`` position boxes: 128 x 128 tiles (64 where the channels
+    are fewer; BN divides ``c``), as many stages as ``SMEM_BYTES`` holds up to 4, and the slices that
+    minimise the main loop's time over whole waves plus the time to add the slices' partial sums (more
+    slices fill the last wave better and write more partials): on the H100 this picks the best of the
+    measured slicings or one within 3% on the suite's large layers, and twice the best's slices on its
+    smallest ones."""
+    bm = 128 if co >= 128 else 64
+    bn = next(b for b in (128, 64, 32, 16) if c % b == 0)
+    stage_bytes = POSITIONS * (bm + bn) * 2
+    stages = max(2, min(4, SMEM_BYTES // stage_bytes))
+    slots = sms * max(1, (227 * 1024) // (stages * stage_bytes + 1024))   # programs resident at once
+    tiles = taps * -(-co // bm) * (c // bn)
+    work = 2 * chunks * POSITIONS * taps * co * c / MMA_RATE
+
+    def seconds(split: int) -> float:
+        programs = tiles * split
+        return work * -(-programs // slots) * slots / programs + (split > 1) * split * co * taps * c * 8 / SUM_RATE
+    splits = [2 ** e for e in range(10) if chunks >= 2 ** e * MIN_CHUNKS] or [1]
+    return bm, bn, stages, min(splits, key=seconds)
+
+
+def plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int], sms: int,
+         choice: tuple[int, int, int, int] | None = None
+         ) -> tuple[tuple[torch.Tensor, ...], tuple[int], tuple[Any, ...], dict[str, Any], Any, int]:
+    """The launch on these tensors (``why_not`` None): (tensors: the input's view, dY channels last, the
+    float32 workspace), grid, the positional arguments after the tensors' descriptors, constexprs,
+    descriptors as ``(tensor index, dims, block)``, and the number of slices. ``choice`` overrides
+    ``tile``'s (BM, BN, stages, slices), for probes."""
+    view = _view(x, w, dy, stride, pad)
+    assert view is not None
+    xv, strides = view
+    three = x.dim() == 5
+    n, c, co = x.shape[0], x.shape[1], w.shape[0]
+    kd, kh, kw = w.shape[2:] if three else (1, *w.shape[2:])
+    od, oh, ow = dy.shape[2:] if three else (1, *dy.shape[2:])
+    bi, bd, bh, bw = boxes(n, od, oh, ow, POSITIONS)[0]
+    n_db, n_hb, n_wb = -(-od // bd), -(-oh // bh), -(-ow // bw)
+    chunks = -(-n // bi) * n_db * n_hb * n_wb
+    taps = kd * kh * kw
+    bm, bn, stages, split = choice or tile(co, c, taps, chunks, sms)
+    if c % bn or bm not in (64, 128) or not 1 <= split <= chunks:
+        raise ValueError(f"weight gradient tile (BM, BN, stages, slices) = {(bm, bn, stages, split)}: BN must divide "
+                         f"{c} input channels, BM be 64 or 128, the slices at most the {chunks} position blocks")
+    per_split = -(-chunks // split)
+    split = -(-chunks // per_split)  # no slice empty
+    if split * co * taps * c >= 2 ** 31:
+        split = 1  # the workspace's offsets are 32-bit
+        per_split = chunks
+    dyc = dy.contiguous(memory_format=memory_format_of(x))
+    ws = torch.empty((split, co, taps, c), device=x.device, dtype=torch.float32)
+    rank = x.dim()
+    # Channels last (unit stride) in every descriptor; a 2-d input's phase view is read in its own order.
+    ydims = (0, *range(2, rank), 1)
+    xbox = (bi, bd, bh, bw, bn) if three else (bi, bh, 1, bw, bn)
+    ybox = (bi, bd, bh, bw, bm) if three else (bi, bh, bw, bm)
+    descriptors = ((0, ydims if three else tuple(range(5)), xbox), (1, ydims, ybox))
+    pads = tuple(pad) if three else (0, *pad)
+    kwargs = {"THREE": three, "C": c, "KD": kd, "KH": kh, "KW": kw, "PD": pads[0], "PH": pads[1], "PW": pads[2],
+              "SH": strides[0], "SW": strides[1], "BI": bi, "BD": bd, "BH": bh, "BW": bw, "STAGES": stages,
+              "num_warps": bm // 16}
+    grid = (split * taps * -(-co // bm) * (c // bn), )
+    return (xv, dyc, ws), grid, (co, chunks, per_split, n_db, n_hb, n_wb, -(-co // bm)), kwargs, descriptors, split
+
+
+_LAUNCHES: dict[tuple[Any, ...], Callable[..., None]] = {}
+"""Prebound launches by the tensors' shapes, strides, dtype and device and the convolution's stride and
+padding: a training loop's backward binds each layer's kernel once."""
+
+
+def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+                         pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
+    """dW of a convolution on the box kernel, (CO, C, *K) with channels-last strides, or None where it
+    cannot run (``why_not``; also tensors TMA cannot address: ``build.tma_aligned``)."""
+    if why_not(x, w, dy, stride, pad, dilation, groups) is not None:
+        return None
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    tensors, grid, tail, kwargs, descriptors, split = plan(x, w, dy, stride, pad, sms)
+    if not tma_aligned(list(tensors[:2])):
+        return None
+    key = (tuple(x.shape), x.stride(), tuple(dy.shape), tensors[1].stride(), x.dtype, x.device, tuple(stride),
+           tuple(pad), tuple(w.shape))
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
+        with torch.cuda.device(x.device):
+            run = WGRAD_KERNEL[grid]
+        launch = Launch(WGRAD_KERNEL, run, grid, (*tensors, *descs, *tail), kwargs, len(tensors), x.device,
+                        descriptors).prebind()
+        _LAUNCHES[key] = launch
+    launch(*tensors)
+    ws = tensors[2]
+    dw = (ws[0] if split == 1 else ws.sum(0)).to(x.dtype)   # slices added in order: deterministic
+    return dw.reshape(w.shape[0], *w.shape[2:], x.shape[1]).movedim(-1, 1)

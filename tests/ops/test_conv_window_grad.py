@@ -1,0 +1,103 @@
+"""The weight gradient on TMA boxes, host side (``kernels/conv_window_grad.py``): its rules, its tiles and
+its launch plan, and its kernel compiled for sm90 without a GPU. The kernel's values are checked on an
+sm90 GPU (``tests/gpu/test_conv_window_grad_gpu.py``); elsewhere the backward takes the other routes,
+which ``tests/ops/test_autograd.py`` checks in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from alcop_triton.kernels import conv_window_grad as g
+
+SMS = 132
+
+
+def _tensors(nd: int, n: int, c: int, co: int, sp: tuple[int, ...], k: int, stride: int, pad: int,
+             dtype: torch.dtype = torch.float16) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    fmt = torch.channels_last if nd == 2 else torch.channels_last_3d
+    x = torch.zeros(n, c, *sp, dtype=dtype).contiguous(memory_format=fmt)
+    w = torch.zeros(co, c, *(k,) * nd, dtype=dtype).contiguous(memory_format=fmt)
+    out = [(s + 2 * pad - k) // stride + 1 for s in sp]
+    return x, w, torch.zeros(n, co, *out, dtype=dtype).contiguous(memory_format=fmt)
+
+
+def test_on_the_cpu_the_backward_takes_another_route() -> None:
+    x, w, dy = _tensors(2, 2, 32, 16, (9, 9), 3, 1, 1)
+    assert "sm90" in g.why_not(x, w, dy, [1, 1], [1, 1], [1, 1], 1)
+    assert g.weight_grad_by_boxes(x, w, dy, [1, 1], [1, 1], [1, 1], 1) is None
+
+
+@pytest.mark.parametrize("co,c,taps,chunks", [(64, 64, 9, 3136), (512, 512, 9, 49), (24, 48, 25, 3),
+                                              (256, 256, 27, 5488)])
+def test_tiles_fill_the_gpu_without_starving_a_slice(co: int, c: int, taps: int, chunks: int) -> None:
+    bm, bn, stages, split = g.tile(co, c, taps, chunks, SMS)
+    assert bm in (64, 128) and c % bn == 0 and 2 <= stages <= 4
+    assert stages * g.POSITIONS * (bm + bn) * 2 <= g.SMEM_BYTES
+    assert split & (split - 1) == 0 and (split == 1 or chunks // split >= g.MIN_CHUNKS)
+
+
+def test_small_layers_take_few_slices_and_large_ones_many() -> None:
+    # Adding the slices costs their partials' bytes; more programs fill the last wave: a 14 x 14, 256-channel
+    # layer's 36 tiles ran fastest in 8 slices on the H100, a 28 x 28, 512-channel layer's 144 tiles in 8.
+    assert g.tile(256, 256, 9, 196, SMS)[3] <= 8
+    assert g.tile(512, 512, 9, 784, SMS)[3] >= 4
+    assert g.tile(512, 512, 9, 49, SMS)[3] == 1
+
+
+def test_the_plan_of_a_strided_layer_reads_the_phase_view() -> None:
+    x, w, dy = _tensors(2, 64, 256, 512, (28, 28), 3, 2, 1)
+    tensors, grid, tail, kwargs, descriptors, split = g.plan(x, w, dy, [2, 2], [1, 1], SMS)
+    xv, dyc, ws = tensors
+    assert xv.shape == (64, 14, 2, 14, 512) and xv.data_ptr() == x.data_ptr()
+    assert (kwargs["SH"], kwargs["SW"]) == (2, 2) and kwargs["BI"] * kwargs["BH"] * kwargs["BW"] == g.POSITIONS
+    assert ws.shape == (split, 512, 9, 256) and ws.dtype == torch.float32
+    co, chunks, per_split = tail[:3]
+    assert co == 512 and chunks == 14 * 14 * 64 // g.POSITIONS and -(-chunks // per_split) == split
+    bm, bn = descriptors[1][2][-1], descriptors[0][2][-1]
+    assert grid == (split * 9 * (512 // bm) * (256 // bn), )
+
+
+def test_the_plan_of_a_conv3d_spans_planes() -> None:
+    x, w, dy = _tensors(3, 2, 32, 16, (4, 8, 8), 3, 1, 1)
+    _, _, tail, kwargs, descriptors, _ = g.plan(x, w, dy, [1, 1, 1], [1, 1, 1], SMS)
+    assert (kwargs["BI"], kwargs["BD"], kwargs["BH"], kwargs["BW"]) == (1, 1, 8, 8)
+    assert descriptors[0][2] == (1, 1, 8, 8, 32) and descriptors[1][2] == (1, 1, 8, 8, 64)
+    with pytest.raises(ValueError, match="BN must divide"):
+        g.plan(x, w, dy, [1, 1, 1], [1, 1, 1], SMS, (64, 64, 2, 1))
+
+
+def test_rules_name_what_the_kernel_cannot_run() -> None:
+    x, w, dy = _tensors(3, 2, 32, 16, (5, 6, 7), 3, 2, 1)
+    assert "stride" in g._view_reason(x, w, dy, [2, 2, 2], [1, 1, 1])
+    x, w, dy = _tensors(2, 2, 32, 16, (9, 9), 3, 2, 1)
+    assert "stride" in g._view_reason(x, w, dy, [2, 2], [1, 1])   # 9 rows: no phase view
+    x, w, dy = _tensors(2, 2, 32, 16, (10, 10), 3, 2, 1)
+    assert g._view_reason(x, w, dy, [2, 2], [1, 1]) is None
+
+
+COMPILE_CASES = [  # (nd, N, C, C_out, spatial, window, stride, pad, dtype)
+    (2, 64, 64, 64, (56, 56), 3, 1, 1, "float16"),
+    (2, 8, 256, 512, (28, 28), 3, 2, 1, "bfloat16"),
+    (3, 8, 64, 128, (6, 7, 9), 3, 1, 1, "float16"),
+    (2, 4, 256, 512, (14, 14), 1, 2, 0, "float16"),
+    (2, 2, 48, 8, (9, 11), 5, 1, 2, "float16"),
+]
+
+
+def compile_case(nd: int, n: int, c: int, co: int, sp: tuple[int, ...], k: int, stride: int, pad: int,
+                 dtype: str) -> tuple[bool, bool, int]:
+    from alcop_triton.kernels.conv_window import gluon_descriptor
+    from tests.conftest import Kit
+    x, w, dy = _tensors(nd, n, c, co, tuple(sp), k, stride, pad, getattr(torch, dtype))
+    tensors, _, tail, kwargs, descriptors, _ = g.plan(x, w, dy, [stride] * nd, [pad] * nd, SMS)
+    descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
+    return Kit.compile_sm90(g.WGRAD_KERNEL, (*tensors, *descs, *tail), kwargs)
+
+
+def test_the_kernel_compiles_for_sm90(kit) -> None:
+    # TMA copies feeding wgmma (dY's box read transposed), within the 227 KB of shared memory.
+    found = kit.apart("tests.ops.test_conv_window_grad", "[t.compile_case(*c) for c in t.COMPILE_CASES]")
+    for case, (wgmma, tma, shared) in zip(COMPILE_CASES, found):
+        assert wgmma and tma and shared <= 232448, (case, wgmma, tma, shared)
