@@ -41,12 +41,14 @@ MIN_CHUNKS = 8
 SMEM_BYTES = 200 * 1024
 """Shared memory the ring may take (the H100 gives a program 227 KB)."""
 
-MMA_RATE = 450e12
-"""Multiply-adds x 2 per second the kernel's main loop sustains on an H100 over whole waves (fp16, 128 x 128
-tiles: ``benchmarks/results/conv_boxes_h100/wgrad``), for ``tile``'s choice of slices."""
+SM_RATE = 5e12
+"""Multiply-adds x 2 per second of one program on an H100 SM while others share the GPU's memory."""
 
-SUM_RATE = 2.5e12
-"""Bytes per second of the slices' sum (a float32 write by the kernel, a read by the sum)."""
+GPU_RATE = 650e12
+"""Multiply-adds x 2 per second of the whole GPU's main loops: the bound once every SM is busy."""
+
+SUM_RATE = 3e12
+"""Bytes per second of the slices' sum (float32 partials written by the kernel, read by the sum)."""
 
 
 def why_not(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
@@ -95,23 +97,24 @@ def _view(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[i
 
 def tile(co: int, c: int, taps: int, chunks: int, sms: int) -> tuple[int, int, int, int]:
     """(BM output channels, BN input channels, ring stages, slices) for a weight gradient of ``co`` x ``c``
-    channels, ``taps`` window taps and ``chunks`` position boxes: 128 x 128 tiles (64 where the channels
-    are fewer; BN divides ``c``), as many stages as ``SMEM_BYTES`` holds up to 4, and the slices that
-    minimise the main loop's time over whole waves plus the time to add the slices' partial sums (more
-    slices fill the last wave better and write more partials): on the H100 this picks the best of the
-    measured slicings or one within 3% on the suite's large layers, and twice the best's slices on its
-    smallest ones."""
+    channels, ``taps`` window taps and ``chunks`` position boxes: 128 x 256 tiles (narrower where the
+    channels are fewer; BN divides ``c``), as many stages as ``SMEM_BYTES`` holds up to 4, and the slices
+    that minimise a small model's time: the main loop over whole waves of resident programs (or the
+    GPU's rate, once every SM is busy) plus the time to add the slices' partial sums. Its rates were
+    fitted to the slicings measured on the suite's layers (``benchmarks/results/conv_boxes_h100/wgrad``)."""
     bm = 128 if co >= 128 else 64
-    bn = next(b for b in (128, 64, 32, 16) if c % b == 0)
+    bn = next(b for b in ((256, 128, 64, 32, 16) if bm == 128 else (128, 64, 32, 16)) if c % b == 0)
     stage_bytes = POSITIONS * (bm + bn) * 2
     stages = max(2, min(4, SMEM_BYTES // stage_bytes))
-    slots = sms * max(1, (227 * 1024) // (stages * stage_bytes + 1024))   # programs resident at once
+    resident = max(1, (227 * 1024) // (stages * stage_bytes + 1024))   # programs per SM
     tiles = taps * -(-co // bm) * (c // bn)
-    work = 2 * chunks * POSITIONS * taps * co * c / MMA_RATE
+    flops = 2 * chunks * POSITIONS * taps * co * c
 
     def seconds(split: int) -> float:
         programs = tiles * split
-        return work * -(-programs // slots) * slots / programs + (split > 1) * split * co * taps * c * 8 / SUM_RATE
+        waves = -(-programs // (sms * resident))
+        main = max(waves * flops / programs / (SM_RATE / resident), flops / GPU_RATE)
+        return main + (split > 1) * split * co * taps * c * 8 / SUM_RATE
     splits = [2 ** e for e in range(10) if chunks >= 2 ** e * MIN_CHUNKS] or [1]
     return bm, bn, stages, min(splits, key=seconds)
 
