@@ -162,32 +162,46 @@ def plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[in
     return (xv, dyc, ws), grid, (co, chunks, per_split, n_db, n_hb, n_wb, -(-co // bm)), kwargs, descriptors, split
 
 
-_LAUNCHES: dict[tuple[Any, ...], Callable[..., None]] = {}
-"""Prebound launches by the tensors' shapes, strides, dtype and device and the convolution's stride and
-padding: a training loop's backward binds each layer's kernel once."""
+_LAUNCHES: dict[tuple[Any, ...], tuple[Callable[..., None], tuple[int, ...], int] | None] = {}
+"""Per convolution (the tensors' shapes, strides, dtypes and device, its stride, padding, dilation and groups):
+the prebound launch, the workspace's shape and the slices, or None where the kernel cannot run. A training
+loop's backward binds each layer's kernel once; later calls check only the addresses' alignment."""
 
 
 def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
                          pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
     """dW of a convolution on the box kernel, (CO, C, *K) with channels-last strides, or None where it
     cannot run (``why_not``; also tensors TMA cannot address: ``build.tma_aligned``)."""
+    key = (x.shape, x.stride(), dy.shape, dy.stride(), w.shape, x.dtype, w.dtype, dy.dtype, x.device, tuple(stride),
+           tuple(pad), tuple(dilation), groups)
+    if key not in _LAUNCHES:
+        _LAUNCHES[key] = _bind(x, w, dy, stride, pad, dilation, groups)
+    entry = _LAUNCHES[key]
+    if entry is None:
+        return None
+    launch, ws_shape, split = entry
+    dyc = dy.contiguous(memory_format=memory_format_of(x))
+    if x.data_ptr() % 16 or dyc.data_ptr() % 16:   # the key fixed the strides (``_bind`` checked them)
+        return None
+    ws = torch.empty(ws_shape, device=x.device, dtype=torch.float32)
+    launch(x, dyc, ws)   # the input's view starts at its address: the launch rebinds the view there
+    dw = (ws[0] if split == 1 else ws.sum(0)).to(x.dtype)   # slices added in order: deterministic
+    return dw.reshape(w.shape[0], *w.shape[2:], x.shape[1]).movedim(-1, 1)
+
+
+def _bind(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
+          dilation: Sequence[int], groups: int) -> tuple[Callable[..., None], tuple[int, ...], int] | None:
+    """The prebound launch for such tensors, the workspace's shape and the slices; None where it cannot run
+    (``why_not``, or strides TMA cannot address)."""
     if why_not(x, w, dy, stride, pad, dilation, groups) is not None:
         return None
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     tensors, grid, tail, kwargs, descriptors, split = plan(x, w, dy, stride, pad, sms)
-    if not tma_aligned(list(tensors[:2])):
-        return None
-    key = (tuple(x.shape), x.stride(), tuple(dy.shape), tensors[1].stride(), x.dtype, x.device, tuple(stride),
-           tuple(pad), tuple(w.shape))
-    launch = _LAUNCHES.get(key)
-    if launch is None:
-        descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
-        with torch.cuda.device(x.device):
-            run = WGRAD_KERNEL[grid]
-        launch = Launch(WGRAD_KERNEL, run, grid, (*tensors, *descs, *tail), kwargs, len(tensors), x.device,
-                        descriptors).prebind()
-        _LAUNCHES[key] = launch
-    launch(*tensors)
-    ws = tensors[2]
-    dw = (ws[0] if split == 1 else ws.sum(0)).to(x.dtype)   # slices added in order: deterministic
-    return dw.reshape(w.shape[0], *w.shape[2:], x.shape[1]).movedim(-1, 1)
+    if not tma_aligned([t.as_strided(t.shape, t.stride(), 0) for t in tensors[:2]]):   # strides only: the
+        return None                                                                  # call checks addresses
+    descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
+    with torch.cuda.device(x.device):
+        run = WGRAD_KERNEL[grid]
+    launch = Launch(WGRAD_KERNEL, run, grid, (*tensors, *descs, *tail), kwargs, len(tensors), x.device,
+                    descriptors).prebind()
+    return launch, tuple(tensors[2].shape), split
