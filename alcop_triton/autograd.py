@@ -113,22 +113,25 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
                differentiable: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """A convolution's input and weight gradients from the output gradient ``dz`` (what a backward pass
     through ``alcop::conv`` runs; None where not asked), each on the fastest kernel that computes it
-    (``kernels/conv_grad.py``): a strided convolution's input gradient in one kernel over its input
-    phases where that applies, else on the forward convolution kernel; the weight gradient on TMA boxes
-    of dY and the input where that kernel runs (``kernels/conv_window_grad.py``: sm90, fp16/bf16,
-    channels last), else as a GEMM over im2col rows where the reduction is short and there are no
-    groups, else on its DSL kernel.
-    ``differentiable`` (a backward under create_graph): the input gradient through calls that differentiate
-    again (the phases' single kernel does not)."""
+    (``kernels/conv_grad.py``, ``kernels/conv_window_grad.py``). On sm90, fp16/bf16 and channels last, both
+    run on TMA boxes: the input gradient on the box kernel with the weight read as it lies at flipped taps
+    (a strided convolution's phase by phase), the weight gradient on boxes of dY and the input. Elsewhere
+    a strided convolution's input gradient runs in one kernel over its input phases where that applies,
+    else on the forward convolution kernel; the weight gradient as a GEMM over im2col rows where the
+    reduction is short and there are no groups, else on its DSL kernel. ``differentiable`` (a backward
+    under create_graph): the input gradient through calls that differentiate again (the box and phase
+    kernels do not)."""
+    if not TYPE_CHECKING:  # Gluon device code: loaded at the first gradient, not with the package
+        from .kernels import conv_window_grad
     dx = dw = None
     if input_grad:
-        dx = None if differentiable else \
-            conv_grad.input_grad_in_phases(CACHED, x, w, dz, stride, pad_left, dilation, groups)
+        if not differentiable:  # neither the box kernel nor the phases' kernel has a derivative of its own
+            dx = conv_window_grad.input_grad_by_boxes(x, w, dz, stride, pad_left, dilation, groups)
+            if dx is None:
+                dx = conv_grad.input_grad_in_phases(CACHED, x, w, dz, stride, pad_left, dilation, groups)
         if dx is None:
             dx = conv_grad.input_grad_by_conv(CACHED, x, w, dz, stride, pad_left, dilation, groups)
     if weight_grad:
-        if not TYPE_CHECKING:  # Gluon device code: loaded at the first weight gradient, not with the package
-            from .kernels import conv_window_grad
         dw = conv_window_grad.weight_grad_by_boxes(x, w, dz, stride, pad_left, dilation, groups)
         if dw is None:
             dw = conv_grad.weight_grad_by_gemm(CACHED, x, w, dz, stride, pad_left, dilation, groups)

@@ -187,7 +187,7 @@ def _pad_right(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Seque
             for i in range(nd)]
 
 
-def _phase_taps(phase: int, stride: int, pad: int, dilation: int, ksize: int) -> tuple[int, int, int, int, int]:
+def tap_run(phase: int, stride: int, pad: int, dilation: int, ksize: int) -> tuple[int, int, int, int, int]:
     """Along one dim, the window taps r that reach input positions i = stride * q + phase: those with
     (phase + pad - r * dilation) divisible by stride, every (stride / g)-th tap from the first (g =
     gcd(stride, dilation)). Returns the first, the step, their count J (0: none), the offset t of the
@@ -322,7 +322,7 @@ def input_grad_by_conv(alcop: Any, x: torch.Tensor, w: torch.Tensor, dy: torch.T
     parts: list[tuple[tuple[int, ...], torch.Tensor]] = []
     phases = list(itertools.product(*(range(s) for s in stride)))
     for phase in phases:
-        dims = [_phase_taps(phase[i], stride[i], pad[i], dilation[i], ks[i]) for i in range(nd)]
+        dims = [tap_run(phase[i], stride[i], pad[i], dilation[i], ks[i]) for i in range(nd)]
         src, left, right = dy, [], []
         for i, (_, _, taps, t, dd) in enumerate(dims):
             count = -(-(x.shape[2 + i] - phase[i]) // stride[i])   # input positions of this phase

@@ -51,6 +51,10 @@ WINDOW_CC = (9, 0)
 
 WINDOW_DTYPES = ("float16", "bfloat16")
 
+FORWARD = {"TRANS_W": False, "WSH": 1, "WSW": 1, "WRH": 0, "WRW": 0, "PHO": -1, "PWO": 0}
+"""The kernel's constexprs of a forward convolution: the weight's (CO, window, C) boxes as they are, the
+output a tensor of its own (``conv_window_grad.input_grad_by_boxes`` sets them for input gradients)."""
+
 
 @functools.lru_cache(maxsize=256)
 def boxes(n: int, d: int, h: int, w: int, block_m: int) -> tuple[tuple[int, int, int, int], ...]:
@@ -220,7 +224,7 @@ class WindowConv(Runs):
         pads = tuple(self.p.pad_left) if three else (0, *self.p.pad_left)
         kwargs = {"THREE": three, "C": c, "KD": kd, "KH": kh, "KW": kw, "PD": pads[0], "PH": pads[1],
                   "PW": pads[2], "SH": strides[0], "SW": strides[1], "BI": bi, "BD": bd, "BH": bh, "BW": bw,
-                  "BN": cfg.block_n, "STAGES": cfg.smem_stages, "num_warps": cfg.num_warps}
+                  "BN": cfg.block_n, "STAGES": cfg.smem_stages, **FORWARD, "num_warps": cfg.num_warps}
         descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
         args = (*tensors, *descs, co, -(-od // bd), -(-oh // bh), -(-ow // bw), -(-co // cfg.block_n))
         return grid, args, kwargs, descriptors

@@ -27,10 +27,13 @@ import triton
 from alcop_triton.build import Launch, tma_aligned
 
 from .conv import ConvParams, memory_format_of
+from .conv_grad import tap_run
 from .conv_window import WINDOW_CC, WINDOW_DTYPES, boxes, gluon_descriptor, input_view, pointwise_strided
+from .conv_window_kernel import conv_window as _conv_kernel
 from .conv_window_kernel import conv_window_wgrad as _wgrad_kernel
 
-WGRAD_KERNEL: Any = _wgrad_kernel  # a Gluon JIT function (its module is not type-checked)
+WGRAD_KERNEL: Any = _wgrad_kernel  # Gluon JIT functions (their module is not type-checked)
+CONV_KERNEL: Any = _conv_kernel
 
 POSITIONS = 64
 """Output positions per reduction chunk: one box of dY and one of the input per chunk (four k-steps of 16)."""
@@ -57,6 +60,16 @@ def why_not(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence
     dilation 1, 2-d or 3-d, a channels-last input whose channels are a multiple of 16 and output
     channels a multiple of 8 (TMA's 16-byte strides); stride 1, or a strided 2-d convolution whose strides
     divide the input's extents (the phase view), or a strided unpadded 1x1 one."""
+    reason = _common_reason(x, w, dy, dilation, groups)
+    if reason is not None:
+        return reason
+    if x.shape[1] % 16 or w.shape[0] % 8:
+        return f"{x.shape[1]} input, {w.shape[0]} output channels: chunks of 16 input channels, 8 output channels"
+    return _view_reason(x, w, dy, stride, pad)
+
+
+def _common_reason(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, dilation: Sequence[int],
+                   groups: int) -> str | None:
     nd = x.dim() - 2
     if x.device.type != "cuda" or torch.cuda.get_device_capability(x.device) < WINDOW_CC:
         return f"device {x.device}: the box kernel needs TMA and wgmma (sm90)"
@@ -66,9 +79,7 @@ def why_not(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence
         return f"groups={groups}, {nd}-d, dilation {tuple(dilation)}: boxes are one group's dilation-1 2-d or 3-d window"
     if memory_format_of(x) is torch.contiguous_format and x.shape[1] > 1:
         return "an input stored channels first: a box copies channels-last rows"
-    if x.shape[1] % 16 or w.shape[0] % 8:
-        return f"{x.shape[1]} input, {w.shape[0]} output channels: chunks of 16 input channels, 8 output channels"
-    return _view_reason(x, w, dy, stride, pad)
+    return None
 
 
 def _view_reason(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
@@ -205,3 +216,128 @@ def _bind(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[i
     launch = Launch(WGRAD_KERNEL, run, grid, (*tensors, *descs, *tail), kwargs, len(tensors), x.device,
                     descriptors).prebind()
     return launch, tuple(tensors[2].shape), split
+
+
+# ----------------------------------------------------------------------------- the input gradient
+
+def input_why_not(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+                  dilation: Sequence[int], groups: int) -> str | None:
+    """Why ``input_grad_by_boxes`` cannot compute this input gradient, or None: as ``why_not``'s device,
+    dtype, group, dilation and layout rules; both channel counts multiples of 16 (the output channels
+    are the reduction, the input channels the tile's columns); a strided convolution only in 2-d, with
+    strides that divide the input's extents (dX's phase view)."""
+    reason = _common_reason(x, w, dy, dilation, groups)
+    if reason is not None:
+        return reason
+    if x.shape[1] % 16 or w.shape[0] % 16:
+        return f"{x.shape[1]} input, {w.shape[0]} output channels: blocks of 16 of both"
+    if any(s != 1 for s in stride) and (x.dim() == 5 or any(x.shape[2 + i] % s for i, s in enumerate(stride))):
+        return (f"stride {tuple(stride)} on a {'x'.join(map(str, x.shape[2:]))} input: phases of a 2-d input whose "
+                "extents the strides divide")
+    return None
+
+
+def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
+                dx: torch.Tensor) -> tuple[list[tuple[tuple[int], tuple[Any, ...], dict[str, Any], Any]],
+                                           list[tuple[int, int]]]:
+    """The input gradient's launches into ``dx`` (channels last, ``x``'s shape; ``input_why_not`` None): one
+    per input phase (one in all for stride 1), each a convolution of dY with the phase's taps of the
+    weight flipped, read from the weight as it lies (``TRANS_W``), stored into the phase's rows of dX.
+    Returns, per launch, (grid, positional arguments, constexprs, descriptors as ``(tensor index, dims,
+    block)``), and the phases that no tap reaches (to be zeroed: a strided 1x1 convolution's)."""
+    three = x.dim() == 5
+    nd = x.dim() - 2
+    n, c, co = x.shape[0], x.shape[1], w.shape[0]
+    bn = next(b for b in (256, 128, 64, 32, 16) if c % b == 0)
+    bk = next(b for b in (64, 32, 16) if co % b == 0)
+    stages = 3 if bn == 256 else 4
+    fmt = memory_format_of(x)
+    dyc = dy.contiguous(memory_format=fmt)
+    wc = w.contiguous(memory_format=fmt)
+    p = ConvParams(nd, (1,) * nd, (0,) * nd, (0,) * nd, (1,) * nd, 1, True)
+    view = input_view(p, dyc, (1,) * nd)
+    assert view is not None
+    dyv = view[0]
+    wdims = (0, *range(2, x.dim()), 1)
+    strided = any(st != 1 for st in stride)
+    if strided:   # dX's phase view: rows s * q + ph of each dim
+        dh, dw_ = x.shape[2], x.shape[3]
+        out = dx.permute(0, 2, 3, 1).view(n, dh // stride[0], stride[0], dw_ // stride[1], stride[1] * c)
+    else:
+        out = dx
+    launches: list[tuple[tuple[int], tuple[Any, ...], dict[str, Any], Any]] = []
+    empty: list[tuple[int, int]] = []
+    phases = [(0, 0)] if not strided else [(a, b) for a in range(stride[0]) for b in range(stride[1])]
+    for phase in phases:
+        # per spatial dim: (first tap, taps J, left padding of the flipped window over dY)
+        runs = [tap_run(phase[i - (nd - 2)] if i >= nd - 2 else 0, stride[i], pad[i], 1, w.shape[2 + i])
+                for i in range(nd)]
+        if any(r[2] == 0 for r in runs):
+            empty.append(phase)
+            continue
+        taps = [r[2] for r in runs]
+        lefts = [r[2] - 1 - r[3] for r in runs]
+        extents = [x.shape[2 + i] // stride[i] for i in range(nd)]
+        od, oh, ow = extents if three else (1, *extents)
+        bi, bd, bh, bw = boxes(n, od, oh, ow, 128)[0]
+        kd, kh, kw = taps if three else (1, *taps)
+        pd_, ph_, pw_ = lefts if three else (0, *lefts)
+        xbox = (bi, bd, bh, bw, bk) if three else (bi, bh, 1, bw, bk)
+        wbox = (bk, *[1] * nd, bn)
+        ydims: tuple[int, ...] = tuple(range(5)) if strided else wdims
+        ybox: tuple[int, ...] = ((bi, bh, 1, bw, bn) if strided else (bi, bd, bh, bw, bn) if three
+                                 else (bi, bh, bw, bn))
+        descriptors = ((0, wdims if three else tuple(range(5)), xbox), (1, wdims, wbox), (2, ydims, ybox))
+        n_db, n_hb, n_wb, n_cb = -(-od // bd), -(-oh // bh), -(-ow // bw), -(-c // bn)
+        kwargs = {"THREE": three, "C": co, "KD": kd, "KH": kh, "KW": kw, "PD": pd_, "PH": ph_, "PW": pw_, "SH": 1,
+                  "SW": 1, "BI": bi, "BD": bd, "BH": bh, "BW": bw, "BN": bn, "STAGES": stages, "TRANS_W": True,
+                  "WSH": stride[-2], "WSW": stride[-1], "WRH": runs[-2][0], "WRW": runs[-1][0],
+                  "PHO": phase[0] if strided else -1, "PWO": phase[1], "num_warps": 8}
+        tensors = (dyv, wc, out)
+        descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
+        grid = (-(-n // bi) * n_db * n_hb * n_wb * n_cb, )
+        launches.append((grid, (*tensors, *descs, c, n_db, n_hb, n_wb, n_cb), kwargs, descriptors))
+    return launches, empty
+
+
+_INPUT_LAUNCHES: dict[tuple[Any, ...], tuple[list[Callable[..., None]], list[tuple[int, int]]] | None] = {}
+"""As ``_LAUNCHES``, for the input gradient: the prebound launch of every phase, and the empty phases."""
+
+
+def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
+                        pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
+    """dX of a convolution on the box kernel, channels last, or None where it cannot run
+    (``input_why_not``; also tensors TMA cannot address). No weight is copied: each tap's box is read
+    from the weight as it lies, at the flipped tap; a strided convolution's phases are stored into dX's
+    rows of each phase directly."""
+    key = (x.shape, x.stride(), dy.shape, dy.stride(), w.shape, w.stride(), x.dtype, w.dtype, dy.dtype, x.device,
+           tuple(stride), tuple(pad), tuple(dilation), groups)
+    fmt = memory_format_of(x)
+    if key not in _INPUT_LAUNCHES:
+        _INPUT_LAUNCHES[key] = None
+        if input_why_not(x, w, dy, stride, dilation, groups) is None:
+            dx = torch.empty(x.shape, device=x.device, dtype=x.dtype, memory_format=fmt)
+            launches, empty = input_plans(x, w, dy, stride, pad, dx)
+            if all(tma_aligned([t.as_strided(t.shape, t.stride(), 0) for t in args[:3]]) for _, args, _, _ in launches):
+                prebound = []
+                for grid, args, kwargs, descriptors in launches:
+                    with torch.cuda.device(x.device):
+                        run = CONV_KERNEL[grid]
+                    prebound.append(Launch(CONV_KERNEL, run, grid, args, kwargs, 3, x.device, descriptors).prebind())
+                _INPUT_LAUNCHES[key] = (prebound, empty)
+    entry = _INPUT_LAUNCHES[key]
+    if entry is None:
+        return None
+    dyc = dy.contiguous(memory_format=fmt)
+    wc = w.contiguous(memory_format=fmt)
+    dx = torch.empty(x.shape, device=x.device, dtype=x.dtype, memory_format=fmt)
+    if dyc.data_ptr() % 16 or wc.data_ptr() % 16:   # the key fixed the strides (checked when bound)
+        return None
+    bound, empty = entry
+    for launch in bound:   # the views of dY and dX start at their addresses: each launch rebinds them
+        launch(dyc, wc, dx)
+    if empty:
+        rows = dx.permute(0, 2, 3, 1).unflatten(1, (-1, stride[0])).unflatten(3, (-1, stride[1]))
+        for ph, pw in empty:
+            rows[:, :, ph, :, pw].zero_()
+    return dx

@@ -33,10 +33,17 @@ def _window_copy(x_desc, bar, dst, n0, od0, oh0, ow0, c0, rd, rh, rw, THREE: gl.
 
 @gluon.jit
 def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, THREE: gl.constexpr,
-           C: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
-           PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
+           C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr,
+           PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, TRANS_W: gl.constexpr,
+           WSH: gl.constexpr, WSW: gl.constexpr, WRH: gl.constexpr, WRW: gl.constexpr):
     """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od0, oh0, ow0, co0) into
-    ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels."""
+    ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels.
+
+    ``TRANS_W``: the input gradient, a convolution of dY with the weight's channels swapped and its window
+    flipped. The weight is read as it lies, (CO, [KD,] KH, KW, C): its [reduction channels, output channels]
+    box at tap (WRH + WSH * (KH - 1 - rh), WRW + WSW * (KW - 1 - rw)) is the B operand (K by N, N
+    contiguous); WSH, WRH > 1, 0: one input phase of a strided convolution's gradient, whose taps are every
+    stride-th of the window from the phase's first (``conv_window_grad.phase_taps``)."""
     BK: gl.constexpr = x_desc.block_type.shape[-1]
     CH: gl.constexpr = C // BK
     tap = i // CH
@@ -50,7 +57,13 @@ def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, T
     a_box = a_ring.index(s)._reinterpret(x_desc.dtype, x_desc.block_type.shape, x_desc.layout)
     b_box = b_ring.index(s)._reinterpret(w_desc.dtype, w_desc.block_type.shape, w_desc.layout)
     _window_copy(x_desc, bar, a_box, n0, od0, oh0, ow0, c0, rd, rh, rw, THREE, C, PD, PH, PW, SH, SW)
-    if THREE:
+    if TRANS_W:
+        if THREE:
+            tma.async_copy_global_to_shared(w_desc, [c0, KD - 1 - rd, KH - 1 - rh, KW - 1 - rw, co0], bar, b_box)
+        else:
+            tma.async_copy_global_to_shared(w_desc, [c0, WRH + WSH * (KH - 1 - rh), WRW + WSW * (KW - 1 - rw), co0],
+                                            bar, b_box)
+    elif THREE:
         tma.async_copy_global_to_shared(w_desc, [co0, rd, rh, rw, c0], bar, b_box)
     else:
         tma.async_copy_global_to_shared(w_desc, [co0, rh, rw, c0], bar, b_box)
@@ -61,7 +74,8 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BI
                THREE: gl.constexpr, C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr,
                PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
                BI: gl.constexpr, BD: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr,
-               STAGES: gl.constexpr, num_warps: gl.constexpr):
+               STAGES: gl.constexpr, TRANS_W: gl.constexpr, WSH: gl.constexpr, WSW: gl.constexpr,
+               WRH: gl.constexpr, WRW: gl.constexpr, PHO: gl.constexpr, PWO: gl.constexpr, num_warps: gl.constexpr):
     BK: gl.constexpr = x_desc.block_type.shape[-1]
     dtype: gl.constexpr = x_desc.dtype
     BM: gl.constexpr = BI * BD * BH * BW
@@ -81,7 +95,12 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BI
     co0 = cb * BN
 
     a_ring = gl.allocate_shared_memory(dtype, [STAGES, BM, BK], gl.NVMMASharedLayout.get_default_for([BM, BK], dtype))
-    b_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, BK], gl.NVMMASharedLayout.get_default_for([BN, BK], dtype))
+    if TRANS_W:  # the weight's box as it lies: K by N
+        b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, BN],
+                                           gl.NVMMASharedLayout.get_default_for([BK, BN], dtype))
+    else:
+        b_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, BK],
+                                           gl.NVMMASharedLayout.get_default_for([BN, BK], dtype))
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for st in gl.static_range(STAGES):
         mbarrier.init(bars.index(st), count=1)
@@ -92,18 +111,21 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BI
 
     for i in gl.static_range(STAGES - 1):
         if i < KT:  # a ring deeper than the reduction copies what there is
-            _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od0, oh0, ow0, co0, THREE, C, KH, KW, PD, PH, PW,
-                   SH, SW)
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, i, i, n0, od0, oh0, ow0, co0, THREE, C, KD, KH, KW, PD, PH,
+                   PW, SH, SW, TRANS_W, WSH, WSW, WRH, WRW)
     for k in range(KT):
         stage = k % STAGES
         mbarrier.wait(bars.index(stage), (k // STAGES) & 1)
-        acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage).permute((1, 0)), acc, is_async=True)
+        if TRANS_W:
+            acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage), acc, is_async=True)
+        else:
+            acc = warpgroup_mma(a_ring.index(stage), b_ring.index(stage).permute((1, 0)), acc, is_async=True)
         # One MMA in flight: chunk k - 1's has finished, so its stage takes chunk k + STAGES - 1.
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
         nxt = k + STAGES - 1
         if nxt < KT:
-            _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, nxt % STAGES, n0, od0, oh0, ow0, co0, THREE, C, KH, KW,
-                   PD, PH, PW, SH, SW)
+            _issue(x_desc, w_desc, a_ring, b_ring, bars, nxt, nxt % STAGES, n0, od0, oh0, ow0, co0, THREE, C, KD, KH,
+                   KW, PD, PH, PW, SH, SW, TRANS_W, WSH, WSW, WRH, WRW)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     for st in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(st))
@@ -118,6 +140,8 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BI
     y_box = c_smem._reinterpret(dtype, y_desc.block_type.shape, y_desc.layout)
     if THREE:
         tma.async_copy_shared_to_global(y_desc, [n0, od0, oh0, ow0, co0], y_box)
+    elif PHO >= 0:  # one phase of a strided input gradient: the output is dX's phase view (N, H/s, s, W/s, s*C)
+        tma.async_copy_shared_to_global(y_desc, [n0, oh0, PHO, ow0, PWO * CO + co0], y_box)
     else:
         tma.async_copy_shared_to_global(y_desc, [n0, oh0, ow0, co0], y_box)
     tma.store_wait(pendings=0)
@@ -128,9 +152,11 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BI
 def conv_window(x, w, y, x_desc, w_desc, y_desc, CO, n_db, n_hb, n_wb, n_cb, THREE: gl.constexpr, C: gl.constexpr,
                 KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr, PH: gl.constexpr,
                 PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr, BD: gl.constexpr,
-                BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+                BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, TRANS_W: gl.constexpr,
+                WSH: gl.constexpr, WSW: gl.constexpr, WRH: gl.constexpr, WRW: gl.constexpr, PHO: gl.constexpr,
+                PWO: gl.constexpr, num_warps: gl.constexpr):
     _conv_tile(x_desc, w_desc, y_desc, x, CO, n_db, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW, PD, PH, PW, SH,
-               SW, BI, BD, BH, BW, BN, STAGES, num_warps)
+               SW, BI, BD, BH, BW, BN, STAGES, TRANS_W, WSH, WSW, WRH, WRW, PHO, PWO, num_warps)
 
 
 @gluon.jit
@@ -138,9 +164,10 @@ def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, n_db, n_hb, n_wb, n
                      C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr,
                      PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr,
                      BD: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     TRANS_W: gl.constexpr, WSH: gl.constexpr, WSW: gl.constexpr, WRH: gl.constexpr,
+                     WRW: gl.constexpr, PHO: gl.constexpr, PWO: gl.constexpr, num_warps: gl.constexpr):
     _conv_tile(x_desc, w_desc, y_desc, b, CO, n_db, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
-               BI, BD, BH, BW, BN, STAGES, num_warps)
+               BI, BD, BH, BW, BN, STAGES, TRANS_W, WSH, WSW, WRH, WRW, PHO, PWO, num_warps)
 
 
 @gluon.jit

@@ -1,10 +1,11 @@
-"""On a CUDA GPU of sm90 or later: the weight gradient on TMA boxes (``kernels/conv_window_grad.py``).
+"""On a CUDA GPU of sm90 or later: the weight and input gradients on TMA boxes (``kernels/conv_window_grad.py``).
 
 Against torch's weight gradient in float64 on odd sizes (outputs not a multiple of the position box,
 channels not a multiple of the tile), 1x1 to 5x5 windows, stride 1, a strided 3x3 window on the input's
 phase view and a strided 1x1 one on its strided view, conv2d and conv3d, fp16 and bf16; the slices'
 partial sums added in order, so repeated runs agree bit for bit; through ``loss.backward()`` of the
-drop-in, eagerly and in a CUDA graph.
+drop-in, eagerly and in a CUDA graph. The input gradient: stride 1 (2-d and 3-d), strided windows phase by
+phase into dX's phase view, a strided 1x1 convolution (phases no tap reaches are zeros), against float64.
 """
 
 from __future__ import annotations
@@ -80,13 +81,37 @@ def test_every_slicing_adds_up_to_the_same_gradient(kit) -> None:
         kit.assert_close(dw.to(w.dtype), ref, "float16", f"tile {choice}, {slices} slices")
 
 
+def _input_reference(case: tuple, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    nd = x.dim() - 2
+    return torch.ops.aten.convolution_backward(dy.double(), x.double(), w.double(), None, [case[5]] * nd,
+                                               [case[6]] * nd, [1] * nd, False, [0] * nd, 1, [True, False, False])[0]
+
+
+INPUT_CASES = CASES + [(2, 64, (12, 12), 32, 5, 3, 2, "float16"), (3, 32, (16, 14), 48, 1, 2, 0, "bfloat16")]
+
+
+@pytest.mark.parametrize("case", INPUT_CASES,
+                         ids=lambda c: f"{c[0]}x{c[1]}x{'x'.join(map(str, c[2]))}-{c[3]}-k{c[4]}s{c[5]}")
+def test_the_input_gradient_matches_torch(case: tuple, kit) -> None:
+    x, w, dy = _operands(case, kit)
+    nd = x.dim() - 2
+    args = ([case[5]] * nd, [case[6]] * nd, [1] * nd, 1)
+    assert g.input_why_not(x, w, dy, args[0], args[2], 1) is None, case
+    dx = g.input_grad_by_boxes(x, w, dy, *args)
+    assert dx is not None and dx.shape == x.shape and dx.dtype == x.dtype
+    assert dx.is_contiguous(memory_format=torch.channels_last_3d if nd == 3 else torch.channels_last)
+    kit.assert_close(dx, _input_reference(case, x, w, dy), case[7], "box input gradient")
+    assert torch.equal(g.input_grad_by_boxes(x, w, dy, *args), dx)
+
+
 def test_the_drop_in_backward_runs_it(kit) -> None:
     case = CASES[1]
     x, w, dy = _operands(case, kit)
     ref = _reference(case, x, w, dy)
-    wp = w.clone().requires_grad_(True)
-    at.conv2d(x, wp, stride=2, padding=1).backward(dy)
+    wp, xp = w.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    at.conv2d(xp, wp, stride=2, padding=1).backward(dy)
     kit.assert_close(wp.grad, ref, "bfloat16", "w.grad")
+    kit.assert_close(xp.grad, _input_reference(case, x, w, dy), "bfloat16", "x.grad")
     # captured in a CUDA graph and replayed on new values
     wg = w.clone().requires_grad_(True)
     graph = torch.cuda.CUDAGraph()
@@ -109,6 +134,9 @@ def test_where_it_cannot_run_the_reason_names_it(kit) -> None:
     assert "channels" in g.why_not(x[:, :24], w[:, :24], dy, *one, 1)
     assert "device" in g.why_not(x.cpu(), w.cpu(), dy.cpu(), *one, 1)
     assert g.weight_grad_by_boxes(x.float(), w.float(), dy.float(), *one, 1) is None
+    x7, w7, dy7 = _operands((2, 32, (7, 7), 16, 3, 2, 1, "float16"), kit)
+    assert "phases" in g.input_why_not(x7, w7, dy7, [2, 2], [1, 1], 1)   # 7 rows: no phase view of dX
+    assert g.input_grad_by_boxes(x7, w7, dy7, [2, 2], [1, 1], [1, 1], 1) is None
 
 
 def test_a_fresh_thread_can_run_it_first(kit) -> None:

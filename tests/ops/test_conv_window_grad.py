@@ -101,3 +101,57 @@ def test_the_kernel_compiles_for_sm90(kit) -> None:
     found = kit.apart("tests.ops.test_conv_window_grad", "[t.compile_case(*c) for c in t.COMPILE_CASES]")
     for case, (wgmma, tma, shared) in zip(COMPILE_CASES, found):
         assert wgmma and tma and shared <= 232448, (case, wgmma, tma, shared)
+
+
+def test_on_the_cpu_the_input_gradient_takes_another_route() -> None:
+    x, w, dy = _tensors(2, 2, 32, 16, (9, 9), 3, 1, 1)
+    assert "sm90" in g.input_why_not(x, w, dy, [1, 1], [1, 1], 1)
+    assert g.input_grad_by_boxes(x, w, dy, [1, 1], [1, 1], [1, 1], 1) is None
+
+
+def test_a_strided_input_gradient_runs_phase_by_phase() -> None:
+    # 3x3 stride 2 pad 1: phase 0 receives tap 1, phase 1 taps 0 and 2 (flipped: 2 then 0), per dim.
+    x, w, dy = _tensors(2, 2, 32, 16, (10, 12), 3, 2, 1)
+    dx = torch.empty_like(x)
+    launches, empty = g.input_plans(x, w, dy, [2, 2], [1, 1], dx)
+    assert len(launches) == 4 and not empty
+    by_phase = {(k["PHO"], k["PWO"]): k for _, _, k, _ in launches}
+    assert (by_phase[0, 0]["KH"], by_phase[0, 0]["WRH"], by_phase[0, 0]["PH"]) == (1, 1, 0)
+    assert (by_phase[1, 0]["KH"], by_phase[1, 0]["WRH"], by_phase[1, 0]["WSH"], by_phase[1, 0]["PH"]) == (2, 0, 2, 0)
+    assert all(k["TRANS_W"] and k["C"] == 16 for k in by_phase.values())
+    grid, args, _, descriptors = launches[0]
+    assert args[2].shape == (2, 5, 2, 6, 64) and args[2].data_ptr() == dx.data_ptr()   # dX's phase view
+    # a strided 1x1 convolution: the odd rows and columns receive nothing
+    x, w, dy = _tensors(2, 2, 32, 16, (8, 8), 1, 2, 0)
+    launches, empty = g.input_plans(x, w, dy, [2, 2], [0, 0], torch.empty_like(x))
+    assert len(launches) == 1 and sorted(empty) == [(0, 1), (1, 0), (1, 1)]
+
+
+def test_stride_one_flips_the_whole_window() -> None:
+    x, w, dy = _tensors(3, 2, 32, 48, (4, 6, 5), 3, 1, 1)
+    launches, empty = g.input_plans(x, w, dy, [1, 1, 1], [1, 1, 1], torch.empty_like(x))
+    (_, args, kwargs, descriptors), = launches
+    assert not empty and kwargs["PHO"] == -1 and (kwargs["KD"], kwargs["PD"], kwargs["C"]) == (3, 1, 48)
+    assert descriptors[1] == (1, (0, 2, 3, 4, 1), (16, 1, 1, 1, 32))   # the weight's (CO, window, C) box
+
+
+INPUT_COMPILE_CASES = [  # (nd, N, C, C_out, spatial, window, stride, pad, dtype)
+    (2, 4, 512, 512, (7, 7), 3, 1, 1, "float16"),
+    (2, 4, 64, 128, (28, 28), 3, 2, 1, "bfloat16"),
+    (3, 2, 64, 32, (6, 7, 9), 3, 1, 1, "float16"),
+]
+
+
+def input_compile_case(nd: int, n: int, c: int, co: int, sp: tuple[int, ...], k: int, stride: int, pad: int,
+                       dtype: str) -> list[tuple[bool, bool, int]]:
+    from tests.conftest import Kit
+    x, w, dy = _tensors(nd, n, c, co, tuple(sp), k, stride, pad, getattr(torch, dtype))
+    launches, _ = g.input_plans(x, w, dy, [stride] * nd, [pad] * nd, torch.empty_like(x))
+    return [Kit.compile_sm90(g.CONV_KERNEL, args, kwargs) for _, args, kwargs, _ in launches]
+
+
+def test_the_input_gradient_compiles_for_sm90(kit) -> None:
+    found = kit.apart("tests.ops.test_conv_window_grad",
+                      "[t.input_compile_case(*c) for c in t.INPUT_COMPILE_CASES]")
+    for case, phases in zip(INPUT_COMPILE_CASES, found):
+        assert phases and all(wgmma and tma and shared <= 232448 for wgmma, tma, shared in phases), (case, phases)
