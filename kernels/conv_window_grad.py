@@ -173,9 +173,9 @@ def plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[in
     return (xv, dyc, ws), grid, (co, chunks, per_split, n_db, n_hb, n_wb, -(-co // bm)), kwargs, descriptors, split
 
 
-_LAUNCHES: dict[tuple[Any, ...], tuple[Callable[..., None], tuple[int, ...], int] | None] = {}
+_LAUNCHES: dict[tuple[Any, ...], tuple[Callable[..., None], tuple[int, ...], int, bool] | None] = {}
 """Per convolution (the tensors' shapes, strides, dtypes and device, its stride, padding, dilation and groups):
-the prebound launch, the workspace's shape and the slices, or None where the kernel cannot run. A training
+``_bind``'s launch, workspace shape, slices and padding, or None where the kernel cannot run. A training
 loop's backward binds each layer's kernel once; later calls check only the addresses' alignment."""
 
 
@@ -190,22 +190,30 @@ def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, str
     entry = _LAUNCHES[key]
     if entry is None:
         return None
-    launch, ws_shape, split = entry
+    launch, ws_shape, split, whole = entry
+    xw = _whole_phases(x, stride) if whole else x
     dyc = dy.contiguous(memory_format=memory_format_of(x))
-    if x.data_ptr() % 16 or dyc.data_ptr() % 16:   # the key fixed the strides (``_bind`` checked them)
+    if xw.data_ptr() % 16 or dyc.data_ptr() % 16:   # the key fixed the strides (``_bind`` checked them)
         return None
     ws = torch.empty(ws_shape, device=x.device, dtype=torch.float32)
-    launch(x, dyc, ws)   # the input's view starts at its address: the launch rebinds the view there
+    launch(xw, dyc, ws)   # the input's view starts at its address: the launch rebinds the view there
     dw = (ws[0] if split == 1 else ws.sum(0)).to(x.dtype)   # slices added in order: deterministic
     return dw.reshape(w.shape[0], *w.shape[2:], x.shape[1]).movedim(-1, 1)
 
 
 def _bind(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
-          dilation: Sequence[int], groups: int) -> tuple[Callable[..., None], tuple[int, ...], int] | None:
-    """The prebound launch for such tensors, the workspace's shape and the slices; None where it cannot run
-    (``why_not``, or strides TMA cannot address)."""
+          dilation: Sequence[int], groups: int) -> tuple[Callable[..., None], tuple[int, ...], int, bool] | None:
+    """The prebound launch for such tensors, the workspace's shape, the slices and whether the input is
+    first padded to whole phases (``_whole_phases``); None where it cannot run (``why_not``, or strides
+    TMA cannot address)."""
+    whole = False
     if why_not(x, w, dy, stride, pad, dilation, groups) is not None:
-        return None
+        # a strided 2-d window over extents the stride does not divide: its phase view of the padded input
+        if x.dim() != 4 or all(s == 1 for s in stride) or _common_reason(x, w, dy, dilation, groups) is not None:
+            return None
+        x, whole = _whole_phases(x, stride), True
+        if why_not(x, w, dy, stride, pad, dilation, groups) is not None:
+            return None
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     tensors, grid, tail, kwargs, descriptors, split = plan(x, w, dy, stride, pad, sms)
     if not tma_aligned([t.as_strided(t.shape, t.stride(), 0) for t in tensors[:2]]):   # strides only: the
@@ -215,7 +223,18 @@ def _bind(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[i
         run = WGRAD_KERNEL[grid]
     launch = Launch(WGRAD_KERNEL, run, grid, (*tensors, *descs, *tail), kwargs, len(tensors), x.device,
                     descriptors).prebind()
-    return launch, tuple(tensors[2].shape), split
+    return launch, tuple(tensors[2].shape), split, whole
+
+
+def _whole_phases(x: torch.Tensor, stride: Sequence[int]) -> torch.Tensor:
+    """A channels-last copy of a 2-d input zero-padded at the end to whole phases of the stride: positions
+    past the input, which a convolution reads as zeros (its padding), so the weight gradient is the same."""
+    shape = (*x.shape[:2], *(-(-x.shape[2 + i] // s) * s for i, s in enumerate(stride)))
+    out = torch.empty(shape, device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    out[:, :, x.shape[2]:].zero_()
+    out[:, :, :x.shape[2], x.shape[3]:].zero_()
+    out[:, :, :x.shape[2], :x.shape[3]].copy_(x)
+    return out
 
 
 # ----------------------------------------------------------------------------- the input gradient
@@ -229,18 +248,19 @@ def input_why_not(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Se
     reason = _common_reason(x, w, dy, dilation, groups)
     if reason is not None:
         return reason
-    if x.shape[1] % 16 or w.shape[0] % 16:
-        return f"{x.shape[1]} input, {w.shape[0]} output channels: blocks of 16 of both"
-    if any(s != 1 for s in stride) and (x.dim() == 5 or any(x.shape[2 + i] % s for i, s in enumerate(stride))):
-        return (f"stride {tuple(stride)} on a {'x'.join(map(str, x.shape[2:]))} input: phases of a 2-d input whose "
-                "extents the strides divide")
+    if x.shape[1] % 16 or w.shape[0] % 8:
+        return (f"{x.shape[1]} input, {w.shape[0]} output channels: blocks of 16 input channels, output channels a "
+                "multiple of 8 (TMA's 16-byte strides)")
+    if any(s != 1 for s in stride) and x.dim() == 5:
+        return f"stride {tuple(stride)} in 3-d: the phases run for 2-d inputs"
     return None
 
 
 def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
                 dx: torch.Tensor) -> tuple[list[tuple[tuple[int], tuple[Any, ...], dict[str, Any], Any]],
                                            list[tuple[int, int]]]:
-    """The input gradient's launches into ``dx`` (channels last, ``x``'s shape; ``input_why_not`` None): one
+    """The input gradient's launches into ``dx`` (channels last, ``_grad_buffer``'s shape; ``input_why_not``
+    None): one
     per input phase (one in all for stride 1), each a convolution of dY with the phase's taps of the
     weight flipped, read from the weight as it lies (``TRANS_W``), stored into the phase's rows of dX.
     Returns, per launch, (grid, positional arguments, constexprs, descriptors as ``(tensor index, dims,
@@ -249,7 +269,7 @@ def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequ
     nd = x.dim() - 2
     n, c, co = x.shape[0], x.shape[1], w.shape[0]
     bn = next(b for b in (256, 128, 64, 32, 16) if c % b == 0)
-    bk = next(b for b in (64, 32, 16) if co % b == 0)
+    bk = next((b for b in (64, 32) if co % b == 0), 16)   # chunks of the output channels: the reduction
     stages = 3 if bn == 256 else 4
     fmt = memory_format_of(x)
     dyc = dy.contiguous(memory_format=fmt)
@@ -260,8 +280,8 @@ def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequ
     dyv = view[0]
     wdims = (0, *range(2, x.dim()), 1)
     strided = any(st != 1 for st in stride)
-    if strided:   # dX's phase view: rows s * q + ph of each dim
-        dh, dw_ = x.shape[2], x.shape[3]
+    if strided:   # dX's phase view: rows s * q + ph of each dim (``dx`` rounded up to whole phases)
+        dh, dw_ = dx.shape[2], dx.shape[3]
         out = dx.permute(0, 2, 3, 1).view(n, dh // stride[0], stride[0], dw_ // stride[1], stride[1] * c)
     else:
         out = dx
@@ -277,7 +297,7 @@ def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequ
             continue
         taps = [r[2] for r in runs]
         lefts = [r[2] - 1 - r[3] for r in runs]
-        extents = [x.shape[2 + i] // stride[i] for i in range(nd)]
+        extents = [dx.shape[2 + i] // stride[i] for i in range(nd)]
         od, oh, ow = extents if three else (1, *extents)
         bi, bd, bh, bw = boxes(n, od, oh, ow, 128)[0]
         kd, kh, kw = taps if three else (1, *taps)
@@ -316,7 +336,7 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
     if key not in _INPUT_LAUNCHES:
         _INPUT_LAUNCHES[key] = None
         if input_why_not(x, w, dy, stride, dilation, groups) is None:
-            dx = torch.empty(x.shape, device=x.device, dtype=x.dtype, memory_format=fmt)
+            dx = _grad_buffer(x, stride)
             launches, empty = input_plans(x, w, dy, stride, pad, dx)
             if all(tma_aligned([t.as_strided(t.shape, t.stride(), 0) for t in args[:3]]) for _, args, _, _ in launches):
                 prebound = []
@@ -330,7 +350,7 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
         return None
     dyc = dy.contiguous(memory_format=fmt)
     wc = w.contiguous(memory_format=fmt)
-    dx = torch.empty(x.shape, device=x.device, dtype=x.dtype, memory_format=fmt)
+    dx = _grad_buffer(x, stride)
     if dyc.data_ptr() % 16 or wc.data_ptr() % 16:   # the key fixed the strides (checked when bound)
         return None
     bound, empty = entry
@@ -340,4 +360,12 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
         rows = dx.permute(0, 2, 3, 1).unflatten(1, (-1, stride[0])).unflatten(3, (-1, stride[1]))
         for ph, pw in empty:
             rows[:, :, ph, :, pw].zero_()
+    for i in range(x.dim() - 2):   # rows past the input (whole phases' padding): a view of the first ones
+        dx = dx.narrow(2 + i, 0, x.shape[2 + i])
     return dx
+
+
+def _grad_buffer(x: torch.Tensor, stride: Sequence[int]) -> torch.Tensor:
+    """dX's buffer: ``x``'s shape, channels last, its extents rounded up to whole phases of the stride."""
+    shape = (*x.shape[:2], *(-(-x.shape[2 + i] // s) * s for i, s in enumerate(stride)))
+    return torch.empty(shape, device=x.device, dtype=x.dtype, memory_format=memory_format_of(x))

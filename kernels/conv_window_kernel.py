@@ -43,9 +43,9 @@ def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, T
     flipped. The weight is read as it lies, (CO, [KD,] KH, KW, C): its [reduction channels, output channels]
     box at tap (WRH + WSH * (KH - 1 - rh), WRW + WSW * (KW - 1 - rw)) is the B operand (K by N, N
     contiguous); WSH, WRH > 1, 0: one input phase of a strided convolution's gradient, whose taps are every
-    stride-th of the window from the phase's first (``conv_window_grad.phase_taps``)."""
+    stride-th of the window from the phase's first (``conv_grad.tap_run``)."""
     BK: gl.constexpr = x_desc.block_type.shape[-1]
-    CH: gl.constexpr = C // BK
+    CH: gl.constexpr = (C + BK - 1) // BK  # a last partial chunk reads zeros past the channels (TMA fill)
     tap = i // CH
     c0 = (i - tap * CH) * BK
     rd = tap // (KH * KW)
@@ -79,7 +79,7 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BI
     BK: gl.constexpr = x_desc.block_type.shape[-1]
     dtype: gl.constexpr = x_desc.dtype
     BM: gl.constexpr = BI * BD * BH * BW
-    KT: gl.constexpr = KD * KH * KW * (C // BK)
+    KT: gl.constexpr = KD * KH * KW * ((C + BK - 1) // BK)
     # Output channel blocks fastest: programs that run side by side read the same input window from L2.
     t = gl.program_id(0)
     cb = t % n_cb
