@@ -257,7 +257,7 @@ def input_why_not(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Se
 
 
 def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
-                dx: torch.Tensor) -> tuple[list[tuple[tuple[int], tuple[Any, ...], dict[str, Any], Any]],
+                dx: torch.Tensor, sms: int) -> tuple[list[tuple[tuple[int], tuple[Any, ...], dict[str, Any], Any]],
                                            list[tuple[int, int]]]:
     """The input gradient's launches into ``dx`` (channels last, ``_grad_buffer``'s shape; ``input_why_not``
     None): one
@@ -268,7 +268,8 @@ def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequ
     three = x.dim() == 5
     nd = x.dim() - 2
     n, c, co = x.shape[0], x.shape[1], w.shape[0]
-    bn = next(b for b in (256, 128, 64, 32, 16) if c % b == 0)
+    rows = n * math.prod(-(-dx.shape[2 + i] // stride[i]) for i in range(nd))   # one phase's output positions
+    bm, bn = input_tile(rows, c, sms)
     bk = next((b for b in (64, 32) if co % b == 0), 16)   # chunks of the output channels: the reduction
     stages = 3 if bn == 256 else 4
     fmt = memory_format_of(x)
@@ -299,7 +300,7 @@ def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequ
         lefts = [r[2] - 1 - r[3] for r in runs]
         extents = [dx.shape[2 + i] // stride[i] for i in range(nd)]
         od, oh, ow = extents if three else (1, *extents)
-        bi, bd, bh, bw = boxes(n, od, oh, ow, 128)[0]
+        bi, bd, bh, bw = boxes(n, od, oh, ow, bm)[0]
         kd, kh, kw = taps if three else (1, *taps)
         pd_, ph_, pw_ = lefts if three else (0, *lefts)
         xbox = (bi, bd, bh, bw, bk) if three else (bi, bh, 1, bw, bk)
@@ -312,12 +313,28 @@ def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequ
         kwargs = {"THREE": three, "C": co, "KD": kd, "KH": kh, "KW": kw, "PD": pd_, "PH": ph_, "PW": pw_, "SH": 1,
                   "SW": 1, "BI": bi, "BD": bd, "BH": bh, "BW": bw, "BN": bn, "STAGES": stages, "TRANS_W": True,
                   "WSH": stride[-2], "WSW": stride[-1], "WRH": runs[-2][0], "WRW": runs[-1][0],
-                  "PHO": phase[0] if strided else -1, "PWO": phase[1], "num_warps": 8}
+                  "PHO": phase[0] if strided else -1, "PWO": phase[1], "num_warps": bm // 16}
         tensors = (dyv, wc, out)
         descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
         grid = (-(-n // bi) * n_db * n_hb * n_wb * n_cb, )
         launches.append((grid, (*tensors, *descs, c, n_db, n_hb, n_wb, n_cb), kwargs, descriptors))
     return launches, empty
+
+
+INPUT_TILES = ((128, 256), (128, 128), (64, 256), (64, 128), (64, 64), (64, 32), (64, 16))
+"""The input gradient's (BM positions, BN input channels) tiles, the largest first."""
+
+FILL = 0.7
+"""Fewest programs per SM that ``input_tile`` takes a tile for: a phase of a strided layer has few output
+positions, and 128 x 256 tiles left most SMs idle (14 x 14 inputs at batch 64: 25 programs a phase)."""
+
+
+def input_tile(rows: int, c: int, sms: int) -> tuple[int, int]:
+    """The largest of ``INPUT_TILES`` (BN dividing ``c``) that gives one launch ``FILL`` programs per SM over
+    ``rows`` output positions and ``c`` channels, else the one that gives the most."""
+    tiles = [(bm, bn) for bm, bn in INPUT_TILES if c % bn == 0]
+    programs = [-(-rows // bm) * (c // bn) for bm, bn in tiles]
+    return next((t for t, p in zip(tiles, programs) if p >= FILL * sms), tiles[programs.index(max(programs))])
 
 
 _INPUT_LAUNCHES: dict[tuple[Any, ...], tuple[list[Callable[..., None]], list[tuple[int, int]]] | None] = {}
@@ -337,7 +354,8 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
         _INPUT_LAUNCHES[key] = None
         if input_why_not(x, w, dy, stride, dilation, groups) is None:
             dx = _grad_buffer(x, stride)
-            launches, empty = input_plans(x, w, dy, stride, pad, dx)
+            sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+            launches, empty = input_plans(x, w, dy, stride, pad, dx, sms)
             if all(tma_aligned([t.as_strided(t.shape, t.stride(), 0) for t in args[:3]]) for _, args, _, _ in launches):
                 prebound = []
                 for grid, args, kwargs, descriptors in launches:

@@ -113,7 +113,7 @@ def test_a_strided_input_gradient_runs_phase_by_phase() -> None:
     # 3x3 stride 2 pad 1: phase 0 receives tap 1, phase 1 taps 0 and 2 (flipped: 2 then 0), per dim.
     x, w, dy = _tensors(2, 2, 32, 16, (10, 12), 3, 2, 1)
     dx = torch.empty_like(x)
-    launches, empty = g.input_plans(x, w, dy, [2, 2], [1, 1], dx)
+    launches, empty = g.input_plans(x, w, dy, [2, 2], [1, 1], dx, SMS)
     assert len(launches) == 4 and not empty
     by_phase = {(k["PHO"], k["PWO"]): k for _, _, k, _ in launches}
     assert (by_phase[0, 0]["KH"], by_phase[0, 0]["WRH"], by_phase[0, 0]["PH"]) == (1, 1, 0)
@@ -123,16 +123,23 @@ def test_a_strided_input_gradient_runs_phase_by_phase() -> None:
     assert args[2].shape == (2, 5, 2, 6, 64) and args[2].data_ptr() == dx.data_ptr()   # dX's phase view
     # a strided 1x1 convolution: the odd rows and columns receive nothing
     x, w, dy = _tensors(2, 2, 32, 16, (8, 8), 1, 2, 0)
-    launches, empty = g.input_plans(x, w, dy, [2, 2], [0, 0], torch.empty_like(x))
+    launches, empty = g.input_plans(x, w, dy, [2, 2], [0, 0], torch.empty_like(x), SMS)
     assert len(launches) == 1 and sorted(empty) == [(0, 1), (1, 0), (1, 1)]
+
+
+def test_input_tiles_fill_the_gpu() -> None:
+    assert g.input_tile(64 * 56 * 56, 256, SMS) == (128, 256)        # large: the widest tile
+    assert g.input_tile(64 * 7 * 7, 256, SMS) == (64, 128)           # a 14 x 14 input's phase
+    assert g.input_tile(64 * 4 * 4, 512, SMS) == (64, 64)            # a 7 x 7 input's phase
+    assert g.input_tile(16, 48, SMS) == (64, 16)                     # tiny: the most programs
 
 
 def test_stride_one_flips_the_whole_window() -> None:
     x, w, dy = _tensors(3, 2, 32, 48, (4, 6, 5), 3, 1, 1)
-    launches, empty = g.input_plans(x, w, dy, [1, 1, 1], [1, 1, 1], torch.empty_like(x))
+    launches, empty = g.input_plans(x, w, dy, [1, 1, 1], [1, 1, 1], torch.empty_like(x), SMS)
     (_, args, kwargs, descriptors), = launches
     assert not empty and kwargs["PHO"] == -1 and (kwargs["KD"], kwargs["PD"], kwargs["C"]) == (3, 1, 48)
-    assert descriptors[1] == (1, (0, 2, 3, 4, 1), (16, 1, 1, 1, 32))   # the weight's (CO, window, C) box
+    assert descriptors[1] == (1, (0, 2, 3, 4, 1), (16, 1, 1, 1, kwargs["BN"]))   # the weight's (CO, window, C) box
 
 
 INPUT_COMPILE_CASES = [  # (nd, N, C, C_out, spatial, window, stride, pad, dtype)
@@ -146,7 +153,7 @@ def input_compile_case(nd: int, n: int, c: int, co: int, sp: tuple[int, ...], k:
                        dtype: str) -> list[tuple[bool, bool, int]]:
     from tests.conftest import Kit
     x, w, dy = _tensors(nd, n, c, co, tuple(sp), k, stride, pad, getattr(torch, dtype))
-    launches, _ = g.input_plans(x, w, dy, [stride] * nd, [pad] * nd, torch.empty_like(x))
+    launches, _ = g.input_plans(x, w, dy, [stride] * nd, [pad] * nd, torch.empty_like(x), SMS)
     return [Kit.compile_sm90(g.CONV_KERNEL, args, kwargs) for _, args, kwargs, _ in launches]
 
 
