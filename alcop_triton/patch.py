@@ -71,10 +71,10 @@ CONV_MODULES: tuple[tuple[type[nn.Module], str], ...] = (
 
 GRAD_TO_TORCH: frozenset[Callable[..., Any]] = frozenset({ops.conv1d, ops.conv2d, ops.conv3d})
 """Drop-ins whose calls patch mode leaves to torch when autograd will run their backward (grad mode on and
-a tensor argument requiring grad): alcop's convolution gradients measured slower than cuDNN's on every
-conv2d layer of the ALCOP suite, 0.27-0.88x eagerly and 0.33-0.96x under CUDA graphs (``benchmarks/
-results/wgrad_h100/suite_conv_final``). The drop-ins themselves, called directly, still differentiate
-through alcop's kernels."""
+a tensor argument requiring grad): alcop's convolution gradients measured slower than cuDNN's on 19 of the
+ALCOP suite's 20 conv2d layers, 0.83x geomean under CUDA graphs and 0.70x eagerly (``benchmarks/results/
+conv_boxes_h100/suite_final``). The drop-ins themselves, called directly, still differentiate through
+alcop's kernels."""
 
 
 class _State(threading.local):
