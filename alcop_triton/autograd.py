@@ -119,8 +119,8 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
     a strided convolution's input gradient runs in one kernel over its input phases where that applies,
     else on the forward convolution kernel; the weight gradient as a GEMM over im2col rows where the
     reduction is short and there are no groups, else on its DSL kernel. ``differentiable`` (a backward
-    under create_graph): the input gradient through calls that differentiate again (the box and phase
-    kernels do not)."""
+    under create_graph): both gradients through calls that differentiate again or say they cannot (the box
+    and phase kernels' results carry no derivative)."""
     if not TYPE_CHECKING:  # Gluon device code: loaded at the first gradient, not with the package
         from .kernels import conv_window_grad
     dx = dw = None
@@ -132,7 +132,9 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
         if dx is None:
             dx = conv_grad.input_grad_by_conv(CACHED, x, w, dz, stride, pad_left, dilation, groups)
     if weight_grad:
-        dw = conv_window_grad.weight_grad_by_boxes(x, w, dz, stride, pad_left, dilation, groups)
+        # the box kernel's result has no derivative: under create_graph the routes that have one
+        dw = None if differentiable else \
+            conv_window_grad.weight_grad_by_boxes(x, w, dz, stride, pad_left, dilation, groups)
         if dw is None:
             dw = conv_grad.weight_grad_by_gemm(CACHED, x, w, dz, stride, pad_left, dilation, groups)
         if dw is None:

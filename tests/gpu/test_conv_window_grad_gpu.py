@@ -152,3 +152,16 @@ def test_a_fresh_thread_can_run_it_first(kit) -> None:
     worker.join()
     assert found and found[0] is not None
     kit.assert_close(found[0], _reference(case, x, w, dy), "float16", "from a fresh thread")
+
+
+def test_a_double_backward_takes_the_differentiable_routes(kit) -> None:
+    # Under create_graph the box kernels' results would carry no derivative: both gradients then run
+    # through alcop calls that differentiate again, so a gradient of a gradient is right (not silently 0).
+    x, w, _ = _operands((2, 32, (9, 10), 32, 3, 1, 1, "float16"), kit)
+    x, w = x.requires_grad_(), w.requires_grad_()
+    (gx,) = torch.autograd.grad(at.conv2d(x, w, padding=1).square().sum(), x, create_graph=True)
+    (gw,) = torch.autograd.grad(gx.float().square().sum(), w)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    (gx64,) = torch.autograd.grad(F.conv2d(x64, w64, padding=1).square().sum(), x64, create_graph=True)
+    kit.assert_close(gx, gx64, "float16", "first derivative")
+    kit.assert_close(gw, torch.autograd.grad(gx64.square().sum(), w64)[0], "float16", "second derivative")
