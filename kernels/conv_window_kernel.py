@@ -32,6 +32,15 @@ def _window_copy(x_desc, bar, dst, n0, od0, oh0, ow0, c0, rd, rh, rw, THREE: gl.
 
 
 @gluon.jit
+def _ring_barriers(STAGES: gl.constexpr):
+    """One mbarrier per ring stage, each completed by its stage's copies."""
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for st in gl.static_range(STAGES):
+        mbarrier.init(bars.index(st), count=1)
+    return bars
+
+
+@gluon.jit
 def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, THREE: gl.constexpr,
            C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr,
            PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, TRANS_W: gl.constexpr,
@@ -101,9 +110,7 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BI
     else:
         b_ring = gl.allocate_shared_memory(dtype, [STAGES, BN, BK],
                                            gl.NVMMASharedLayout.get_default_for([BN, BK], dtype))
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for st in gl.static_range(STAGES):
-        mbarrier.init(bars.index(st), count=1)
+    bars = _ring_barriers(STAGES)
     # One warpgroup per 64 rows (wgmma's M), the whole BLOCK_N per instruction.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, BN, 16])
@@ -233,9 +240,7 @@ def conv_window_wgrad(x, dy, ws, x_desc, dy_desc, CO, n_pos, per_split, n_db, n_
 
     a_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, BM], gl.NVMMASharedLayout.get_default_for([BK, BM], dtype))
     b_ring = gl.allocate_shared_memory(dtype, [STAGES, BK, BN], gl.NVMMASharedLayout.get_default_for([BK, BN], dtype))
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for st in gl.static_range(STAGES):
-        mbarrier.init(bars.index(st), count=1)
+    bars = _ring_barriers(STAGES)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, BN, 16])
     acc = gl.zeros((BM, BN), dtype=gl.float32, layout=acc_layout)
