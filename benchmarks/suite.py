@@ -74,7 +74,8 @@ TIMER_TEXT = {"eager": "eager call, CUDA events after an L2 flush, host cost inc
               "wall": "wall clock, CPU interpreter (dry run: not a measurement)"}
 UNSTABLE = 0.10
 TOLERANCE = 1e-2
-SETS = ("alcop", "heldout", "models", "decode", "conv2d", "conv2d_bwd", "conv3d", "conv3d_bwd", "resnet50", "smoke")
+SETS = ("alcop", "heldout", "models", "decode", "conv2d", "conv2d_bwd", "conv3d", "conv3d_bwd", "resnet50",
+        "resnet50_bwd", "smoke")
 
 
 @dataclass(frozen=True)
@@ -126,12 +127,14 @@ def load_set(name: str) -> list[Case]:
         layout = "nhwc" if op == "conv2d" else "ndhwc"
         return [Case(name, op, tuple(s), layout, f"{src}, {op}", backward=name.endswith("_bwd"))
                 for s in suite[op]["shapes"]]
-    path = WORKLOADS / f"{name}.json"
+    # NAME_bwd: the gradients of NAME's convolutions (a file's set)
+    backward = name.endswith("_bwd")
+    path = WORKLOADS / f"{name.removesuffix('_bwd')}.json"
     if not path.is_file():
         raise ValueError(f"--sets: unknown set {name!r}; known: {', '.join(SETS)}")
     doc = json.loads(path.read_text())
-    return [Case(name, w["op"], tuple(w["shape"]), w["layout"], w["reason"], doc.get("dtype", "float16"))
-            for w in doc["workloads"]]
+    return [Case(name, w["op"], tuple(w["shape"]), w["layout"], w["reason"], doc.get("dtype", "float16"), backward)
+            for w in doc["workloads"] if not backward or w["op"] in ("conv2d", "conv3d")]
 
 
 # --- inputs, implementations, checks -------------------------------------------------------------
