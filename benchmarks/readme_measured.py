@@ -55,7 +55,8 @@ LATER_SUITES = ("dispatch_h100/report.json", "h200_dispatch/report.json", "conv_
                 "pdl_h100/suite_repeat/report.json", "native_hit_h100/4_final/suite/report.json",
                 "native_hit_h100/5_repeat/suite/report.json", "conv_window_h100/suite_box/report.json",
                 "conv_window_h100/suite_final/report.json", "conv_boxes_h100/suite/report.json",
-                "conv_boxes_h100/suite_bwd/report.json", "conv_boxes_h100/suite_final/report.json")
+                "conv_boxes_h100/suite_bwd/report.json", "conv_boxes_h100/suite_final/report.json",
+                "conv_boxes_h100/suite_resnet50_bwd/report.json")
 # Host-time and end-to-end runs after the headline run (patch mode changed since): each its own run.
 LATER_OVERHEAD = ("callpath_h100/overhead/overhead.json", "turns_h100/overhead/overhead.json",
                   "tma_h100/overhead/overhead.json", "fastpath_h100/overhead/overhead.json",
