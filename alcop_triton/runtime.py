@@ -281,6 +281,8 @@ def current_context(index: int | None) -> None:
     layer's weight gradient was the first thing it ran."""
     import ctypes
     lib = _libcuda()
+    if lib is None:  # no driver: nothing runs, and nothing to make current
+        return
     ctx = ctypes.c_void_p()
     if lib.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 and ctx.value:
         return
@@ -294,7 +296,10 @@ def current_context(index: int | None) -> None:
 @functools.lru_cache(maxsize=1)
 def _libcuda() -> Any:
     import ctypes
-    return ctypes.CDLL("libcuda.so.1")
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
 
 
 def _compiled_launch(launcher: Any) -> Any:

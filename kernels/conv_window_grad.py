@@ -183,6 +183,8 @@ def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, str
                          pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
     """dW of a convolution on the box kernel, (CO, C, *K) with channels-last strides, or None where it
     cannot run (``why_not``; also tensors TMA cannot address: ``build.tma_aligned``)."""
+    if not _launchable(x, w, dy):
+        return None
     key = (x.shape, x.stride(), dy.shape, dy.stride(), w.shape, x.dtype, w.dtype, dy.dtype, x.device, tuple(stride),
            tuple(pad), tuple(dilation), groups)
     if key not in _LAUNCHES:
@@ -199,6 +201,13 @@ def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, str
     launch(xw, dyc, ws)   # the input's view starts at its address: the launch rebinds the view there
     dw = (ws[0] if split == 1 else ws.sum(0)).to(x.dtype)   # slices added in order: deterministic
     return dw.reshape(w.shape[0], *w.shape[2:], x.shape[1]).movedim(-1, 1)
+
+
+def _launchable(*tensors: torch.Tensor) -> bool:
+    """CUDA tensors with data: not the fake ones that tracing (torch.compile, opcheck) runs a backward on,
+    whose shapes may be symbolic; those take the routes that are custom ops."""
+    from torch._subclasses.fake_tensor import is_fake
+    return all(t.device.type == "cuda" and not is_fake(t) for t in tensors)
 
 
 def _bind(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
@@ -347,6 +356,8 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
     (``input_why_not``; also tensors TMA cannot address). No weight is copied: each tap's box is read
     from the weight as it lies, at the flipped tap; a strided convolution's phases are stored into dX's
     rows of each phase directly."""
+    if not _launchable(x, w, dy):
+        return None
     key = (x.shape, x.stride(), dy.shape, dy.stride(), w.shape, w.stride(), x.dtype, w.dtype, dy.dtype, x.device,
            tuple(stride), tuple(pad), tuple(dilation), groups)
     fmt = memory_format_of(x)
