@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import triton
+from torch._subclasses.fake_tensor import is_fake
 
 from alcop_triton.build import Launch, tma_aligned
 
@@ -211,7 +212,6 @@ def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, str
 def _launchable(*tensors: torch.Tensor) -> bool:
     """CUDA tensors with data: not the fake ones that tracing (torch.compile, opcheck) runs a backward on,
     whose shapes may be symbolic; those take the routes that are custom ops."""
-    from torch._subclasses.fake_tensor import is_fake
     return all(t.device.type == "cuda" and not is_fake(t) for t in tensors)
 
 
@@ -230,21 +230,38 @@ def _bind(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[i
             return None
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     tensors, grid, tail, kwargs, descriptors, split = plan(x, w, dy, stride, pad, sms)
-    if not tma_aligned([t.as_strided(t.shape, t.stride(), 0) for t in tensors[:2]]):   # strides only: the
-        return None                                                                  # call checks addresses
+    if not _strides_aligned(tensors[:2]):
+        return None
+    return _prebound(WGRAD_KERNEL, grid, tensors, tail, kwargs, descriptors), tuple(tensors[2].shape), split, whole
+
+
+def _strides_aligned(tensors: Sequence[torch.Tensor]) -> bool:
+    """TMA's rules on the tensors' strides only (``build.tma_aligned`` at offset 0): each call checks its
+    own addresses."""
+    return tma_aligned([t.as_strided(t.shape, t.stride(), 0) for t in tensors])
+
+
+def _prebound(kernel: Any, grid: tuple[int], tensors: Sequence[torch.Tensor], tail: Sequence[Any],
+              kwargs: dict[str, Any], descriptors: Any) -> Callable[..., None]:
+    """``kernel``'s launch on ``tensors`` at ``grid``, prebound (``Launch.prebind``): later calls pass tensors
+    of the same shapes and strides. The first descriptors carry the shared-memory layouts that the Gluon
+    signature specialises on (``conv_window.gluon_descriptor``)."""
     descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
-    with torch.cuda.device(x.device):
-        run = WGRAD_KERNEL[grid]
-    launch = Launch(WGRAD_KERNEL, run, grid, (*tensors, *descs, *tail), kwargs, len(tensors), x.device,
-                    descriptors).prebind()
-    return launch, tuple(tensors[2].shape), split, whole
+    device = tensors[0].device
+    with torch.cuda.device(device):
+        run = kernel[grid]
+    return Launch(kernel, run, grid, (*tensors, *descs, *tail), kwargs, len(tensors), device, descriptors).prebind()
+
+
+def _whole_shape(x: torch.Tensor, stride: Sequence[int]) -> tuple[int, ...]:
+    """``x``'s shape with its extents rounded up to whole phases of the stride."""
+    return (*x.shape[:2], *(-(-x.shape[2 + i] // s) * s for i, s in enumerate(stride)))
 
 
 def _whole_phases(x: torch.Tensor, stride: Sequence[int]) -> torch.Tensor:
     """A channels-last copy of a 2-d input zero-padded at the end to whole phases of the stride: positions
     past the input, which a convolution reads as zeros (its padding), so the weight gradient is the same."""
-    shape = (*x.shape[:2], *(-(-x.shape[2 + i] // s) * s for i, s in enumerate(stride)))
-    out = torch.empty(shape, device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    out = torch.empty(_whole_shape(x, stride), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
     out[:, :, x.shape[2]:].zero_()
     out[:, :, :x.shape[2], x.shape[3]:].zero_()
     out[:, :, :x.shape[2], :x.shape[3]].copy_(x)
@@ -271,14 +288,15 @@ def input_why_not(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Se
 
 
 def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
-                dx: torch.Tensor, sms: int) -> tuple[list[tuple[tuple[int], tuple[Any, ...], dict[str, Any], Any]],
+                dx: torch.Tensor, sms: int) -> tuple[list[tuple[tuple[int], tuple[torch.Tensor, ...], tuple[int, ...],
+                                                                   dict[str, Any], Any]],
                                            list[tuple[int, int]]]:
     """The input gradient's launches into ``dx`` (channels last, ``_grad_buffer``'s shape; ``input_why_not``
     None): one
     per input phase (one in all for stride 1), each a convolution of dY with the phase's taps of the
     weight flipped, read from the weight as it lies (``TRANS_W``), stored into the phase's rows of dX.
-    Returns, per launch, (grid, positional arguments, constexprs, descriptors as ``(tensor index, dims,
-    block)``), and the phases that no tap reaches (to be zeroed: a strided 1x1 convolution's)."""
+    Returns, per launch, (grid, tensors: dY's view, the weight, dX's view; the integer arguments after their
+    descriptors, constexprs, descriptors as ``(tensor index, dims, block)``), and the phases that no tap reaches (to be zeroed: a strided 1x1 convolution's)."""
     three = x.dim() == 5
     nd = x.dim() - 2
     n, c, co = x.shape[0], x.shape[1], w.shape[0]
@@ -300,7 +318,7 @@ def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequ
         out = dx.permute(0, 2, 3, 1).view(n, dh // stride[0], stride[0], dw_ // stride[1], stride[1] * c)
     else:
         out = dx
-    launches: list[tuple[tuple[int], tuple[Any, ...], dict[str, Any], Any]] = []
+    launches: list[tuple[tuple[int], tuple[torch.Tensor, ...], tuple[int, ...], dict[str, Any], Any]] = []
     empty: list[tuple[int, int]] = []
     phases = [(0, 0)] if not strided else [(a, b) for a in range(stride[0]) for b in range(stride[1])]
     for phase in phases:
@@ -328,10 +346,8 @@ def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequ
                   "SW": 1, "BI": bi, "BD": bd, "BH": bh, "BW": bw, "BN": bn, "STAGES": stages, "TRANS_W": True,
                   "WSH": stride[-2], "WSW": stride[-1], "WRH": runs[-2][0], "WRW": runs[-1][0],
                   "PHO": phase[0] if strided else -1, "PWO": phase[1], "num_warps": bm // 16}
-        tensors = (dyv, wc, out)
-        descs = [gluon_descriptor(tensors[i], dims, block) for i, dims, block in descriptors]
         grid = (-(-n // bi) * n_db * n_hb * n_wb * n_cb, )
-        launches.append((grid, (*tensors, *descs, c, n_db, n_hb, n_wb, n_cb), kwargs, descriptors))
+        launches.append((grid, (dyv, wc, out), (c, n_db, n_hb, n_wb, n_cb), kwargs, descriptors))
     return launches, empty
 
 
@@ -372,13 +388,8 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
             dx = _grad_buffer(x, stride)
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count
             launches, empty = input_plans(x, w, dy, stride, pad, dx, sms)
-            if all(tma_aligned([t.as_strided(t.shape, t.stride(), 0) for t in args[:3]]) for _, args, _, _ in launches):
-                prebound = []
-                for grid, args, kwargs, descriptors in launches:
-                    with torch.cuda.device(x.device):
-                        run = CONV_KERNEL[grid]
-                    prebound.append(Launch(CONV_KERNEL, run, grid, args, kwargs, 3, x.device, descriptors).prebind())
-                _INPUT_LAUNCHES[key] = (prebound, empty)
+            if all(_strides_aligned(tensors) for _, tensors, _, _, _ in launches):
+                _INPUT_LAUNCHES[key] = ([_prebound(CONV_KERNEL, *launch) for launch in launches], empty)
     entry = _INPUT_LAUNCHES[key]
     if entry is None:
         return None
@@ -401,5 +412,4 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
 
 def _grad_buffer(x: torch.Tensor, stride: Sequence[int]) -> torch.Tensor:
     """dX's buffer: ``x``'s shape, channels last, its extents rounded up to whole phases of the stride."""
-    shape = (*x.shape[:2], *(-(-x.shape[2 + i] // s) * s for i, s in enumerate(stride)))
-    return torch.empty(shape, device=x.device, dtype=x.dtype, memory_format=memory_format_of(x))
+    return torch.empty(_whole_shape(x, stride), device=x.device, dtype=x.dtype, memory_format=memory_format_of(x))

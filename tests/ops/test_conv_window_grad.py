@@ -115,12 +115,12 @@ def test_a_strided_input_gradient_runs_phase_by_phase() -> None:
     dx = torch.empty_like(x)
     launches, empty = g.input_plans(x, w, dy, [2, 2], [1, 1], dx, SMS)
     assert len(launches) == 4 and not empty
-    by_phase = {(k["PHO"], k["PWO"]): k for _, _, k, _ in launches}
+    by_phase = {(k["PHO"], k["PWO"]): k for _, _, _, k, _ in launches}
     assert (by_phase[0, 0]["KH"], by_phase[0, 0]["WRH"], by_phase[0, 0]["PH"]) == (1, 1, 0)
     assert (by_phase[1, 0]["KH"], by_phase[1, 0]["WRH"], by_phase[1, 0]["WSH"], by_phase[1, 0]["PH"]) == (2, 0, 2, 0)
     assert all(k["TRANS_W"] and k["C"] == 16 for k in by_phase.values())
-    grid, args, _, descriptors = launches[0]
-    assert args[2].shape == (2, 5, 2, 6, 64) and args[2].data_ptr() == dx.data_ptr()   # dX's phase view
+    grid, tensors, _, _, descriptors = launches[0]
+    assert tensors[2].shape == (2, 5, 2, 6, 64) and tensors[2].data_ptr() == dx.data_ptr()   # dX's phase view
     # a strided 1x1 convolution: the odd rows and columns receive nothing
     x, w, dy = _tensors(2, 2, 32, 16, (8, 8), 1, 2, 0)
     launches, empty = g.input_plans(x, w, dy, [2, 2], [0, 0], torch.empty_like(x), SMS)
@@ -137,7 +137,7 @@ def test_input_tiles_fill_the_gpu() -> None:
 def test_stride_one_flips_the_whole_window() -> None:
     x, w, dy = _tensors(3, 2, 32, 48, (4, 6, 5), 3, 1, 1)
     launches, empty = g.input_plans(x, w, dy, [1, 1, 1], [1, 1, 1], torch.empty_like(x), SMS)
-    (_, args, kwargs, descriptors), = launches
+    (_, _, _, kwargs, descriptors), = launches
     assert not empty and kwargs["PHO"] == -1 and (kwargs["KD"], kwargs["PD"], kwargs["C"]) == (3, 1, 48)
     assert descriptors[1] == (1, (0, 2, 3, 4, 1), (16, 1, 1, 1, kwargs["BN"]))   # the weight's (CO, window, C) box
 
@@ -153,8 +153,11 @@ def input_compile_case(nd: int, n: int, c: int, co: int, sp: tuple[int, ...], k:
                        dtype: str) -> list[tuple[bool, bool, int]]:
     from tests.conftest import Kit
     x, w, dy = _tensors(nd, n, c, co, tuple(sp), k, stride, pad, getattr(torch, dtype))
+    from alcop_triton.kernels.conv_window import gluon_descriptor
     launches, _ = g.input_plans(x, w, dy, [stride] * nd, [pad] * nd, torch.empty_like(x), SMS)
-    return [Kit.compile_sm90(g.CONV_KERNEL, args, kwargs) for _, args, kwargs, _ in launches]
+    return [Kit.compile_sm90(g.CONV_KERNEL, (*tensors, *[gluon_descriptor(tensors[i], dims, block)
+                                                          for i, dims, block in descriptors], *tail), kwargs)
+            for _, tensors, tail, kwargs, descriptors in launches]
 
 
 def test_the_input_gradient_compiles_for_sm90(kit) -> None:
