@@ -210,7 +210,7 @@ class Kit:
         import triton
         from triton.backends.compiler import GPUTarget
         from triton.experimental.gluon._runtime import GluonASTSource
-        short = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+        short = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32"}
         sig: dict[str, str] = {}
         for arg, value in zip(fn.arg_names, args):  # what JITFunction.run would specialise on
             if isinstance(value, torch.Tensor):
