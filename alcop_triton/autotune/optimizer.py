@@ -40,7 +40,7 @@ class SimulatedAnnealingOptimizer:
                  parallel_size: int = 128, early_stop: int = 30, exhaustive_limit: int = 50_000) -> None:
         self.space, self.n_iter, self.temp = space, n_iter, temp
         self.parallel_size, self.early_stop, self.exhaustive_limit = parallel_size, early_stop, exhaustive_limit
-        self._values = space.knob_values()
+        self.knob_values = space.knob_values()  # what moves step along (``ConfigSpace.mutate``)
 
     def find_maximums(self, predict: Predict, num: int, exclude: set[KernelConfig], rng: np.random.Generator,
                       seeds: Iterable[KernelConfig] = ()) -> list[KernelConfig]:
@@ -86,7 +86,7 @@ class SimulatedAnnealingOptimizer:
         quiet = 0
         for step in range(self.n_iter):
             t = t0 + (t1 - t0) * step / max(1, self.n_iter - 1)
-            moved = [self.space.mutate(c, rng, self._values) for c in points]
+            moved = [self.space.mutate(c, rng, self.knob_values) for c in points]
             new_scores = np.asarray(predict(moved), dtype=float)
             changed = False
             for c, s in zip(moved, new_scores):

@@ -411,6 +411,19 @@ class ConfigSpace:
             raise ScheduleError(f"top_k={k!r}: must be an int >= 1 or a fraction in (0, 1]")
         return self.restrict(self.ranked()[:k], "analytical top_k")
 
+    def _by_knobs(self) -> dict[tuple[Any, ...], KernelConfig]:
+        """The space's configs by their knob values: neighbours are looked up without building (and
+        validating) a KernelConfig for a move that leaves the space, which is most moves."""
+        by_knobs = self.__dict__.get("_by_knobs_map")
+        if by_knobs is None:
+            by_knobs = {_knob_values(x): x for x in self.configs}
+            object.__setattr__(self, "_by_knobs_map", by_knobs)
+        return by_knobs
+
+    def _moved(self, here: tuple[Any, ...], knob: str, value: Any) -> KernelConfig | None:
+        pos = KNOB_NAMES.index(knob)
+        return self._by_knobs().get(here[:pos] + (value,) + here[pos + 1:])
+
     def mutate(self, c: KernelConfig, rng: Any, values: dict[str, tuple[Any, ...]] | None = None,
                tries: int = 8) -> KernelConfig:
         """A neighbour of ``c`` inside the space: one knob moved to an adjacent value.
@@ -419,12 +432,6 @@ class ConfigSpace:
         """
         values = values or self.knob_values()
         movable = [k for k in KNOB_NAMES if len(values[k]) > 1]
-        by_knobs = self.__dict__.get("_by_knobs")
-        if by_knobs is None:
-            # Neighbours are looked up by their knob values: no KernelConfig is built (and validated)
-            # for a move that leaves the space, which is most moves of simulated annealing.
-            by_knobs = {_knob_values(x): x for x in self.configs}
-            object.__setattr__(self, "_by_knobs", by_knobs)
         here = _knob_values(c)
         for _ in range(tries if movable else 0):
             knob = movable[int(rng.integers(len(movable)))]
@@ -433,12 +440,27 @@ class ConfigSpace:
             j = i + (1 if rng.random() < 0.5 else -1)
             if not 0 <= j < len(vals):
                 j = i - (j - i)
-            pos = KNOB_NAMES.index(knob)
-            n = by_knobs.get(here[:pos] + (vals[j],) + here[pos + 1:])
+            n = self._moved(here, knob, vals[j])
             if n is not None:
                 return n
         return c
 
+    def neighbours(self, c: KernelConfig, values: dict[str, tuple[Any, ...]] | None = None) -> list[KernelConfig]:
+        """Every config of the space with one knob of ``c`` moved to an adjacent value (knobs in
+        ``KNOB_NAMES`` order, the lower value first)."""
+        values = values or self.knob_values()
+        here = _knob_values(c)
+        out = []
+        for knob in KNOB_NAMES:
+            vals = values[knob]
+            if getattr(c, knob) not in vals:
+                continue
+            i = vals.index(getattr(c, knob))
+            for j in (i - 1, i + 1):
+                n = self._moved(here, knob, vals[j]) if 0 <= j < len(vals) else None
+                if n is not None:
+                    out.append(n)
+        return out
 
 def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
     """(knob, type, value) of every value ``KernelConfig`` refuses on its own.

@@ -59,6 +59,17 @@ from .timing import Timings
 
 TUNERS: tuple[str, ...] = ("grid", "random", "xgb", "analytical", "analytical+xgb")
 
+LOCAL_SLOTS = 2
+"""Slots of each of a model-based tuner's batches, once something was measured, for the unvisited neighbours
+of the fastest measured configs (``ConfigSpace.neighbours``), ranked by the model: a learned model fits a
+few dozen measurements of a space of hundreds, and the knob it is least sure of near the best (a pipeline
+one stage deeper, a wave-tail twin, a group order) is often what the last percent needs."""
+LOCAL_FROM = 2
+"""How many of the fastest measured configs the local slots look around."""
+LOCAL_AFTER = 16
+"""Trials measured (seeds included) before the local slots open: the first batches are the prior's best
+guesses, which is what a budget of ten trials needs."""
+
 LOOKAHEAD_BATCHES = 2
 """Batches of likely next proposals a tuner names as ``upcoming`` (compiled ahead while a batch is measured):
 two batches of eight keep a 16-core host's compile workers busy, and a refit model's next batch often
@@ -336,10 +347,13 @@ class ModelBasedTuner(Tuner):
         # worth more than random configs (and the 10-trial budget is what users feel).
         n_random = min(n, stochastic_round(self.eps * n, self.rng)) if self.trials else 0
         best_seen = [t.config for t in sorted(self.trials, key=lambda t: -t.throughput)[:16] if t.throughput > 0]
+        local = self._local(min(LOCAL_SLOTS, n - n_random), best_seen[:LOCAL_FROM]) \
+            if len(self.trials) >= LOCAL_AFTER else []
+        n_model = n - n_random - len(local)
         # More maxima than needed: the rest are the likely members of the next batches.
-        ranked = self.optimizer.find_maximums(self.model.predict, (1 + LOOKAHEAD_BATCHES) * (n - n_random),
-                                              self.visited, self.rng, best_seen)
-        picks, self.upcoming = ranked[: n - n_random], ranked[n - n_random:]
+        ranked = self.optimizer.find_maximums(self.model.predict, (1 + LOOKAHEAD_BATCHES) * n_model,
+                                              self.visited | set(local), self.rng, best_seen)
+        picks, self.upcoming = local + ranked[:n_model], ranked[n_model:]
         # Exploration slots, and any the optimizer could not fill, get uniform random configs.
         if len(picks) < n:  # (the unvisited remainder is listed only then: a pass over the whole space)
             chosen = set(picks)
@@ -348,6 +362,19 @@ class ModelBasedTuner(Tuner):
             if k > 0:
                 picks += [rest[int(i)] for i in self.rng.choice(len(rest), size=k, replace=False)]
         return picks
+
+    def _local(self, n: int, incumbents: Sequence[KernelConfig]) -> list[KernelConfig]:
+        """Up to ``n`` unvisited neighbours of the ``incumbents`` (the fastest measured configs, one knob
+        moved to an adjacent value), the model's best first."""
+        if n <= 0 or not incumbents:
+            return []
+        values = self.optimizer.knob_values
+        near = list(dict.fromkeys(c for inc in incumbents for c in self.space.neighbours(inc, values)
+                                  if c not in self.visited))
+        if not near:
+            return []
+        scores = np.asarray(self.model.predict(near), dtype=float)
+        return [near[int(i)] for i in np.argsort(-scores, kind="stable")[:n]]
 
     def update(self, trials: Sequence[Trial]) -> None:
         self.model.fit([t.config for t in self.trials], [t.throughput for t in self.trials])

@@ -140,3 +140,60 @@ def test_replay_tasks_split_by_mma_path(tmp_path, synth_records):
     tasks = load_tasks([path])
     assert [t.mma for t in tasks] == ["mma_sync", "wgmma"] and all(len(t.records) == 20 for t in tasks)
     assert tasks[0].key == f"H100/mma_sync/{records[0].workload.key()}"
+
+
+def test_neighbours_move_one_knob_to_an_adjacent_value():
+    from alcop_triton.autotune.space import KNOB_NAMES
+    from alcop_triton.records import Workload
+    space = ConfigSpace.build(Workload("matmul", (1970, 2304, 768), "float16", "nt"), SPEC)
+    values = space.knob_values()
+    c = space.ranked()[0]
+    near = space.neighbours(c)
+    assert near and len(set(near)) == len(near) and c not in near
+    for n in near:
+        assert n in space
+        moved = [k for k in KNOB_NAMES if getattr(n, k) != getattr(c, k)]
+        assert len(moved) == 1, (c, n)
+        k = moved[0]
+        assert abs(values[k].index(getattr(n, k)) - values[k].index(getattr(c, k))) == 1
+    # Every in-space config one pipeline stage away is among them.
+    for s in (c.smem_stages - 1, c.smem_stages + 1):
+        if c.replace(smem_stages=s) in space:
+            assert c.replace(smem_stages=s) in near
+
+
+class _StagesMatter:
+    """'Measures' a config as its analytical time, a deeper pipeline 10% faster per stage: a learnable
+    error that puts the fastest configs where the model's prior does not."""
+
+    def __init__(self, space):
+        self.workload, self.space, self.est = space.workload, space, space.estimates()
+
+    def measure(self, configs, on_result=None):
+        from alcop_triton.autotune.measure import MeasureResult
+        out = [MeasureResult(c, 1e3 * self.est[self.space.index(c)] * 0.9 ** c.smem_stages, timer="replay")
+               for c in configs]
+        for r in out:
+            if on_result is not None:
+                on_result(r)
+        return out
+
+
+def test_model_tuners_look_around_the_fastest_measured_configs(monkeypatch):
+    from alcop_triton.autotune import tuner as tu
+    from alcop_triton.records import Workload
+    space = ConfigSpace.build(Workload("matmul", (1970, 2304, 768), "float16", "nt"), SPEC).top_k(300)
+    m = _StagesMatter(space)
+
+    def after(trials: int, slots: int) -> tuple:
+        monkeypatch.setattr(tu, "LOCAL_SLOTS", slots)
+        t = make_tuner("analytical+xgb", space, seed=0)
+        t.tune(m, trials, batch_size=8)
+        return t, t.next_batch(8)
+    t, batch = after(tu.LOCAL_AFTER, 2)
+    fastest = [tr.config for tr in sorted(t.trials, key=lambda tr: -tr.throughput)[:tu.LOCAL_FROM]]
+    near = {n for c in fastest for n in space.neighbours(c)} - {tr.config for tr in t.trials}
+    assert len(near) >= 2 and len(set(batch) & near) >= 2
+    assert len(set(after(tu.LOCAL_AFTER, 0)[1]) & near) < len(set(batch) & near)  # the slots made the difference
+    # Before LOCAL_AFTER trials the batch is the model's alone: the same with the slots closed.
+    assert after(8, 2)[1] == after(8, 0)[1]
