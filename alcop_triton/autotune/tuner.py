@@ -59,11 +59,15 @@ from .timing import Timings
 
 TUNERS: tuple[str, ...] = ("grid", "random", "xgb", "analytical", "analytical+xgb")
 
-LOCAL_SLOTS = 2
-"""Slots of each of a model-based tuner's batches, once something was measured, for the unvisited neighbours
-of the fastest measured configs (``ConfigSpace.neighbours``), ranked by the model: a learned model fits a
-few dozen measurements of a space of hundreds, and the knob it is least sure of near the best (a pipeline
-one stage deeper, a wave-tail twin, a group order) is often what the last percent needs."""
+LOCAL_SLOTS = 4
+"""Slots of each of a model-based tuner's batches, from ``LOCAL_AFTER`` trials on, for the unvisited neighbours
+of the fastest measured configs (``ConfigSpace.neighbours``: one knob moved to an adjacent value), ranked by
+the model. A learned model fits a few dozen measurements of a space of hundreds, and a knob it is unsure of
+near the best (a pipeline one stage deeper, a reduction chunk twice as long) is often what the last percent
+needs. Replayed on the four recorded H100 grids (``alcop-tune compare-tuners``, 5 seeds, analytical+xgb),
+best within 50 trials over the grids' best: 98.5/99.8/98.4/98.5% without these slots, 99.1/99.9/99.1/99.0%
+with four of eight (ablation, dense + bmm, mma.sync ablation, ALCOP space); 10 trials unchanged, and from 20
+trials on never lower than with two or three slots (``benchmarks/results/tuners.md``)."""
 LOCAL_FROM = 2
 """How many of the fastest measured configs the local slots look around."""
 LOCAL_AFTER = 16
