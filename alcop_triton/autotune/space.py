@@ -462,6 +462,7 @@ class ConfigSpace:
                     out.append(n)
         return out
 
+
 def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
     """(knob, type, value) of every value ``KernelConfig`` refuses on its own.
 

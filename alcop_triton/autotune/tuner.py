@@ -13,6 +13,10 @@ tuner              cost model       prior           model updated        proposa
 (*) the whole space scored in one prediction up to ``optimizer``'s ``exhaustive_limit`` (50k configs:
 every GEMM space so far), simulated annealing beyond.
 
+Local slots (``LOCAL_SLOTS``): once 16 trials are measured, half of each batch of the model-based tuners
+goes to the model's best unmeasured neighbours of the fastest measured configs (one knob moved to an
+adjacent value), the other half to the model's maxima.
+
 Failed trials are kept and scored 0 (TVM does the same) so the learned model learns where the
 invalid regions are; they are never reported as best. Every tuner is deterministic given its seed.
 
