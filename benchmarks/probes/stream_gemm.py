@@ -208,6 +208,8 @@ def _mma_partition(c_desc, ws, flags, a_ring, b_ring, c_smem, ready, empty, tile
 @gluon.jit
 def stream_gemm(ws, flags, a_desc, b_desc, c_desc, tiles_m, tiles_n, KT, sk_tiles, EXCHANGE,
                 GROUP_M: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """C = A @ B^T (A: M x K, B: N x K, K-contiguous) over ``gl.num_programs(0)`` resident programs: the ring,
+    its barriers and C's staging tile, then the consumer warps (this program's) and one producer warp."""
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BN: gl.constexpr = b_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
@@ -237,6 +239,11 @@ def stream_split(tiles: int, kt: int, sms: int, waves: int) -> tuple[int, int]:
     return min(sms, sk * kt), sk
 
 
+_SCRATCH: dict[tuple[int, int], tuple[Any, Any]] = {}
+"""Per tile shape: the partial tiles' float32 workspace and the programs' flags (zero, left zero by every
+launch)."""
+
+
 def run(a: Any, b: Any, c: Any, cfg: tuple[int, ...], waves: int, exchange: bool = True) -> Any:
     """C = A @ B^T (A: M x K, B: N x K, C: M x N, fp16, TMA-aligned) with tile config ``cfg``."""
     import torch
@@ -253,7 +260,7 @@ def run(a: Any, b: Any, c: Any, cfg: tuple[int, ...], waves: int, exchange: bool
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     programs, sk_tiles = stream_split(tiles_m * tiles_n, kt, sms, waves)
     key = (block_m, block_n)
-    if key not in _SCRATCH:  # partial tiles, and flags that every launch leaves zero
+    if key not in _SCRATCH:
         _SCRATCH[key] = (torch.empty(sms * block_m * block_n, dtype=torch.float32, device=a.device),
                          torch.zeros(sms, dtype=torch.int32, device=a.device))
     ws, flags = _SCRATCH[key]
@@ -264,8 +271,6 @@ def run(a: Any, b: Any, c: Any, cfg: tuple[int, ...], waves: int, exchange: bool
                               GROUP_M=8, STAGES=stages, num_warps=warps)
     return c
 
-
-_SCRATCH: dict[tuple[int, int], tuple[Any, Any]] = {}
 
 
 def main() -> int:
