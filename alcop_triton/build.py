@@ -330,7 +330,7 @@ class CompiledKernel(Runs):
         if role == "tail":
             tiles_m = -(-tot["m"] // c["BLOCK_M"])
             v = self._variant(key, dev.type, role)
-            rows = ((tiles_m - tile_lo) * -(-tot["n"] // c["BLOCK_N"]), 1)
+            rows = ((tiles_m - tile_lo) * -(-tot["n"] // c["BLOCK_N"]), 1) + ((split,) if split > 1 else ())
             return Launch(v.fn, for_device(v.fn, dev.type)[rows], rows, tuple(args + [tile_lo, tiles_m]),
                           c | v.options(), len(all_x), dev, descs), out
         if self.config.wave_tail and tot["b"] == 1 and not v.m_box:

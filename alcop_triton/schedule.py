@@ -273,9 +273,9 @@ class Schedule:
         self.steps.append(WaveTail())
 
     def tail_schedule(self, cfg: KernelConfig = TAIL_CONFIG) -> Schedule:
-        """The schedule of the wave tail's launch: these steps with ``cfg``'s tile, depths, warps and copies
-        (buffers, inlining, grouping and axes as here); the library's is ``TAIL_CONFIG``, another serves
-        measurements of the choice (``benchmarks/probes/wave_tail_configs.py``)."""
+        """The schedule of the wave tail's launch: these steps with ``cfg``'s tile, depths, warps, copies and
+        split-K factor (buffers, inlining, grouping and axes as here); the library's is ``TAIL_CONFIG``, others
+        serve measurements of the choice (``benchmarks/probes/wave_tail_configs.py``)."""
         steps: list[Step] = []
         for st in self.steps:
             if isinstance(st, Tile):
@@ -287,8 +287,10 @@ class Schedule:
                 steps.append(Warps(cfg.num_warps))
             elif isinstance(st, AsyncCopyStep):
                 steps.append(AsyncCopyStep(cfg.async_copy))
-            elif not isinstance(st, WaveTail):
+            elif not isinstance(st, (WaveTail, SplitK)):
                 steps.append(st)
+        if cfg.split_k > 1:
+            steps.append(SplitK(cfg.split_k))
         return Schedule(self.out, steps, dict(self.buffers))
 
     def split_k(self, factor: int) -> None:

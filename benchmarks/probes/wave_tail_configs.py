@@ -24,11 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from probe_io import GRAPH_TIMER, publish, run_meta, table_head  # noqa: E402
 
 SHAPES = ((1970, 2304, 768), (896, 2560, 2560), (1024, 2304, 768))
-HEADS = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (64, 256, 64, 4, 3))
-TAILS = ((64, 64, 64, 4, 4), (64, 64, 64, 4, 3), (64, 64, 64, 4, 6), (64, 64, 128, 4, 3), (64, 64, 32, 4, 6),
-         (64, 128, 64, 4, 4), (64, 32, 64, 4, 4))
-"""(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, stages), TMA copies: the head's configs, the tail's (64 rows, so a
-tail starts at any head's row boundary)."""
+HEADS = ((128, 128, 64, 4, 4), (128, 128, 64, 4, 5), (64, 256, 64, 4, 3))
+TAILS = ((64, 64, 64, 4, 4, 1), (64, 64, 64, 4, 3, 1), (64, 32, 64, 4, 4, 1), (64, 64, 64, 4, 4, 2),
+         (64, 64, 64, 4, 4, 4), (64, 64, 64, 4, 4, 8), (64, 128, 64, 4, 4, 4), (128, 128, 64, 4, 4, 4),
+         (128, 128, 64, 4, 4, 8))
+"""(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, stages), TMA copies: the head's configs; the tail's add a split-K
+factor (the tail's programs each reduce one slice of K; the last to arrive adds the slices in order). A tail
+starts at a head's row boundary, so a tail's BLOCK_M divides the head's."""
 
 
 def main(out_dir: str) -> int:
@@ -41,7 +43,7 @@ def main(out_dir: str) -> int:
 
     def cfg(c: tuple[int, ...], tail: bool = False) -> at.KernelConfig:
         return at.KernelConfig(c[0], c[1], c[2], group_m=8, num_warps=c[3], smem_stages=c[4], async_copy="tma",
-                               wave_tail=tail)
+                               wave_tail=tail, split_k=c[5] if len(c) > 5 else 1)
 
     rows: list[dict[str, Any]] = []
     for m, n, k in SHAPES:
@@ -62,6 +64,9 @@ def main(out_dir: str) -> int:
             one, _ = km.compiled("float16", 0, km.Epilogue(), cfg(head)).bind(a, bt.T, c)
             row["runs"].append({"head": head, "tail": None, "us": timed(one)})
             for tail in TAILS:
+                if head[0] % tail[0]:
+                    row["runs"].append({"head": head, "tail": tail, "us": "n/a"})
+                    continue
                 inputs, out = km.matmul_te("float16", False)
                 kern = at.build(at.Schedule.from_config(out, cfg(head, True)), inputs + [out])
                 kern._tail = CompiledKernel(kern.schedule.tail_schedule(cfg(tail)), inputs + [out])
@@ -75,7 +80,7 @@ def main(out_dir: str) -> int:
     meta = run_meta(GRAPH_TIMER)
     lines = table_head("The wave tail's second launch: its tile", meta,
                        "fp16, B stored N x K; µs. Columns: the head config as one launch, then with each tail "
-                       "(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages).",
+                       "(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K); n/a: the tail's rows do not divide the head's.",
                        ["shape", "cuBLAS", "head", "one launch"] + [str(t) for t in TAILS])
     for r in rows:
         for head in HEADS:

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from alcop_triton import KernelConfig, Schedule, ScheduleError
-from alcop_triton.build import INTERPRETER_PROGRAMS
+from alcop_triton import KernelConfig, Schedule, ScheduleError, build
+from alcop_triton.build import INTERPRETER_PROGRAMS, CompiledKernel
 from alcop_triton.kernels import matmul as km
 from alcop_triton.model.analytical import estimate
 from alcop_triton.model.hardware import get_spec
@@ -57,6 +57,26 @@ def test_split_matches_torch(m: int, n: int, k: int, block_m: int, dtype: str, k
     head = next(v for (_, _, _, role), v in kern._variants.items() if role == "head").source
     assert "num_pid_m = tile_hi - tile_lo" in head and "pid_m = tile_lo + first_pid_m" in head
     assert "WaveTail(head)" in head
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("split", [2, 3])
+def test_a_tail_schedule_with_split_k(split: int, kit) -> None:
+    # another tail than the library's (what benchmarks/probes/wave_tail_configs.py measures): its programs
+    # each reduce one slice of K, the last to arrive adds the slices in order
+    inputs, c = km.matmul_te("float32", False)
+    kern = build(Schedule.from_config(c, _cfg()), inputs + [c])  # not the kit's cached kernel: its tail is replaced
+    tail = TAIL_CONFIG.replace(block_k=32, smem_stages=2, split_k=split)
+    kern._tail = CompiledKernel(kern.schedule.tail_schedule(tail), inputs + [c])
+    g = torch.Generator().manual_seed(split)
+    m, n, k = 300, 64, 200
+    a, b = kit.rand((m, k), "float32", g), kit.rand((k, n), "float32", g)
+    out = kit.poisoned((m, n), "float32")
+    launch, _ = kern.bind(a, b, out)
+    assert launch.then is not None and launch.then.grid == (1, 1, split)  # one 64-row tile left, split
+    launch()
+    kit.assert_close(out, a.double() @ b.double(), "float32", f"tail split {split}")
+    assert "SplitK" in kern._tail.source
 
 
 @pytest.mark.interpreter
