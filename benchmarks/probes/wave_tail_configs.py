@@ -1,10 +1,11 @@
 """Which tile should a wave tail's second launch use? alcop's kernels with other tail configs, timed.
 
-    python benchmarks/probes/wave_tail_configs.py OUT_DIR
+    python benchmarks/probes/wave_tail_configs.py OUT_DIR [--shapes MxNxK ...] [--heads M,N,K,W,S ...]
+        [--tails M,N,K,W,S[,SPLIT] ...]
 
 ``records.TAIL_CONFIG`` (64 x 64 x 64, 4 warps, 4 stages) came from the hand-written kernel of
 ``wave_tail.py``, which tried three tail tiles at one depth. Here alcop's generated kernels: for each
-short-last-wave shape and head config, the wave tail with each of ``TAILS`` as its second launch
+short-last-wave shape and head config, the wave tail with each tail (``TAILS``, or ``--tails``) as its second launch
 (``Schedule.tail_schedule(cfg)``, set on the head's kernel before its first call) and the head config as
 one launch. fp16, B stored N x K; each result checked against torch (normwise relative error <= 1e-2,
 output filled with NaN first). Timer: ``triton.testing.do_bench_cudagraph`` (median). Writes
@@ -13,6 +14,7 @@ output filled with NaN first). Timer: ``triton.testing.do_bench_cudagraph`` (med
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,22 @@ factor (the tail's programs each reduce one slice of K; the last to arrive adds 
 starts at a head's row boundary, so a tail's BLOCK_M divides the head's."""
 
 
-def main(out_dir: str) -> int:
+def _ints(text: str, sep: str, counts: tuple[int, ...], what: str) -> tuple[int, ...]:
+    parts = text.lower().split(sep)
+    if len(parts) not in counts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {what}, positive integers")
+    return tuple(map(int, parts))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--shapes", nargs="+", type=lambda t: _ints(t, "x", (3,), "MxNxK"), default=list(SHAPES))
+    ap.add_argument("--heads", nargs="+", type=lambda t: _ints(t, ",", (5,), "BLOCK_M,BLOCK_N,BLOCK_K,warps,stages"),
+                    default=list(HEADS))
+    ap.add_argument("--tails", nargs="+", default=list(TAILS),
+                    type=lambda t: _ints(t, ",", (5, 6), "BLOCK_M,BLOCK_N,BLOCK_K,warps,stages[,split]"))
+    opts = ap.parse_args(argv)
     import torch
     from triton.testing import do_bench_cudagraph
 
@@ -46,7 +63,7 @@ def main(out_dir: str) -> int:
                                wave_tail=tail, split_k=c[5] if len(c) > 5 else 1)
 
     rows: list[dict[str, Any]] = []
-    for m, n, k in SHAPES:
+    for m, n, k in opts.shapes:
         g = torch.Generator(device="cpu").manual_seed(0)
         a = (torch.randn(m, k, generator=g) / k ** 0.25).half().cuda()
         bt = (torch.randn(n, k, generator=g) / k ** 0.25).half().cuda()
@@ -60,10 +77,10 @@ def main(out_dir: str) -> int:
             err = ((c.float() - want).norm() / want.norm()).item()
             return 1e3 * do_bench_cudagraph(launch) if err <= 1e-2 else f"wrong ({err:.1e})"
 
-        for head in HEADS:
+        for head in opts.heads:
             one, _ = km.compiled("float16", 0, km.Epilogue(), cfg(head)).bind(a, bt.T, c)
             row["runs"].append({"head": head, "tail": None, "us": timed(one)})
-            for tail in TAILS:
+            for tail in opts.tails:
                 if head[0] % tail[0]:
                     row["runs"].append({"head": head, "tail": tail, "us": "n/a"})
                     continue
@@ -81,14 +98,14 @@ def main(out_dir: str) -> int:
     lines = table_head("The wave tail's second launch: its tile", meta,
                        "fp16, B stored N x K; µs. Columns: the head config as one launch, then with each tail "
                        "(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, split-K); n/a: the tail's rows do not divide the head's.",
-                       ["shape", "cuBLAS", "head", "one launch"] + [str(t) for t in TAILS])
+                       ["shape", "cuBLAS", "head", "one launch"] + [str(t) for t in opts.tails])
     for r in rows:
-        for head in HEADS:
+        for head in opts.heads:
             runs = [x for x in r["runs"] if x["head"] == head]
             cells = [f"{x['us']:.1f}" if isinstance(x["us"], float) else str(x["us"]) for x in runs]
             lines.append(f"| {'x'.join(map(str, r['shape']))} | {r['torch_us']:.1f} | {head} | " + " | ".join(cells) + " |")
-    return publish(out_dir, "wave_tail_configs", meta, rows, lines)
+    return publish(opts.out_dir, "wave_tail_configs", meta, rows, lines)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())
