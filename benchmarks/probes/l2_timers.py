@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probe_io import publish, run_meta, table_head  # noqa: E402
+from probe_io import int_tuple, publish, run_meta, table_head  # noqa: E402
 
 SHAPES = ((4096, 64, 4096), (50176, 128, 64), (12544, 256, 1024), (4096, 64, 512), (12544, 256, 128),
           (1024, 2304, 768), (512, 2304, 768), (3136, 512, 1024), (512, 3072, 1024), (3136, 512, 2048))
@@ -64,22 +64,13 @@ def _shown(path: Path) -> str:
     return str(full.relative_to(ROOT)) if full.is_relative_to(ROOT) else path.name
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
-    """``MxNxK`` as three positive ints (argparse's type for ``--shapes``)."""
-    parts = text.lower().split("x")
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"shape {text!r}: expected MxNxK with three positive integers")
-    m, n, k = map(int, parts)
-    return m, n, k
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--records", type=Path, nargs="+", default=[ROOT / "alcop_triton" / "data" / "default_h100.jsonl"],
                     help="JSON-lines record files (.gz too) to take configs from (default: the shipped H100 table)")
-    ap.add_argument("--shapes", type=parse_shape, nargs="+", default=list(SHAPES), help="MxNxK, B stored N x K")
+    ap.add_argument("--shapes", type=int_tuple((3,), "MxNxK"), nargs="+", default=list(SHAPES), help="MxNxK, B stored N x K")
     a = ap.parse_args(argv)
 
     import torch

@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 from pathlib import Path
 from typing import Any, Callable
 
 GRAPH_TIMER = "triton.testing.do_bench_cudagraph, one call on one set of inputs"
+
+
+def int_tuple(lengths: tuple[int, ...], what: str) -> Callable[[str], tuple[int, ...]]:
+    """An argparse type: ints joined by 'x' or commas (``alcop-tune``'s shapes), as many as one of ``lengths``,
+    each positive; ``what`` names the form in the error."""
+    def parse(text: str) -> tuple[int, ...]:
+        from alcop_triton.cli import parse_shape
+        try:
+            dims = parse_shape(text)
+        except argparse.ArgumentTypeError:
+            dims = ()
+        if len(dims) not in lengths or min(dims) <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {what}, positive integers")
+        return dims
+    return parse
 
 
 def run_meta(timer: str | None = GRAPH_TIMER) -> dict[str, Any]:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from probe_io import GRAPH_TIMER, publish, run_meta, table_head  # noqa: E402
+from probe_io import GRAPH_TIMER, int_tuple, publish, run_meta, table_head  # noqa: E402
 
 SHAPES = ((1970, 2304, 768), (896, 2560, 2560), (1024, 2304, 768))
 HEADS = ((128, 128, 64, 4, 4), (128, 128, 64, 4, 5), (64, 256, 64, 4, 3))
@@ -35,21 +35,14 @@ factor (the tail's programs each reduce one slice of K; the last to arrive adds 
 starts at a head's row boundary, so a tail's BLOCK_M divides the head's."""
 
 
-def _ints(text: str, sep: str, counts: tuple[int, ...], what: str) -> tuple[int, ...]:
-    parts = text.lower().split(sep)
-    if len(parts) not in counts or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {what}, positive integers")
-    return tuple(map(int, parts))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--shapes", nargs="+", type=lambda t: _ints(t, "x", (3,), "MxNxK"), default=list(SHAPES))
-    ap.add_argument("--heads", nargs="+", type=lambda t: _ints(t, ",", (5,), "BLOCK_M,BLOCK_N,BLOCK_K,warps,stages"),
+    ap.add_argument("--shapes", nargs="+", type=int_tuple((3,), "MxNxK"), default=list(SHAPES))
+    ap.add_argument("--heads", nargs="+", type=int_tuple((5,), "BLOCK_M,BLOCK_N,BLOCK_K,warps,stages"),
                     default=list(HEADS))
-    ap.add_argument("--tails", nargs="+", default=list(TAILS),
-                    type=lambda t: _ints(t, ",", (5, 6), "BLOCK_M,BLOCK_N,BLOCK_K,warps,stages[,split]"))
+    ap.add_argument("--tails", nargs="+", type=int_tuple((5, 6), "BLOCK_M,BLOCK_N,BLOCK_K,warps,stages[,split]"),
+                    default=list(TAILS))
     opts = ap.parse_args(argv)
     import torch
     from triton.testing import do_bench_cudagraph

@@ -1,13 +1,10 @@
-"""benchmarks/probes/l2_timers.py's inputs: configs from exported tuning records, shapes from the command line
-(the timing itself needs a GPU)."""
+"""benchmarks/probes/l2_timers.py's inputs: configs from exported tuning records (the timing itself needs a
+GPU)."""
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
-
-import pytest
 
 from . import load_script
 
@@ -32,9 +29,3 @@ def test_record_configs_fastest_first_across_files(tmp_path) -> None:
     assert [(ms, c["BLOCK_N"]) for ms, c in got] == [(0.010, 64), (0.020, 128)]
     assert len(l2.record_configs([a, b], (64, 96, 32), top=1)) == 1
 
-
-def test_parse_shape() -> None:
-    assert l2.parse_shape("1970x2304X768") == (1970, 2304, 768)
-    for bad in ("1970x2304", "0x1x1", "ax1x1", "1x-2x3"):
-        with pytest.raises(argparse.ArgumentTypeError, match="MxNxK"):
-            l2.parse_shape(bad)
