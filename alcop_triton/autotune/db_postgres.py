@@ -41,7 +41,7 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .. import generation
 from ..errors import DatabaseError
@@ -102,9 +102,10 @@ def redact_url(url: str) -> str:
     if "@" in netloc:
         userinfo, _, hostport = netloc.rpartition("@")
         netloc = f"{userinfo.split(':', 1)[0]}@{hostport}"
-    query = "&".join(f"{k}={'***' if k.lower() in _SECRET_PARAMS else v}"
-                     for k, v in parse_qsl(parts.query, keep_blank_values=True))
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    # Parameters as written (not decoded and re-encoded), but the secret ones.
+    query = "&".join(f"{p.partition('=')[0]}=***" if unquote(p.partition("=")[0]).lower() in _SECRET_PARAMS else p
+                     for p in parts.query.split("&") if p)
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _secrets_of(url: str) -> list[str]:
@@ -117,6 +118,10 @@ def _secrets_of(url: str) -> list[str]:
             found.add(userinfo.split(":", 1)[1])
         for k, v in parse_qsl(parts.query, keep_blank_values=True):
             if k.lower() in _SECRET_PARAMS:
+                found.add(v)
+        for p in parts.query.split("&"):
+            k, _, v = p.partition("=")
+            if unquote(k).lower() in _SECRET_PARAMS:
                 found.add(v)
         found |= {unquote(s) for s in found}
     except ValueError:
