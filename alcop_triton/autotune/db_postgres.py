@@ -332,8 +332,8 @@ class PostgresDatabase:
                                      (f"{conn.execute('SELECT current_schema()').fetchone()[0]}.{TABLE}",)
                                      ).fetchone()[0])
         if not self._with_conn(may_insert, retry=True):
-            raise DatabaseError(f"{self._location}: the role may not insert into {TABLE}; grant it INSERT (and "
-                                f"USAGE on its id sequence)")
+            raise DatabaseError(f"{self._location}: the role may not insert into {TABLE} (a reader's role?); "
+                                f"tune with a role granted INSERT")
 
     def add(self, records: TuningRecord | Iterable[TuningRecord]) -> int:
         """Store measurements in one server transaction (all or none); returns how many."""

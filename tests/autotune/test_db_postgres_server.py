@@ -361,3 +361,45 @@ def test_password_never_shown(pg_url, tmp_path, capsys, caplog, recwarn):
         shown += "".join(str(row) for row in c.execute("SELECT * FROM alcop_meta").fetchall())
     assert "password authentication failed" in shown  # the failure was reported...
     assert password not in shown and "Wr0ng-Pa55word-q7" not in shown  # ...without either password
+
+
+def test_other_hosts_records_reach_dispatch_through_the_refresh(pg_url, tmp_path, monkeypatch):
+    monkeypatch.setattr(dmod, "default_tables", lambda: [])
+    monkeypatch.setattr(dmod, "_shared", {})
+    monkeypatch.setenv("ALCOP_DB", pg_url)
+    d = dmod.dispatcher()  # the process-wide one kernel calls use
+    reader = d.db
+    assert isinstance(reader, PostgresDatabase)
+    reader.refresh_s = 0.0
+    writer = PostgresDatabase(pg_url, mirror=tmp_path / "writer.sqlite")  # another host
+    writer.add(rec(host="node-a"))
+    d.decide(W, SPEC)  # the mirror is empty yet: this starts its first refresh
+    reader.wait_refresh(60)  # ...which brings node-a's record and makes dispatch decide again
+    assert d.decide(W, SPEC).config == rec().config
+    faster = KernelConfig(block_m=64, block_n=64)
+    writer.add(rec(c=faster, ms=0.005, host="node-b"))
+    reader.cached_records()  # a lookup starts the next refresh
+    reader.wait_refresh(60)
+    assert d.decide(W, SPEC).config == faster
+
+
+def test_role_without_insert_stops_tuning_before_measuring(pg_url):
+    from alcop_triton.autotune.session import Target, tune
+
+    db = PostgresDatabase(pg_url)
+    db.add(rec())
+    with raw(pg_url) as c:
+        c.execute("REVOKE INSERT ON measurements FROM CURRENT_USER")
+    measured: list = []
+
+    class Measurer:
+        workload = W
+
+        def measure(self, configs, on_result=None):
+            measured.extend(configs)
+            return []
+
+    with pytest.raises(DatabaseError, match="may not insert"):
+        tune(W, Target("cuda", SPEC, ("H100", "9.0"), "NVIDIA H100", "wgmma"), PostgresDatabase(pg_url),
+             tuner="grid", n_trials=4, measurer=Measurer())
+    assert measured == [] and len(db.records()) == 1  # still readable
