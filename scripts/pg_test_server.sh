@@ -43,7 +43,8 @@ start)
   if ! bin=$(find_bin); then
     if [[ ${ALCOP_PG_INSTALL:-1} != 0 && $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
       echo "pg_test_server: installing Debian's postgresql package" >&2
-      if ! { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 \
+      if ! { timeout 180 apt-get update -qq -o Acquire::Retries=0 -o Acquire::http::Timeout=20 &&
+             DEBIAN_FRONTEND=noninteractive timeout 600 \
                apt-get install -y -qq postgresql; } >"${TMPDIR:-/tmp}/pg_test_server_apt.log" 2>&1; then
         echo "pg_test_server: apt-get could not install postgresql (see ${TMPDIR:-/tmp}/pg_test_server_apt.log)" >&2
         exit 3

@@ -346,16 +346,20 @@ class PostgresDatabase:
 
         def insert(conn: Any) -> list[int]:
             ids: list[int] = []
-            with conn.transaction(), conn.cursor() as cur:
-                try:
+            inserted = False
+            try:
+                with conn.transaction(), conn.cursor() as cur:
                     cur.executemany(f"INSERT INTO {TABLE} ({_DATA_COLUMNS}) VALUES "
                                     f"({', '.join(['%s'] * len(rows[0]))}) RETURNING id", rows, returning=True)
                     while True:
                         ids.append(int(cur.fetchone()[0]))
                         if not cur.nextset():
                             break
-                except psycopg.OperationalError as exc:
+                    inserted = True
+            except psycopg.OperationalError as exc:
+                if not inserted:  # lost at BEGIN or INSERT: nothing committed. At COMMIT: unknown, not retried
                     raise _BeforeCommit() from exc
+                raise
             return ids
 
         ids = self._with_conn(insert, retry=False)

@@ -403,3 +403,14 @@ def test_role_without_insert_stops_tuning_before_measuring(pg_url):
         tune(W, Target("cuda", SPEC, ("H100", "9.0"), "NVIDIA H100", "wgmma"), PostgresDatabase(pg_url),
              tuner="grid", n_trials=4, measurer=Measurer())
     assert measured == [] and len(db.records()) == 1  # still readable
+
+
+def test_dropped_connection_reconnects_and_stores_once(pg_url):
+    db = PostgresDatabase(pg_url)
+    db.add(rec(host="before"))
+    with raw(pg_url) as c:  # the server ends the backend's session (a restart, a failover, an idle timeout)
+        ended = c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+                          "'alcop_triton' AND pid <> pg_backend_pid()").fetchall()
+    assert ended and all(r[0] for r in ended)
+    db.add(rec(host="after"))  # failed before committing on the dead connection: retried once on a new one
+    assert [r.host for r in db.records()] == ["before", "after"]
