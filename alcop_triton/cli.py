@@ -6,10 +6,12 @@ Commands:
     show            database contents: best config per workload (or every record)
     export          best configs as ``triton.Config(...)`` lines, JSON or JSONL
     import          add JSONL records (another machine's export, benchmarks/data) to the database
+    copy            copy records between two databases (SQLite files or postgresql:// URLs)
     compare-tuners  best-in-k-trials curves of the five tuners, offline, by replaying measurements
     report          PNG plots: tuning curves, per-shape speedups
 
-The database is ``--db`` or ``$ALCOP_DB`` (default: the user data dir). Without CUDA, kernels run
+The database is ``--db`` or ``$ALCOP_DB``: a SQLite file or a ``postgresql://`` URL (default: a file in the
+user data dir). Without CUDA, kernels run
 in the Triton interpreter (``TRITON_INTERPRET=1`` is set before triton is imported) and CPU
 timings are stored under the GPU key ``interpreter``.
 """
@@ -84,9 +86,9 @@ def _workloads(args: argparse.Namespace) -> list[Workload]:
 
 
 def _db(args: argparse.Namespace) -> Any:
-    from .autotune.database import Database
+    from .autotune.store import open_database
 
-    return Database(args.db)
+    return open_database(args.db)
 
 
 def _prepare_device(device: str | None) -> str:
@@ -231,8 +233,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _selected_records(args: argparse.Namespace) -> list[Any]:
     db = _db(args)
-    if not db.path.exists():
-        raise AlcopError(f"no tuning database at {db.path}; run `alcop-tune tune ...` or pass --db")
+    if not db.exists():
+        raise AlcopError(f"no tuning database at {db.location}; run `alcop-tune tune ...` or pass --db")
     records = db.records(op=args.op)
     if args.gpu:
         records = [r for r in records if r.gpu.lower() == args.gpu.lower()]
@@ -351,8 +353,21 @@ def cmd_import(args: argparse.Namespace) -> int:
         for where, why in rejected:
             print(f"{p}: {where}: rejected: {why}", file=sys.stderr)
         print(f"{p}: {n} record(s) imported" + (f", {len(rejected)} line(s) rejected" if rejected else ""))
-    print(f"{total} record(s) added to {db.path}")
+    print(f"{total} record(s) added to {db.location}")
     return 1 if rejected_total else 0
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    """Every valid record of SRC that DST lacks, added to DST in one transaction (SRC is only read)."""
+    from .autotune.store import copy_records, open_database
+
+    src, dst = open_database(args.src), open_database(args.dst)
+    if not src.exists():
+        raise AlcopError(f"no tuning database at {src.location}")
+    copied, present = copy_records(src, dst)
+    print(f"{copied} record(s) copied from {src.location} to {dst.location}"
+          + (f", {present} already there" if present else ""))
+    return 0
 
 
 def _data_files(paths: Sequence[str]) -> list[Path]:
@@ -440,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="alcop-tune", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    db_help = "tuning database file (default: $ALCOP_DB or the user data dir)"
+    db_help = "tuning database: a file or a postgresql:// URL (default: $ALCOP_DB or the user data dir)"
     parser.add_argument("--db", help=db_help)
     # Also accepted after the command (`alcop-tune show --db x`); SUPPRESS keeps the global value.
     common = argparse.ArgumentParser(add_help=False)
@@ -495,6 +510,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+")
     p.set_defaults(func=cmd_import)
 
+    p = sub.add_parser("copy", help="copy records between two databases (SQLite files or postgresql:// URLs)")
+    p.add_argument("src", help="database to read: a SQLite file or a postgresql:// URL")
+    p.add_argument("dst", help="database to add to (created if absent; records it holds already are skipped)")
+    p.set_defaults(func=cmd_copy)
+
     p = sub.add_parser("compare-tuners", help="best-in-k curves of the tuners, replayed offline")
     p.add_argument("data", nargs="+", help="JSONL files or directories of them (e.g. benchmarks/data)")
     p.add_argument("--tuners", default=",".join(TUNERS), help=f"comma-separated subset of {','.join(TUNERS)}")
@@ -533,7 +553,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.main_time = main_time
     if args.db:
         # Children and dispatch in this process see the same database.
-        os.environ["ALCOP_DB"] = str(Path(args.db).expanduser())
+        from .autotune.db_postgres import is_postgres_url
+
+        os.environ["ALCOP_DB"] = args.db if is_postgres_url(args.db) else str(Path(args.db).expanduser())
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

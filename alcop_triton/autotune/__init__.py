@@ -8,6 +8,8 @@ Layout (TVM autotvm style, one concern per file):
     optimizer.py   simulated annealing over a cost model
     tuner.py       grid, random, xgb, analytical, analytical+xgb
     database.py    SQLite (WAL) store of every measurement, JSONL interchange
+    db_postgres.py the same store on a PostgreSQL server a team shares, read through a local mirror
+    store.py       TuningStore (what either backend offers), open_database(location), copy_records
     dispatch.py    best_config(workload, gpu_spec): DB -> shipped table -> nearest -> analytical
     replay.py      tuners against recorded measurements; best-in-k comparisons
     session.py     one tuning run end to end (used by the CLI and ALCOP_AUTOTUNE=1)
@@ -22,9 +24,10 @@ from .dispatch import Decision, Dispatcher, best_config
 from .measure import ErrorKind, LocalMeasurer, MeasureResult, ProcessMeasurer
 from .replay import Comparison, ReplayMeasurer, compare_tuners, load_tasks
 from .space import VARIANTS, ConfigSpace, Knobs
+from .store import TuningStore, copy_records, open_database
 from .tuner import TUNERS, TuneResult, make_tuner
 
 __all__ = ["Database", "GpuKey", "RecordSkipped", "TuningRecord", "default_db_path", "read_jsonl", "Decision",
            "Dispatcher", "best_config", "ErrorKind", "LocalMeasurer", "MeasureResult", "ProcessMeasurer",
            "Comparison", "ReplayMeasurer", "compare_tuners", "load_tasks", "VARIANTS", "ConfigSpace", "Knobs",
-           "TUNERS", "TuneResult", "make_tuner"]
+           "TUNERS", "TuneResult", "make_tuner", "TuningStore", "copy_records", "open_database"]

@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import socket
 import sqlite3
 import statistics
 import tempfile
@@ -56,7 +57,7 @@ SCHEMA = 1
 """Version of the record format (``"schema"`` key; absent means 1, the documented format)."""
 
 _RECORD_KEYS = frozenset({"schema", "impl", "workload", "config", "time_ms", "error", "message", "timer", "gpu",
-                          "device", "cc", "mma", "triton", "torch", "alcop", "date", "torch_ms"})
+                          "device", "cc", "mma", "triton", "torch", "alcop", "date", "torch_ms", "host"})
 
 
 LAYOUTS = ("nn", "nt", "tn", "tt", "nhwc", "nchw")
@@ -65,7 +66,7 @@ LAYOUTS = ("nn", "nt", "tn", "tt", "nhwc", "nchw")
 MAX_DIM = 2 ** 40
 """Largest workload dim a record may hold: far beyond any GPU tensor, far below float overflow."""
 
-_STRING_FIELDS = ("gpu", "cc", "triton", "torch", "alcop", "date", "device", "mma", "message", "timer")
+_STRING_FIELDS = ("gpu", "cc", "triton", "torch", "alcop", "date", "device", "mma", "message", "timer", "host")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 T = TypeVar("T")
@@ -145,6 +146,7 @@ class TuningRecord:
     message: str = ""
     timer: str = ""
     torch_ms: float | None = None  # torch's time for the same workload in the same run (None: not measured)
+    host: str = ""  # the machine measured on ("": a record from before hosts were recorded)
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -165,7 +167,7 @@ class TuningRecord:
                    error=result.error.value if result.error is not None else None, gpu=g.name, cc=g.cc,
                    triton=v["triton"], torch=v["torch"], alcop=v["alcop"],
                    date=_dt.date.today().isoformat(), device=device, mma=mma,
-                   message=result.message[:2000], timer=result.timer)
+                   message=result.message[:2000], timer=result.timer, host=_CONTROL.sub("", socket.gethostname()))
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"workload": self.workload.to_dict(), "config": self.config.to_dict(), "impl": "alcop",
@@ -178,6 +180,10 @@ class TuningRecord:
             d["timer"] = self.timer
         if self.torch_ms is not None:
             d["torch_ms"] = self.torch_ms
+        if self.host:
+            d["host"] = self.host
+        # Keys a newer alcop_triton wrote travel on: export, import and copy lose nothing.
+        d.update((k, v) for k, v in self.extra.items() if k not in d and _strict_json(v))
         return d
 
     def to_json(self) -> str:
@@ -210,7 +216,7 @@ class TuningRecord:
             if time_ms is not None:
                 raise DatabaseError(f"error={error!r} with time_ms={time_ms!r}: a failed record has no time")
         strs: dict[str, str] = {}
-        for k in ("gpu", "cc", "triton", "torch", "alcop", "date", "device", "mma", "message", "timer"):
+        for k in _STRING_FIELDS:
             v = d.get(k, "")
             if not isinstance(v, str):
                 raise DatabaseError(f"{k}={v!r}: expected a string")
@@ -227,6 +233,15 @@ class TuningRecord:
         extra = {k: v for k, v in d.items() if k not in _RECORD_KEYS}
         return cls(workload=workload, config=config, time_ms=time_ms, error=error, extra=extra,
                    torch_ms=float(torch_ms) if torch_ms is not None else None, **strs)
+
+
+def _strict_json(v: Any) -> bool:
+    """Whether ``v`` is writable as strict JSON (json.loads reads NaN and Infinity; to_json refuses them)."""
+    try:
+        json.dumps(v, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return True
 
 
 def _workload(w: Any) -> Workload:
@@ -409,9 +424,13 @@ def best_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any) -> Ra
 # ----------------------------------------------------------------------------------------------
 
 def default_db_path() -> Path:
-    """``$ALCOP_DB`` if set, else ``<user data dir>/alcop_triton/tuning.sqlite``."""
+    """``$ALCOP_DB`` if set, else ``<user data dir>/alcop_triton/tuning.sqlite``. A PostgreSQL URL there is no
+    path: ``store.open_database`` opens either kind."""
     env = os.environ.get("ALCOP_DB")
     if env:
+        if env.startswith(("postgresql://", "postgres://")):
+            raise DatabaseError("ALCOP_DB names a PostgreSQL server, not a file: open it with "
+                                "alcop_triton.autotune.store.open_database()")
         return Path(env).expanduser()
     from ..config import data_dir
 
@@ -456,6 +475,26 @@ class Database:
 
     def __repr__(self) -> str:
         return f"Database({str(self.path)!r})"
+
+    # -- what every tuning store offers (store.TuningStore) besides add/records/best ----------------
+
+    @property
+    def location(self) -> str:
+        """Where the records live, printable."""
+        return str(self.path)
+
+    def exists(self) -> bool:
+        """Whether the database is there to read (a lookup never creates it)."""
+        return self.path.exists()
+
+    def cached_records(self, workload: Workload | None = None, gpu: Any = None, *, op: str | None = None,
+                       dtype: str | None = None) -> list[TuningRecord]:
+        """``records()`` for a kernel call (the file is local: no network to wait on); none if absent."""
+        return self.records(workload=workload, gpu=gpu, op=op, dtype=dtype) if self.path.exists() else []
+
+    def check_writable(self) -> None:
+        """Open (creating if needed) the database now: a tuning run fails here, before measuring."""
+        self._with_conn(lambda conn: None)
 
     # A connection is not shared across fork(); reopen in a child process.
     def _connect(self) -> sqlite3.Connection:

@@ -34,8 +34,9 @@ from typing import Any, Sequence
 from .. import generation
 from ..errors import DatabaseError, TuningError
 from ..records import KernelConfig, Workload, tail_capable
-from .database import (Database, GpuKey, TuningRecord, best_of, current_version_group, gpu_key, mma_of, rank_configs,
-                       read_jsonl, select)
+from .database import (GpuKey, TuningRecord, best_of, current_version_group, gpu_key, mma_of, rank_configs, read_jsonl,
+                       select)
+from .store import TuningStore, open_database
 
 AUTOTUNE_TRIALS = 16
 """Budget of call-time tuning under ``ALCOP_AUTOTUNE=1``: small, since the caller is waiting."""
@@ -224,16 +225,16 @@ class Dispatcher:
     """best_config with its caches; one per database (``dispatch.best_config`` uses a shared one).
 
     Args:
-        db: the user's database; None = ``Database()`` (``$ALCOP_DB`` or the default path). A
-            missing file is not created by lookups.
+        db: the user's database; None = ``open_database()`` (``$ALCOP_DB`` or the default path). A
+            missing file is not created by lookups, and a server's is read through its local mirror.
         use_defaults: consult the shipped default tables.
         defaults: records to consult in their place (leave-one-out evaluations: the tables without
             the workload under test); None: the shipped tables.
     """
 
-    def __init__(self, db: Database | None = None, *, use_defaults: bool = True,
+    def __init__(self, db: TuningStore | None = None, *, use_defaults: bool = True,
                  defaults: Sequence[TuningRecord] | None = None) -> None:
-        self.db = db if db is not None else Database()
+        self.db = db if db is not None else open_database()
         self.use_defaults = use_defaults
         self._cache: dict[tuple[Workload, GpuKey, str], Decision] = {}
         self._given = None if defaults is None else list(defaults)
@@ -269,10 +270,9 @@ class Dispatcher:
         return mine if mine is not None else torch_time(self._default_records(), workload, gpu_spec)
 
     def _db_records(self, **query: Any) -> list[TuningRecord]:
-        if not self.db.path.exists():
-            return []
         try:
-            return self.db.records(**query)
+            # Never the network: a server database answers from its local mirror.
+            return self.db.cached_records(**query)
         except DatabaseError as exc:
             # A broken user database must not break kernel calls: fall back to shipped data.
             warnings.warn(f"tuning database unusable, ignored: {exc}", stacklevel=4)

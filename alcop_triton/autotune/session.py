@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..records import KernelConfig, Workload
-from .database import Database, GpuKey, TuningRecord, gpu_key, versions
+from .database import GpuKey, TuningRecord, gpu_key, versions
 from .dispatch import Dispatcher
 from .measure import INTERPRETER_GPU, ErrorKind, MeasureResult, Measurer, ProcessMeasurer
 from .precompile import DEFAULT_COMPILER, CompilePool, PrecompilingMeasurer, default_workers
 from .space import ConfigSpace
+from .store import TuningStore
 from .timing import Timings
 from .tuner import EarlyStop, Trial, TuneResult, make_tuner
 
@@ -65,9 +66,9 @@ def resolve_target(device: str | None = None, gpu: str | None = None) -> Target:
     return Target(device, spec, GpuKey(*INTERPRETER_GPU), "cpu (triton interpreter)", "")
 
 
-def _history(db: Database, workload: Workload, target: Target, vers: dict[str, str]) -> list[MeasureResult]:
+def _history(db: TuningStore, workload: Workload, target: Target, vers: dict[str, str]) -> list[MeasureResult]:
     """Earlier results of this workload on this GPU and MMA path under the current versions."""
-    if not db.path.exists():
+    if not db.exists():
         return []
     out: dict[Any, MeasureResult] = {}
     for r in db.records(workload, target.key):
@@ -79,7 +80,7 @@ def _history(db: Database, workload: Workload, target: Target, vers: dict[str, s
     return list(out.values())
 
 
-def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "analytical+xgb", n_trials: int = 50,
+def tune(workload: Workload, target: Target, db: TuningStore, *, tuner: str = "analytical+xgb", n_trials: int = 50,
          batch_size: int = 8, seed: int = 0, variant: str = "full", top_k: int | float | None = None,
          timeout_s: float = 120.0, measurer: Measurer | None = None,
          on_trial: Callable[[Trial], None] | None = None, resume: bool = True,
@@ -90,7 +91,7 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
     Args:
         workload: what to tune.
         target: from ``resolve_target``.
-        db: where records go.
+        db: where records go (checked writable before anything is measured: DatabaseError otherwise).
         tuner: one of ``TUNERS``.
         n_trials: measurement budget.
         batch_size: configs proposed, compiled in parallel and measured per round.
@@ -114,6 +115,8 @@ def tune(workload: Workload, target: Target, db: Database, *, tuner: str = "anal
     ``measure`` and ``other`` (``timing.PHASES``; ``start`` is the caller's to add).
     """
     t_start = time.perf_counter()
+    # An unreachable server or unwritable file fails the run here, before anything is measured.
+    db.check_writable()
     timings = Timings()
     if compile_workers is None:
         compile_workers = default_workers() if measurer is None and target.device.startswith("cuda") else 0
