@@ -48,6 +48,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import timing  # noqa: E402  (benchmarks/timing.py, beside this script)
+
 MODES = ("eager", "patched", "compile", "compile_alcop")
 TOLERANCE = 1e-2
 # The modes take turns pass by pass (``run_model``'s rounds: one per timed pass): the hosts are shared,
@@ -56,7 +59,7 @@ TOLERANCE = 1e-2
 # timed twice with other modes between: 8.4 and 7.8 ms medians; in one process on a drifting host,
 # patched / eager ResNet-50 at 1.045x, 0.969x, 1.115x and 0.899x in turns of two and six passes, 0.982x
 # and 0.980x pass by pass: see ``benchmarks/results/patch_linger_h100/README.md``).
-TIMER = ("CUDA events around one forward pass, host synchronised before each (host cost included), "
+TIMER = (f"{timing.PASS} (benchmarks/timing.py), "
          "median of the timed passes after warm-up; the modes take turns pass by pass, each turn "
          "beginning with one untimed pass (switching modes is not timed as a pass of either: patch mode's "
          "wrappers go into place, or back, on a turn's first pass)")
@@ -205,21 +208,9 @@ def time_passes(fn: Callable[[], Any], reps: int, warmup: int, device: str) -> l
     """ms of each of ``reps`` forward passes (see TIMER) after ``warmup`` untimed ones; wall clock on CPU."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
+    if device == "cuda":
+        return timing.event_times_ms({"pass": fn}, reps, warmup=0)["pass"]
+    return timing.wall_times_ms(fn, reps)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
