@@ -218,8 +218,8 @@ def impl_fn(impl: str, case: Case) -> Callable[..., Any] | None:
 # everything else). What inductor_setup changes is only how the compile work is scheduled:
 #
 # * Inductor's own compile scheduling is left as it is. Starting its worker-process pool up front
-#   and never shutting it down (``warm_pool=True``, measured by benchmarks/probes/inductor_compile.py
-#   on the H100) made compiles slower, not faster: 11 s to start the pool, then 24.5 s and 7.0 s for
+#   and never shutting it down (``warm_pool=True``, measured on the H100:
+#   docs/decisions.md#d33) made compiles slower, not faster: 11 s to start the pool, then 24.5 s and 7.0 s for
 #   the first two probe shapes against 10.0 s and 2.1 s with the defaults.
 # * Dynamo keeps compiled code on the Python code object and, with fullgraph=True, fails after 8
 #   recompiles of one code object: every workload gets a code object of its own.
