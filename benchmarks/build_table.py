@@ -30,7 +30,7 @@ so is a channels-last 1x1 stride-1 convolution: as the GEMM it runs (``kernels.c
 Candidates per workload: the analytical model's ``--top-k`` over its shortlist (split-K included), the
 model's best config of every split factor it offers, and what dispatch picks today from the
 measured neighbours; for a GEMM with B stored N x K on wgmma, each 8-warp tile also with 4 warps (Triton's
-two-warpgroup tiles run such GEMMs slowly, ``results/layout_probe_h100``); each also with the other copy
+two-warpgroup tiles run such GEMMs slowly, docs/decisions.md#d32); each also with the other copy
 mechanism (pointer or TMA) where both apply. They are compiled first in worker processes, then each is checked against torch's
 call in higher precision (output poisoned with NaN, normwise relative error <= 1e-2 against products in
 float64, convolutions in float32 with TF32 off) and timed with the tuner's timer (``autotune.measure.time_gpu``:
@@ -283,7 +283,7 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
         out.append(picked[0])
     if w.op in ("matmul", "bmm") and w.layout[1:2] == "t" and getattr(spec, "mma", "") == "wgmma":
         # B stored N x K: Triton runs two-warpgroup tiles 1.17-1.38x slower than with B stored K x N, one
-        # warpgroup alike (results/layout_probe_h100), which the model does not know: each 8-warp tile is
+        # warpgroup alike (docs/decisions.md#d32), which the model does not know: each 8-warp tile is
         # also measured with 4 warps where its accumulator fits them (128 fp32 registers per thread).
         for c in list(out):
             four = c.replace(num_warps=4)

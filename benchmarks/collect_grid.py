@@ -7,7 +7,7 @@ Each (shape, config) is first compiled in a pool of worker processes (bound to t
 tensors, never launched; pairs sharing a kernel hit Triton's on-disk cache), then, config-major, in
 this process: checked against torch on the same random inputs (output poisoned with NaN first) and
 timed: 3 warm-up launches, then ``--reps`` launches each after an L2 flush, median of CUDA-event
-times. torch (cuBLAS/cuDNN) is timed the same way per shape, three times, keeping the best.
+times (``timing.EAGER_KERNEL``). torch (cuBLAS/cuDNN) is timed the same way per shape, three times, keeping the best.
 Records follow docs/ARCHITECTURE.md; failures are recorded with their kind, never dropped.
 """
 
@@ -18,7 +18,6 @@ import datetime
 import itertools
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -29,6 +28,7 @@ from typing import Any
 COMPILE_JOB = 8  # (workload, config) pairs per compile job
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import timing  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 GRIDS: dict[str, dict[str, Any]] = {
     # The exhaustive grid the models and tuners are evaluated against.
@@ -145,25 +145,14 @@ def precompile(order: list[tuple[Any, Any]], workers: int) -> None:
 
 
 class Timer:
+    """``timing.EAGER_KERNEL``: median of ``reps`` launches, each after an L2 flush, 3 warm-up launches."""
+
     def __init__(self, reps: int) -> None:
-        import torch
         self.reps = reps
-        self.flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+        self.flush = timing.l2_flush_buffer()
 
     def __call__(self, fn: Any) -> float:
-        import torch
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(self.reps):
-            self.flush.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        return statistics.median(times)
+        return timing.eager_ms({"fn": fn}, self.reps, flush=self.flush, host_included=False, warmup=3)["fn"]
 
 
 def main(argv: list[str] | None = None) -> int:

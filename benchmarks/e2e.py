@@ -48,6 +48,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import timing  # noqa: E402  (benchmarks/timing.py, beside this script)
+
 MODES = ("eager", "patched", "compile", "compile_alcop")
 TOLERANCE = 1e-2
 # The modes take turns pass by pass (``run_model``'s rounds: one per timed pass): the hosts are shared,
@@ -55,8 +58,8 @@ TOLERANCE = 1e-2
 # host: eager ResNet-50 at 5.74 and 6.94 ms in two runs a minute apart; within one probe, eager ResNet-50
 # timed twice with other modes between: 8.4 and 7.8 ms medians; in one process on a drifting host,
 # patched / eager ResNet-50 at 1.045x, 0.969x, 1.115x and 0.899x in turns of two and six passes, 0.982x
-# and 0.980x pass by pass: see ``benchmarks/results/patch_linger_h100/README.md``).
-TIMER = ("CUDA events around one forward pass, host synchronised before each (host cost included), "
+# and 0.980x pass by pass: docs/decisions.md#d30).
+TIMER = (f"{timing.PASS} (benchmarks/timing.py), "
          "median of the timed passes after warm-up; the modes take turns pass by pass, each turn "
          "beginning with one untimed pass (switching modes is not timed as a pass of either: patch mode's "
          "wrappers go into place, or back, on a turn's first pass)")
@@ -205,21 +208,9 @@ def time_passes(fn: Callable[[], Any], reps: int, warmup: int, device: str) -> l
     """ms of each of ``reps`` forward passes (see TIMER) after ``warmup`` untimed ones; wall clock on CPU."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return times
+    if device == "cuda":
+        return timing.event_times_ms({"pass": fn}, reps, warmup=0)["pass"]
+    return timing.wall_times_ms(fn, reps)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -331,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         # Each model in a process of its own, as a user runs one: a model measured after others in one
         # process inherits their allocator pool and caches (seen: eager ResNet-50 at 7.18 ms after BERT
         # and GPT-2 in one process, 5.35 ms with the same timer in a fresh process on the same machine,
-        # benchmarks/results/resnet_patch_h100). The calls add their models to one report (``merge``).
+        # docs/decisions.md#d31). The calls add their models to one report (``merge``).
         argv = sys.argv[1:] if argv is None else argv
         rest = [x for i, x in enumerate(argv) if x != "--models" and not x.startswith("--models=")
                 and (i == 0 or argv[i - 1] != "--models")]

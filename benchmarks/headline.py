@@ -1,7 +1,8 @@
-"""Every number of README's Measured section that a GPU produces, in one resumable command.
+"""The headline run: every GPU number of docs/results.md's first sections, in one resumable command.
 
-    python benchmarks/headline.py benchmarks/results/headline_h100 [--budget-s 540] [--readme README.md]
+    python benchmarks/headline.py benchmarks/results/headline [--budget-s 540] [--results-page docs/results.md]
     python benchmarks/headline.py OUT --dry-run
+    python benchmarks/headline.py OUT --figure-only     # OUT/headline.png from OUT/suite/report.json
 
 Runs, each in a process of its own, into ``OUT``:
 
@@ -21,11 +22,12 @@ the time it is expected to take (its longest duration in this run, or another e2
 is left or it is the call's first (then stopped when the budget is spent), and the suite gets what
 is left as its own budget. ``OUT/headline.json`` holds the run id,
 date, device and versions, and each stage's status, durations and the commit each call measured; a call on another device or with
-other versions refuses to resume. When every stage is complete, README's Measured section is
-rewritten from ``OUT`` (``benchmarks/readme_measured.py --gpu-results OUT``), citing the run id;
-``benchmarks/results/headline_h100`` is where ``readme_measured.py`` looks for a committed run.
-``--dry-run`` runs every stage's own dry run on CPU (the interpreter): it tests the driver and
-measures nothing (the README is then left alone unless ``--readme`` names another file).
+other versions refuses to resume. When every stage is complete, the figure ``OUT/headline.png`` is
+drawn from the suite's report (alcop against torch per workload, both timers; device, date and timers
+in its caption) and, where ``OUT`` is ``benchmarks/results/headline``, docs/results.md is regenerated
+(``benchmarks/report_results.py``). The figure needs matplotlib (``pip install alcop_triton[plots]``),
+imported only here. ``--dry-run`` runs every stage's own dry run on CPU (the interpreter): it tests the
+driver and measures nothing (no figure, the results page left alone unless ``--results-page`` names a file).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -51,7 +54,8 @@ ABLATION_MMAS = ("wgmma", "mma_sync")
 ABLATION_GRID = "alcop_space"
 # Seconds a stage is expected to take when this run has not timed it yet.
 DEFAULT_S = {"overhead": 120.0, "e2e": 240.0, "ablation": 330.0, "model": 240.0}
-MARGIN_S = 20.0   # process start-up and the README rewrite
+MARGIN_S = 20.0   # process start-up, the figure and the results page
+FIGURE = "headline.png"
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -195,16 +199,81 @@ def execute(cmd: list[str], timeout_s: float) -> int:
         return 124
 
 
+def _pyplot() -> Any:
+    """matplotlib's pyplot on a file backend; a clear message where it is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("headline: the figure needs matplotlib: pip install 'alcop_triton[plots]' "
+                         "(or pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figure_data(report: dict[str, Any]) -> list[tuple[str, str, list[tuple[str, float]]]]:
+    """(set, timer, [(workload, torch ms / alcop ms)] sorted by ratio) of a suite report, for the figure."""
+    out = []
+    for set_, s in report["summary"].items():
+        for timer in ("eager", "graph"):
+            ratios = (s["timers"].get(timer, {}).get("alcop") or {}).get("ratios") or {}
+            if ratios:
+                out.append((set_, timer, sorted(ratios.items(), key=lambda kv: kv[1])))
+    return out
+
+
+def caption(report: dict[str, Any]) -> str:
+    run = report["run"]
+    return (f"alcop_triton against torch (cuBLAS/cuDNN), torch ms / alcop ms per workload; {run['device']}, "
+            f"torch {run['torch']}, Triton {run['triton']}, {run['date']}, run {run['run_id']}.\n"
+            f"eager: {report['timers']['eager']}.\ngraph: {report['timers']['graph']}.")
+
+
+def write_figure(out: Path) -> Path:
+    """``out/headline.png`` from ``out/suite/report.json``: one panel per set, a point per workload and timer."""
+    report = json.loads((out / "suite" / "report.json").read_text())
+    series = figure_data(report)
+    if not series:
+        raise SystemExit(f"headline: {out / 'suite' / 'report.json'} holds no alcop ratios to plot")
+    plt = _pyplot()
+    from matplotlib import ticker
+
+    sets = list(dict.fromkeys(set_ for set_, _, _ in series))
+    fig, axes = plt.subplots(1, len(sets), figsize=(5.5 * len(sets), 4.2), squeeze=False)
+    for ax, set_ in zip(axes[0], sets):
+        for _, timer, pts in (x for x in series if x[0] == set_):
+            geo = statistics.geometric_mean(v for _, v in pts)
+            ax.plot(range(len(pts)), [v for _, v in pts], "o" if timer == "eager" else "s", ms=3.5,
+                    label=f"{timer} (geomean {geo:.3f}x)")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+        ax.set_title(f"{set_} ({report['summary'][set_]['workloads']} workloads)")
+        ax.set_xlabel("workloads, each timer sorted by ratio")
+        ax.set_ylabel("torch ms / alcop ms (> 1: alcop faster)")
+        ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, caption(report), fontsize=7, va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    path = out / FIGURE
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="run directory (suite/, overhead/, e2e/, headline.json)")
     ap.add_argument("--budget-s", type=float, default=540.0, help="stop cleanly before this many seconds")
-    ap.add_argument("--readme", default=None, help="README to rewrite when complete (default: the repository's, "
-                                                   "not in a dry run)")
+    ap.add_argument("--results-page", default=None, help="results page to regenerate when complete (default: "
+                    "docs/results.md when OUT is benchmarks/results/headline, not in a dry run)")
     ap.add_argument("--dry-run", action="store_true", help="every stage's CPU dry run: tests the driver")
     ap.add_argument("--no-compile", action="store_true", help="e2e without its torch.compile modes (long compiles)")
+    ap.add_argument("--figure-only", action="store_true", help="draw OUT/headline.png from OUT's suite report, run nothing")
     a = ap.parse_args(argv)
     out = Path(a.out).resolve()
+    if a.figure_only:
+        print(f"headline: wrote {write_figure(out)}")
+        return 0
     if not a.dry_run:
         import torch
 
@@ -217,13 +286,16 @@ def main(argv: list[str] | None = None) -> int:
         left = [n for n, _, c in stage_commands(out, run, a.dry_run, a.no_compile) if not c()]
         print(f"headline: run {run['run_id']} incomplete ({', '.join(left)} left); run the same command again")
         return 0
-    readme = a.readme or (None if a.dry_run else str(ROOT / "README.md"))
-    if readme:
-        rc = subprocess.run([sys.executable, str(HERE / "readme_measured.py"), "--readme", readme,
-                             "--gpu-results", str(out)], cwd=ROOT).returncode
+    if not a.dry_run:
+        print(f"headline: wrote {write_figure(out)}")
+    committed = out == (HERE / "results" / "headline").resolve()
+    page = a.results_page or (str(ROOT / "docs" / "results.md") if committed and not a.dry_run else None)
+    if page:
+        rc = subprocess.run([sys.executable, str(HERE / "report_results.py"), "--out", page,
+                             "--headline", str(out)], cwd=ROOT).returncode
         if rc:
             return rc
-    print(f"headline: run {run['run_id']} complete in {out}" + (f"; {readme} rewritten" if readme else ""))
+    print(f"headline: run {run['run_id']} complete in {out}" + (f"; {page} regenerated" if page else ""))
     return 0
 
 

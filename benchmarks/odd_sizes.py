@@ -42,19 +42,19 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("ALCOP_DB", str(Path(tempfile.mkdtemp()) / "fresh.sqlite"))
     import torch
     import triton
-    import triton.testing
 
     import alcop_triton as at
     from alcop_triton.autotune.dispatch import Dispatcher
     from alcop_triton.kernels import matmul as km
     from alcop_triton.model.hardware import detect
+    import timing
     from suite import CudaTimers
     spec = detect()
     timers = CudaTimers(reps=100)
     dt = getattr(torch, a.dtype)
     rows = []
     def bench(fn: Any) -> float:
-        return float(triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median"))
+        return timing.graph_ms(fn, rep_ms=50)
 
     def error(out: Any, ref: Any) -> float:
         return float(((out.double() - ref).norm() / ref.norm()).item())
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
               f"err {err:.1e} / {err_raw:.1e}", flush=True)
     meta = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "torch": torch.__version__,
             "alcop": at.__version__, "date": datetime.date.today().isoformat(),
-            "timer": "triton.testing.do_bench_cudagraph median (alcop_triton.ops.matmul, the kernel alone, torch.matmul)",
+            "timer": f"{timing.GRAPH} (alcop_triton.ops.matmul, the kernel alone, torch.matmul)",
             "eager_timer": timers.names["eager"]}
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The pipelining ablation from measured grids: the best config of each kind of pipelining, per shape.
 
     python benchmarks/report_pipeline.py benchmarks/data/h100_wgmma_alcop_space.jsonl.gz \
-        benchmarks/data/h100_mma_sync_alcop_space.jsonl.gz --out benchmarks/results/pipeline_variants
+        benchmarks/data/h100_mma_sync_alcop_space.jsonl.gz --out OUT/pipeline_variants
 
 A kind says what its configs contain (``KINDS``): one shared stage and no register prefetch;
 double buffering; shared-memory stages only (smem > 1, reg = 1); register prefetch only (smem = 1,

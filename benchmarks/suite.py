@@ -3,7 +3,8 @@
     python benchmarks/suite.py --out OUT [--sets alcop,heldout,models,conv2d] [--inductor-sets alcop,heldout] [--inductor-pretune N]
                                [--budget-s 480] [--quick] [--dry-run]
 
-For every workload of the named sets it times each implementation both ways users see it:
+For every workload of the named sets it times each implementation both ways users see it, with the
+timers of ``benchmarks/timing.py``:
 
 * ``eager``: one call at a time, timed with CUDA events after an L2 flush. The host is
   synchronised after the flush, so the start event fires at once and the elapsed time includes
@@ -63,15 +64,13 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # alcop_triton from this checkout when run as a script
+import timing  # noqa: E402  (benchmarks/timing.py, beside this script)
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 ALCOP_SUITE = ROOT / "tests" / "data" / "alcop_suite.json"
 
 IMPLS = ("torch", "alcop", "triton_tutorial", "inductor")
 TIMERS = ("eager", "graph")
-TIMER_TEXT = {"eager": "eager call, CUDA events after an L2 flush, host cost included, implementations in "
-                       "turns call by call (median)",
-              "graph": "kernel under a CUDA graph, triton.testing.do_bench_cudagraph (median)",
-              "wall": "wall clock, CPU interpreter (dry run: not a measurement)"}
+TIMER_TEXT = {"eager": timing.EAGER, "graph": timing.GRAPH, "wall": timing.WALL}
 UNSTABLE = 0.10
 TOLERANCE = 1e-2
 SETS = ("alcop", "heldout", "models", "decode", "conv2d", "conv2d_bwd", "conv3d", "conv3d_bwd", "resnet50",
@@ -219,8 +218,8 @@ def impl_fn(impl: str, case: Case) -> Callable[..., Any] | None:
 # everything else). What inductor_setup changes is only how the compile work is scheduled:
 #
 # * Inductor's own compile scheduling is left as it is. Starting its worker-process pool up front
-#   and never shutting it down (``warm_pool=True``, measured by benchmarks/probes/inductor_compile.py
-#   on the H100) made compiles slower, not faster: 11 s to start the pool, then 24.5 s and 7.0 s for
+#   and never shutting it down (``warm_pool=True``, measured on the H100:
+#   docs/decisions.md#d33) made compiles slower, not faster: 11 s to start the pool, then 24.5 s and 7.0 s for
 #   the first two probe shapes against 10.0 s and 2.1 s with the defaults.
 # * Dynamo keeps compiled code on the Python code object and, with fullgraph=True, fails after 8
 #   recompiles of one code object: every workload gets a code object of its own.
@@ -384,42 +383,20 @@ class Timers(Protocol):
 
 
 class CudaTimers:
-    def __init__(self, reps: int = 100, graph_rep_ms: int = 100) -> None:
-        import torch
+    """``timing.EAGER`` and ``timing.GRAPH``."""
 
+    def __init__(self, reps: int = 100, graph_rep_ms: int = 100) -> None:
         self.reps, self.graph_rep_ms = reps, graph_rep_ms
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        # Twice the L2 size, written before every eager call, so every call starts cold.
-        self._flush = torch.empty(2 * int(props.L2_cache_size) // 4 + 1, dtype=torch.int32, device="cuda")
+        self._flush = timing.l2_flush_buffer()
         self.names = {"eager": TIMER_TEXT["eager"], "graph": TIMER_TEXT["graph"]}
 
     def eager(self, calls: Mapping[str, Callable[[], Any]]) -> dict[str, float]:
-        import torch
-
         if not calls:
             return {}
-        for fn in calls.values():
-            fn()
-        torch.cuda.synchronize()
-        order = list(calls.items())
-        pairs: dict[str, list[Any]] = {name: [] for name in calls}
-        for rep in range(self.reps):
-            # The order turns each round: no implementation always follows the same one.
-            for name, fn in order[rep % len(order):] + order[:rep % len(order)]:
-                self._flush.zero_()
-                torch.cuda.synchronize()   # the GPU is idle when the start event is recorded: host time counts
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                fn()
-                e.record()
-                pairs[name].append((s, e))
-        torch.cuda.synchronize()
-        return {name: statistics.median(s.elapsed_time(e) for s, e in ps) for name, ps in pairs.items()}
+        return timing.eager_ms(calls, self.reps, flush=self._flush)
 
     def graph(self, fn: Callable[[], Any]) -> float:
-        import triton.testing
-
-        return float(triton.testing.do_bench_cudagraph(fn, rep=self.graph_rep_ms, return_mode="median"))
+        return timing.graph_ms(fn, self.graph_rep_ms)
 
 
 class WallTimers:
@@ -430,12 +407,7 @@ class WallTimers:
         self.names = {"eager": TIMER_TEXT["wall"], "graph": TIMER_TEXT["wall"]}
 
     def _time(self, fn: Callable[[], Any]) -> float:
-        out = []
-        for _ in range(self.reps):
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(out)
+        return timing.wall_ms(fn, self.reps)
 
     graph = _time
 

@@ -1,7 +1,7 @@
 """Offline check of how untuned shapes get their config: leave one shape out of a measured grid.
 
-    python benchmarks/transfer_eval.py benchmarks/results/headline_h100/ablation/h100_wgmma_alcop_space.jsonl \
-        --out benchmarks/results/transfer_h100/transfer_eval [--keep 18]
+    python benchmarks/transfer_eval.py benchmarks/results/headline/ablation/h100_wgmma_alcop_space.jsonl.gz \
+        --out benchmarks/results/transfer_eval/transfer_eval [--keep 18]
 
 For each workload of the grid, every record of it is hidden and ``dispatch.transfer`` picks a config
 from the other workloads' records, as it would for a shape the tables never measured. The pick is

@@ -41,6 +41,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import timing  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 LAYOUT = "nt"  # B stored N x K: what F.linear and nn.Linear's weight give torch.matmul
 DTYPE = "float16"
@@ -112,25 +114,16 @@ def run_tune(shape: tuple[int, int, int], trials: int, out: Path, env: dict[str,
             "seeding": bool(summary.get("seeding", False))}
 
 
-GRAPH_TIMER = "triton.testing.do_bench_cudagraph (median, kernel under a CUDA graph)"
-EAGER_TIMER = "triton.testing.do_bench (median, L2 flushed before each call; the launch could not be graph-captured)"
+GRAPH_TIMER = timing.GRAPH
+EAGER_TIMER = timing.DO_BENCH
 
 
 def median_time_ms(fn: Callable[[], Any], device: str, timer: str = GRAPH_TIMER, reps: int = 3) -> tuple[float, str]:
     """(median ms, timer name) of ``fn``: on a GPU with ``timer`` (the kernel under a CUDA graph, or
     ``EAGER_TIMER``), wall time in the interpreter."""
     if device.startswith("cuda"):
-        import triton.testing
-
-        if timer == GRAPH_TIMER:
-            return float(triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")), timer
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")), timer
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), "time.perf_counter (median of 3 calls, Triton interpreter)"
+        return (timing.graph_ms(fn) if timer == GRAPH_TIMER else timing.do_bench_ms(fn)), timer
+    return timing.wall_ms(fn, reps), f"time.perf_counter (median of {reps} calls, Triton interpreter)"
 
 
 def compare_with_torch(shape: tuple[int, int, int], config: dict[str, Any], device: str) -> dict[str, Any]:

@@ -1,0 +1,318 @@
+"""Write docs/results.md from the latest results of each maintained harness (no number in it is typed by hand).
+
+    python benchmarks/report_results.py [--results benchmarks/results] [--out docs/results.md] [--check]
+
+Every section names its source file, device, versions, date, timer and the command that wrote it; ratios
+are only ever formed inside one report between numbers of one timer in one run (the reports compute them).
+A harness whose results are missing is listed with the command that produces them. ``--check`` exits 1
+when the page differs from what the results give (a test runs the same comparison).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from overhead import patched_minus_direct  # noqa: E402  (the host-time report's own cell)
+
+Report = dict[str, Any]
+
+
+def _x(v: Any) -> str:
+    return f"{v:.3f}x" if isinstance(v, (int, float)) and math.isfinite(v) else "-"
+
+
+def shown(path: Path) -> str:
+    """A report's path as the page names it: relative to the repository where it lies inside."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _meta_line(m: Report) -> str:
+    return (f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, {m['date']}. "
+            f"Timer: {m['timer']}.")
+
+
+def suite_section(r: Report) -> list[str]:
+    run = r["run"]
+    out = [f"{run['device']}, torch {run['torch']}, Triton {run['triton']}, alcop_triton {run['alcop']}, "
+           f"CUDA {run['cuda']}, {run['date']}, run `{run['run_id']}`. Timers: **eager** = {r['timers']['eager']}; "
+           f"**graph** = {r['timers']['graph']}. Ratio = torch ms / implementation ms, geomean over the set's "
+           "workloads (minimum in brackets); torch is cuBLAS/cuDNN in the same run with the same timer.", ""]
+    if r.get("progress") and r["progress"].get("left"):
+        out += [f"The run is incomplete: {r['progress']['left']} workloads not measured.", ""]
+    impls = [i for i in ("alcop", "triton_tutorial", "inductor")
+             if any(s["timers"].get(t, {}).get(i, {}).get("n") for s in r["summary"].values() for t in s["timers"])]
+    names = {"alcop": "alcop", "triton_tutorial": "Triton tutorial", "inductor": "Inductor max-autotune"}
+    out += ["| set | workloads | timer | " + " | ".join(names[i] for i in impls) + " | faster than torch (alcop) |",
+            "|---|---|---|" + "---|" * (len(impls) + 1)]
+    for set_, s in r["summary"].items():
+        for timer in ("eager", "graph"):
+            t = s["timers"].get(timer, {})
+            cells = []
+            for impl in impls:
+                e = t.get(impl)
+                cells.append(f"{_x(e['geomean'])} (min {_x(e['min'])})" if e and e["n"] else "-")
+            alcop = t.get("alcop") or {}
+            faster = (f"{sum(v > 1.0 for v in alcop['ratios'].values())} / {alcop['n']}"
+                      if alcop.get("ratios") else "-")
+            out.append(f"| {set_} | {s['workloads']} | {timer} | " + " | ".join(cells) + f" | {faster} |")
+    return out + [""]
+
+
+def overhead_section(r: Report) -> list[str]:
+    out = [_meta_line(r["meta"]), "",
+           "| op | requires_grad | bare Triton launch µs | torch µs | alcop µs | alcop / torch | patched - direct µs |",
+           "|---|---|---|---|---|---|---|"]
+
+    def us(v: Any) -> str:
+        return f"{v:.1f}" if v is not None else "-"
+    for s in r["summary"]:
+        out.append(f"| {s['op']} | {s['requires_grad']} | {us(s['triton_us'])} | {us(s['torch_us'])} | "
+                   f"{us(s['alcop_us'])} | {_x(s['alcop_over_torch'])} | {patched_minus_direct(s)} |")
+    return out + [""]
+
+
+def e2e_section(r: Report) -> list[str]:
+    out = [_meta_line(r["meta"]), "", "| model | input | mode | ms | vs eager | max rel error |",
+           "|---|---|---|---|---|---|"]
+    for res in r["results"]:
+        inp = "x".join(map(str, res["input"]))
+        for mode, x in res["modes"].items():
+            if "ms" in x:
+                out.append(f"| {res['model']} | {inp} | {mode} | {x['ms']:.2f} | {_x(x.get('speedup_vs_eager'))} | "
+                           f"{x['max_rel_err']:.1e} |")
+            else:
+                out.append(f"| {res['model']} | {inp} | {mode} | error | | |")
+    return out + [""]
+
+
+def pipeline_section(r: Report) -> list[str]:
+    first = next(iter(r.values()))["meta"]
+    out = [f"{first['device']}, Triton {first['triton']}, torch {first['torch']}, {first['date']}. "
+           f"Timer: {first['timer']}. Each kind is its best config over the grid on a shape; *A over B* = geomean "
+           "over shapes of B's best time / A's.", "",
+           "| grid | MMA | smem stages only over one stage | register prefetch only over one stage | "
+           "both levels over smem only | best over one stage | best over double buffering | best vs torch |",
+           "|---|---|---|---|---|---|---|---|"]
+    for name, res in r.items():
+        m, s = res["meta"], res["summary"]
+        sp = s["speedups"]
+        out.append(f"| {name} | {m['mma']} | {_x(sp['smem_only_over_one_stage']['geomean'])} | "
+                   f"{_x(sp['reg_only_over_one_stage']['geomean'])} | {_x(sp['smem_and_reg_over_smem_only']['geomean'])} | "
+                   f"{_x(sp['best_over_one_stage']['geomean'])} | {_x(sp['best_over_double_buffer']['geomean'])} | "
+                   f"{_x(s['best_vs_torch'])} ({s['best_vs_torch_shapes']} shapes) |")
+    return out + [""]
+
+
+def model_section(r: Report) -> list[str]:
+    s = r["summary"]
+    out = [f"GPU {r['gpu']}, data {', '.join(r['data'])} ({r['n_workloads']} workloads, {r['n_records']} records), "
+           "held out by workload. Timer: none of its own (the grid's recorded times). Best-in-top-k = best measured "
+           "time / best measured time among the model's k top-ranked configs (mean over workloads); pairwise = "
+           "share of config pairs ordered as measured. Random choice is the exact expected value.", "",
+           "| model | top-1 | top-10 | pairwise |", "|---|---|---|---|"]
+    labels = {"random": ("random choice", None), "analytical": ("analytical alone", "analytical_pairwise"),
+              "xgb": ("XGBoost alone", "xgb_pairwise"),
+              "analytical_xgb": ("analytical + XGBoost", "analytical_xgb_pairwise")}
+    for key, (label, pw) in labels.items():
+        if key in s:
+            pairwise = 0.5 if key == "random" else s.get(pw) if pw else None
+            out.append(f"| {label} | {s[key]['top1']:.3f} | {s[key]['top10']:.3f} | "
+                       + (f"{pairwise:.3f} |" if isinstance(pairwise, float) else "- |"))
+    return out + [""]
+
+
+def tune_speed_section(r: Report) -> list[str]:
+    env = r["environment"]
+    out = [f"{env['device']}, torch {env['torch']}, Triton {env['triton']}, alcop_triton {env['alcop_triton']}, "
+           f"{env['date']}; {r['trials']} trials per shape. Timers: wall = {r['wall_timer']}; torch / alcop = "
+           f"{r['runs'][0]['compare']['timer']}.", "", "| shape | wall s | torch / alcop |", "|---|---|---|"]
+    for run in r["runs"]:
+        out.append(f"| {run['shape']} | {run['wall_s']:.1f} | {_x(run['compare']['speedup_vs_torch'])} |")
+    s = r["summary"]
+    out += ["", f"Geomean torch / alcop {_x(s['geomean_speedup_vs_torch'])}; wall s per shape: first "
+            f"{s['first_wall_s']:.1f}, the rest {s['rest_mean_wall_s']:.1f} mean, {s['rest_max_wall_s']:.1f} max.", ""]
+    return out
+
+
+def odd_sizes_section(r: Report) -> list[str]:
+    m = r["meta"]
+    ratios = [row["ratio_vs_torch"] for row in r["rows"]]
+    eager = [row["eager_vs_torch"] for row in r["rows"]]
+    out = [f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, {m['date']}. "
+           f"Timers: graph = {m['timer']}; eager = {m['eager_timer']}.", "",
+           "| shape | layout | config | graph: torch / alcop | eager: torch / alcop |", "|---|---|---|---|---|"]
+    for row in r["rows"]:
+        out.append(f"| {'x'.join(map(str, row['shape']))} | {row['layout']} | {row['config']} | "
+                   f"{_x(row['ratio_vs_torch'])} | {_x(row['eager_vs_torch'])} |")
+    out += ["", f"Geomean over {len(ratios)} shapes: graph {_x(_geomean(ratios))}, eager {_x(_geomean(eager))}.", ""]
+    return out
+
+
+def transfer_eval_section(r: Report) -> list[str]:
+    out = [f"GPU {r['gpu']}, grid {Path(r['grid']).name} (the headline run's wgmma grid). Timer: none of its own (the "
+           "grid's recorded times). Of best = best measured time / the transferred pick's time.", "",
+           "| neighbours' configs kept | workloads | of best (geomean) | of best (min) | vs torch (geomean) | "
+           "picks never measured |", "|---|---|---|---|---|---|"]
+    for res in r["results"]:
+        keep = "all" if res["keep"] is None else str(res["keep"])
+        out.append(f"| {keep} | {res['workloads']} | {res['of_best_geomean']:.3f} | {res['of_best_min']:.3f} | "
+                   f"{_x(res['vs_torch_geomean'])} | {res['unmeasured_picks']} |")
+    return out + [""]
+
+
+def transfer_vs_tuning_section(r: Report) -> list[str]:
+    env, s = r["environment"], r["summary"]
+    out = [f"{env['device']}, torch {env['torch']}, Triton {env['triton']}, alcop_triton {env['alcop_triton']}, "
+           f"{env['date']}; {r['trials']} tuning trials per shape. Timer: {r['timer']}.", "",
+           "| shape | untuned: torch / alcop | tuned: torch / alcop | untuned / tuned speed |", "|---|---|---|---|"]
+    for run in r["runs"]:
+        out.append(f"| {run['shape']} | {_x(run['untuned_compare']['speedup_vs_torch'])} | "
+                   f"{_x(run['tuned_compare']['speedup_vs_torch'])} | {run['untuned_vs_tuned']:.3f} |")
+    out += ["", f"Geomean: untuned {_x(s['untuned_vs_torch'])} torch, tuned {_x(s['tuned_vs_torch'])} torch; the "
+            f"untuned config reaches {s['untuned_vs_tuned']:.3f} of the tuned speed (min {s['untuned_vs_tuned_min']:.3f}).", ""]
+    return out
+
+
+def table_headroom_section(r: Report) -> list[str]:
+    rows = r["rows"]
+    first = rows[0]
+    out = [f"{first['device']}, {first['date']}. Timer: the tuner's `{first['timer']}` "
+           "(`alcop_triton.autotune.measure.time_gpu`). Headroom = the shipped configs' best / the tuned best, "
+           "both timed in one tuning run (1.000: tuning found nothing faster).", "",
+           "| workload | trials | headroom |", "|---|---|---|"]
+    for row in rows:
+        out.append(f"| {row['workload']} | {row['trials']} | {row['headroom']:.3f} |")
+    out += ["", f"Geomean headroom over {len(rows)} workloads: {_geomean([row['headroom'] for row in rows]):.3f}.", ""]
+    return out
+
+
+def early_stop_section(r: Report) -> list[str]:
+    s = r["summary"]
+    rule = r["rule"]
+    out = [f"{r['date']}, {s['workloads']} workloads of `{', '.join(Path(d).name for d in r['data'])}`, "
+           f"{r['trials']} trials; rule: patience {rule['patience']}, min gain {rule['min_gain']}, min trials "
+           f"{rule['min_trials']}. Timer: {r['timer']}.", "",
+           "| run | trials (mean) | best found / grid best (mean) | (min) | model CPU s (mean) |", "|---|---|---|---|---|"]
+    for name in ("full", "early_stop", "seeded"):
+        if name in s:
+            e = s[name]
+            out.append(f"| {name} | {e['trials']:.1f} | {e['best_fraction']:.4f} | {e['min_best_fraction']:.4f} | "
+                       f"{e['model_cpu_s']:.2f} |")
+    return out + [""]
+
+
+def build_table_section(r: Report) -> list[str]:
+    m = r["meta"]
+    ops = sorted({row["workload"].split(":")[0] + " " + row["workload"].split(":")[2] for row in r["rows"]})
+    return [f"{m['device']} ({m['mma']}), torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, "
+            f"{m['date']}. Timer: the tuner's `alcop_triton.autotune.measure.time_gpu` for alcop's candidates and "
+            "for torch. This run measured the entries it adds to the shipped table "
+            f"(`alcop_triton/data/default_h100.jsonl`): {len(r['rows'])} workloads ({', '.join(ops)}), "
+            f"alcop's best against torch {_x(r['geomean_speedup'])} geomean, {r['below_0.9']} below 0.9x.", ""]
+
+
+def fuzz_section(r: Report) -> list[str]:
+    return [f"{r['what']}; {r['date']}, torch {r['torch']}, Triton {r['triton']}, alcop_triton {r['alcop_triton']}, "
+            f"`{r['command']}`. Timer: none (correctness only). {r['cases']} cases: {r['ok']} matched torch, "
+            f"{r['raised_like_torch']} raised as torch does, {r['wrong_results']} wrong results.", ""]
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+@dataclass(frozen=True)
+class Harness:
+    title: str
+    report: str          # the JSON under the results directory that the section reads
+    command: str         # the command that writes it there
+    render: Callable[[Report], list[str]]
+    note: str = ""       # which part of that command, where it runs several harnesses
+
+
+HEADLINE = "python benchmarks/headline.py benchmarks/results/headline"
+HARNESSES: tuple[Harness, ...] = (
+    Harness("Drop-ins against torch (suite)", "headline/suite/report.json",
+            HEADLINE, note="the stage `suite`: benchmarks/suite.py", render=suite_section),
+    Harness("Host time per call", "headline/overhead/overhead.json",
+            HEADLINE, note="the stage `overhead`: benchmarks/overhead.py", render=overhead_section),
+    Harness("End to end, fp16 inference", "headline/e2e/e2e.json",
+            HEADLINE, note="the stage `e2e`: benchmarks/e2e.py", render=e2e_section),
+    Harness("Pipelining ablation, ALCOP dense + bmm", "headline/ablation/pipeline_variants.json",
+            HEADLINE, note="the stage `ablation`: benchmarks/ablation_h100.sh, benchmarks/report_pipeline.py",
+            render=pipeline_section),
+    Harness("Performance models, held out by workload", "headline/model/model_eval.json",
+            HEADLINE, note="the stage `model`: benchmarks/eval_model.py", render=model_section),
+    Harness("Tuning unseen shapes", "tune_speed/tune_speed.json",
+            "python benchmarks/tune_speed.py benchmarks/results/tune_speed --trials 50", render=tune_speed_section),
+    Harness("Odd and unaligned sizes", "odd_sizes/odd_sizes.json",
+            "python benchmarks/odd_sizes.py benchmarks/results/odd_sizes", render=odd_sizes_section),
+    Harness("Untuned shapes: configs transferred from neighbours", "transfer_eval/transfer_eval.json",
+            "python benchmarks/transfer_eval.py benchmarks/results/headline/ablation/h100_wgmma_alcop_space.jsonl.gz "
+            "--out benchmarks/results/transfer_eval/transfer_eval", render=transfer_eval_section),
+    Harness("A GPU without measurements: transfer against tuning", "transfer_vs_tuning/transfer_vs_tuning.json",
+            "python benchmarks/transfer_vs_tuning.py benchmarks/results/transfer_vs_tuning", render=transfer_vs_tuning_section),
+    Harness("Headroom of the shipped table", "table_headroom/table_headroom.json",
+            "python benchmarks/table_headroom.py OUT/tuned.jsonl --out benchmarks/results/table_headroom",
+            render=table_headroom_section),
+    Harness("The tuner's early stop, replayed", "early_stop_replay/early_stop_replay.json",
+            "python benchmarks/early_stop_replay.py benchmarks/results/early_stop_replay --seeding", render=early_stop_section),
+    Harness("Building the shipped table", "build_table/build_table.json",
+            "python benchmarks/build_table.py benchmarks/results/build_table", render=build_table_section),
+    Harness("Drop-ins fuzzed against torch", "fuzz/fuzz_summary.json",
+            "TRITON_INTERPRET=1 python scripts/fuzz.py --cases 5000 --out benchmarks/results/fuzz", render=fuzz_section),
+)
+
+
+def render(results: Path, headline: Path | None = None) -> str:
+    """The page's text from the reports under ``results`` (the headline run's from ``headline``, by default
+    ``results/headline``)."""
+    out = ["# Results", "",
+           "<!-- Generated by `python benchmarks/report_results.py` from benchmarks/results; do not edit by hand. -->",
+           "", "The latest results of each maintained harness. Every number names its device and timer; ratios "
+           "compare numbers of one timer within one run. Each folder's README.md gives the commit that was measured. "
+           "Past runs live in git history; the measurements behind the package's constants are in "
+           "[decisions.md](decisions.md).", "",
+           "![alcop against torch per workload](../benchmarks/results/headline/headline.png)", ""]
+    for h in HARNESSES:
+        path = results / h.report
+        if headline is not None and h.report.startswith("headline/"):
+            path = headline / h.report.split("/", 1)[1]
+        note = f" ({h.note})" if h.note else ""
+        md = path.with_suffix(".md") if path.suffix == ".json" else path
+        out += [f"## {h.title}", "", f"Source: `{shown(md)}`; command: `{h.command}`{note}.", ""]
+        if not path.is_file():
+            out += ["Not measured yet: the command above writes it.", ""]
+            continue
+        out += h.render(json.loads(path.read_text()))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--headline", default=None, help="the headline run's directory (default: RESULTS/headline)")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results.md"))
+    ap.add_argument("--check", action="store_true", help="exit 1 if the page differs from the results")
+    a = ap.parse_args(argv)
+    page, out = render(Path(a.results), Path(a.headline) if a.headline else None), Path(a.out)
+    if a.check:
+        return int(not out.is_file() or out.read_text() != page)
+    out.write_text(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

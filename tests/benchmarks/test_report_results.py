@@ -1,0 +1,116 @@
+"""docs/results.md is what benchmarks/report_results.py makes of the committed results, number for number;
+the headline figure is drawn from the suite's report; every benchmarks/ path the docs cite exists."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import ROOT, load_script
+
+rr = load_script("report_results.py", "report_results")
+hl = load_script("headline.py", "headline")
+RESULTS = ROOT / "benchmarks" / "results"
+PAGE = ROOT / "docs" / "results.md"
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[+-]?\d+)?x?")
+
+
+def test_results_page_is_regenerated_identically() -> None:
+    """Every number the page quotes, and every word, comes from the results files as they are now."""
+    assert PAGE.read_text() == rr.render(RESULTS), \
+        "docs/results.md is out of date: run python benchmarks/report_results.py"
+    assert rr.main(["--check"]) == 0
+
+
+def test_every_harness_has_committed_results() -> None:
+    missing = [h.report for h in rr.HARNESSES if not (RESULTS / h.report).is_file()]
+    assert not missing
+    # and each results folder says how it was made
+    for folder in {h.report.split("/")[0] for h in rr.HARNESSES}:
+        assert (RESULTS / folder / "README.md").is_file(), folder
+
+
+def test_page_follows_the_results(tmp_path: Path) -> None:
+    """A changed measurement changes the quoted number; a missing report names its command."""
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    suite = results / "headline" / "suite" / "report.json"
+    r = json.loads(suite.read_text())
+    e = r["summary"]["alcop"]["timers"]["eager"]["alcop"]
+    old = f"{e['geomean']:.3f}x"
+    e["geomean"] = 0.5
+    suite.write_text(json.dumps(r))
+    page = rr.render(results)
+    assert "| alcop | 47 | eager | 0.500x" in page and f"| alcop | 47 | eager | {old}" not in page
+    (results / "odd_sizes" / "odd_sizes.json").unlink()
+    page = rr.render(results)
+    odd = page.split("## Odd and unaligned sizes")[1].split("## ")[0]
+    assert "Not measured yet" in odd and "python benchmarks/odd_sizes.py" in odd
+    assert rr.main(["--results", str(results), "--check"]) == 1
+
+
+def test_page_numbers_are_in_the_results_files() -> None:
+    """Spot check independent of the renderer: the suite's geomeans and the device as the JSON holds them."""
+    r = json.loads((RESULTS / "headline" / "suite" / "report.json").read_text())
+    page = PAGE.read_text()
+    assert r["run"]["device"] in page and r["run"]["run_id"] in page
+    for set_, s in r["summary"].items():
+        for timer, impls in s["timers"].items():
+            if impls.get("alcop", {}).get("n"):
+                assert f"| {set_} | {s['workloads']} | {timer} | {impls['alcop']['geomean']:.3f}x" in page
+
+
+def test_headline_figure(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    (tmp_path / "suite").mkdir()
+    shutil.copy(RESULTS / "headline" / "suite" / "report.json", tmp_path / "suite" / "report.json")
+    path = hl.write_figure(tmp_path)
+    assert path == tmp_path / "headline.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = json.loads((tmp_path / "suite" / "report.json").read_text())
+    cap = hl.caption(r)
+    assert r["run"]["device"] in cap and r["timers"]["eager"] in cap and r["timers"]["graph"] in cap
+    series = hl.figure_data(r)
+    assert [(s, t) for s, t, _ in series] == [(s, t) for s in r["summary"] for t in ("eager", "graph")]
+    assert all([v for _, v in pts] == sorted(v for _, v in pts) for _, _, pts in series)
+    assert (RESULTS / "headline" / "headline.png").is_file()
+
+
+def test_figure_without_matplotlib_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SystemExit, match=r"alcop_triton\[plots\]"):
+        hl._pyplot()
+
+
+# Paths under benchmarks/ as README.md and docs/*.md cite them: in backticks or as link targets. A path
+# written COMMIT:PATH names a file of a past commit (git show COMMIT:PATH) and is checked against git.
+CITED = re.compile(r"(?:`|\()((?:[0-9a-f]{7,40}:)?(?:\.\./)?benchmarks/[\w./*-]+)")
+
+
+def _cited(text: str) -> list[str]:
+    return sorted({m.rstrip(".,") for m in CITED.findall(text)})
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_cited_benchmark_paths_exist(doc: Path) -> None:
+    import subprocess
+
+    missing = []
+    for ref in _cited(doc.read_text()):
+        if ":" in ref:
+            rev, path = ref.split(":", 1)
+            ok = subprocess.run(["git", "cat-file", "-e", f"{rev}:{path.rstrip('/')}"], cwd=ROOT,
+                                capture_output=True).returncode == 0
+        else:
+            path = ref.removeprefix("../")
+            ok = any(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()
+        if not ok:
+            missing.append(ref)
+    assert not missing, f"{doc.name} cites {len(missing)} paths that do not exist, e.g. {missing[:5]}"
