@@ -214,7 +214,7 @@ class TuningRecord:
         if error is None:
             if not _positive_time(time_ms):
                 raise DatabaseError(f"time_ms={time_ms!r}: a successful record needs a finite time > 0")
-            time_ms = float(time_ms)
+            time_ms = float(time_ms)  # type: ignore[arg-type]  # a number: _positive_time checked it
         else:
             if error not in ERROR_KINDS:
                 raise DatabaseError(f"error={error!r}: must be null or one of {ERROR_KINDS}")
