@@ -29,7 +29,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "cache"
     monkeypatch.setenv("ALCOP_CACHE_DIR", str(root))
     monkeypatch.setattr(runtime, "_LOADED", {})
-    monkeypatch.setattr(runtime, "_FALLBACK", [])
+    monkeypatch.setattr(runtime, "_FALLBACK", [], raising=False)
     return root
 
 
@@ -134,7 +134,7 @@ def test_a_cache_dir_that_is_a_file_is_left_alone(tmp_path: Path, monkeypatch: p
     user_file.write_text("the user's notes\n")
     monkeypatch.setenv("ALCOP_CACHE_DIR", str(user_file if where == "file" else user_file / "cache"))
     monkeypatch.setattr(runtime, "_LOADED", {})
-    monkeypatch.setattr(runtime, "_FALLBACK", [])
+    monkeypatch.setattr(runtime, "_FALLBACK", [], raising=False)
     with pytest.warns(runtime.KernelCacheUnusable, match="not usable") as caught:
         _check(_build())
         _new_process(monkeypatch)
