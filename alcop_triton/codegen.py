@@ -33,6 +33,16 @@ interpreter)."""
 TANH_SERIES_BELOW = 0.55
 """|x| below which tanh is its series: the next term is under 1e-7 of the sum there, while above it
 1 - exp(-2|x|) keeps most of its bits."""
+LAUNCH_OPTIONS = frozenset({
+    "grid", "warmup", "num_warps", "num_ctas", "num_stages", "warp_size", "maxnreg", "ptx_version", "ptx_options",
+    "ir_override", "enable_fp_fusion", "enable_reflect_ftz", "launch_cooperative_grid", "launch_pdl",
+    "supported_fp8_dtypes", "deprecated_fp8_dot_operand_dtypes", "default_dot_input_precision",
+    "allowed_dot_input_precisions", "max_num_imprecise_acc_default", "extern_libs", "debug", "backend_name",
+    "sanitize_overflow", "arch", "instrumentation_mode", "waves_per_eu", "matrix_instr_nonkdim", "kpack",
+    "allow_flush_denorm", "schedule_hint"})
+"""Keywords a Triton launch takes besides the kernel's parameters (``JITFunction.run``'s ``grid`` and
+``warmup``, the CUDA and HIP backends' options): a kernel parameter of one of these names builds, then
+every call fails with "got multiple values", so no tensor or size may be named so."""
 SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
 """Extra pointer parameters of a split-K kernel, after the output and any descriptors: float32 partial tiles,
 arrival counters (``split_locks_needed``)."""
@@ -57,6 +67,8 @@ def reserved_reason(name: str) -> str:
     """Why ``name`` (NFKC-normalised) would clash with a name the generator emits; "" if it does not."""
     if name in RESERVED or name.startswith("__"):
         return "is reserved: the generator emits it"
+    if name in LAUNCH_OPTIONS:
+        return "is a Triton launch option (a keyword of every kernel launch, as num_warps is)"
     if name.startswith(RESERVED_PREFIXES):
         return f"starts with one of {RESERVED_PREFIXES}, prefixes the generator uses"
     return ""
