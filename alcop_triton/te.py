@@ -392,19 +392,20 @@ def check_int_constants(e: Expr, where: str, int_dtype: str | None = None) -> No
                         else "an integer literal is int64 in Triton (write a float, e.g. 2.0 ** 63, if it is one)")
                 raise ScheduleError(f"{where}: integer constant {e.value} is outside {dt}'s range [{lo}, {hi}): {rule}")
         return
+    int_dtype_of: Callable[[Expr], str | None] = lambda x: x.dtype if x.dtype in INT_RANGES else None  # noqa: E731
+    inner: list[str | None]
     if isinstance(e, Load):
-        inner: list[str | None] = ["int32"] * len(e.indices)
+        inner = ["int32" for _ in e.indices]
     elif isinstance(e, Compare):
-        both = BinOp("+", e.a, e.b).dtype
-        inner = [both if both in INT_RANGES else None] * 2
+        inner = [int_dtype_of(BinOp("+", e.a, e.b))] * 2
     elif isinstance(e, Where):
-        inner = [None] + [e.dtype if e.dtype in INT_RANGES else None] * 2
+        inner = [None, int_dtype_of(e), int_dtype_of(e)]
     elif isinstance(e, (BinOp, Unary)):
-        inner = [e.dtype if e.dtype in INT_RANGES else None] * len(e.children())
+        inner = [int_dtype_of(e) for _ in e.children()]
     else:
-        inner = [None] * len(e.children())
-    for child, dt in zip(e.children(), inner):
-        check_int_constants(child, where, dt)
+        inner = [None for _ in e.children()]
+    for child, child_dtype in zip(e.children(), inner):
+        check_int_constants(child, where, child_dtype)
 
 
 def placeholder(shape: Sequence[ExprLike], dtype: str = "float32", name: str = "X") -> Tensor:
