@@ -26,6 +26,23 @@ RESERVED = {"pid", "pid_m", "pid_n", "pid_b", "num_pid_m", "num_pid_n", "num_pid
             "tile_lin", "ws_tile", "ws_stride", "arrived", "split_ws", "split_locks", "split_s", "split_g",
             "split_g_first", "split_g_n", "n_tiles", "float", "gdc_wait", "gdc_launch_dependents", "tile_lo",
             "tile_hi"}
+TANH_SERIES: tuple[float, ...] = (-1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925, 21844 / 6081075,
+                                  -929569 / 638512875, 6404582 / 10854718875)
+"""Coefficients of x**3, x**5, ... x**17 in tanh's Taylor series (tl has no tanh that also runs in the
+interpreter)."""
+TANH_SERIES_BELOW = 0.55
+"""|x| below which tanh is its series: the next term is under 1e-7 of the sum there, while above it
+1 - exp(-2|x|) keeps most of its bits."""
+LAUNCH_OPTIONS = frozenset({
+    "grid", "warmup", "num_warps", "num_ctas", "num_stages", "warp_size", "maxnreg", "ptx_version", "ptx_options",
+    "ir_override", "enable_fp_fusion", "enable_reflect_ftz", "launch_cooperative_grid", "launch_pdl",
+    "supported_fp8_dtypes", "deprecated_fp8_dot_operand_dtypes", "default_dot_input_precision",
+    "allowed_dot_input_precisions", "max_num_imprecise_acc_default", "extern_libs", "debug", "backend_name",
+    "sanitize_overflow", "arch", "instrumentation_mode", "waves_per_eu", "matrix_instr_nonkdim", "kpack",
+    "allow_flush_denorm", "schedule_hint"})
+"""Keywords a Triton launch takes besides the kernel's parameters (``JITFunction.run``'s ``grid`` and
+``warmup``, the CUDA and HIP backends' options): a kernel parameter of one of these names builds, then
+every call fails with "got multiple values", so no tensor or size may be named so."""
 SPLIT_ARGS: tuple[str, ...] = ("split_ws", "split_locks")
 """Extra pointer parameters of a split-K kernel, after the output and any descriptors: float32 partial tiles,
 arrival counters (``split_locks_needed``)."""
@@ -50,6 +67,8 @@ def reserved_reason(name: str) -> str:
     """Why ``name`` (NFKC-normalised) would clash with a name the generator emits; "" if it does not."""
     if name in RESERVED or name.startswith("__"):
         return "is reserved: the generator emits it"
+    if name in LAUNCH_OPTIONS:
+        return "is a Triton launch option (a keyword of every kernel launch, as num_warps is)"
     if name.startswith(RESERVED_PREFIXES):
         return f"starts with one of {RESERVED_PREFIXES}, prefixes the generator uses"
     return ""
@@ -89,6 +108,7 @@ class Ctx:
 
     def __init__(self, k: Kernel, w: CodeWriter) -> None:
         self.k, self.w = k, w
+        self.bound = 0  # names bound by _bind so far
         self.kind = {a: d for d, axs in k.axes.items() for a in axs}
         # Axis and mask names (a reduction's with its tile suffix) that are scalars per chunk or per
         # program, not vectors: see _in_one_run.
@@ -133,9 +153,38 @@ class Ctx:
             return f"tl.where({rec(x.cond)}, {rec(x.a)}, {rec(x.b)})"
         if isinstance(x, te.Cast):
             return f"{rec(x.a)}.to({TL_DTYPE[self.compute_dtype(x.to)]})"
+        if isinstance(x, te.Unary) and x.fn == "tanh":
+            return self._tanh(x, rec(x.a))
         if isinstance(x, te.Unary):
             return _unary(x, rec(x.a), self.compute_dtype(x.dtype))
         raise UnsupportedError(f"codegen: expression node {type(x).__name__} ({x!r}) has no Triton lowering")
+
+    def _tanh(self, x: te.Unary, a: str) -> str:
+        """tanh accurate to a few float32 ulps relative at every magnitude. Its argument is bound to a name
+        first (a line before the one being built): the formula reads it several times. Near 0 the odd
+        Taylor series (``TANH_SERIES``; |x| < ``TANH_SERIES_BELOW``, where its truncation is below 1e-7
+        relative), else (1 - e) / (1 + e) with e = exp(-2|x|), which cancels little there and never
+        overflows. 2 sigmoid(2x) - 1 lost all relative accuracy near 0 (1e-3 at x = 1e-5)."""
+        f32 = x.a.dtype != "float32"
+        v = self._bind("x", f"{a}.to(tl.float32)" if f32 else a)
+        s = self._bind("s", f"tl.minimum(tl.maximum({v}, {-TANH_SERIES_BELOW!r}), {TANH_SERIES_BELOW!r})")
+        s2 = self._bind("s2", f"{s} * {s}")
+        poly = repr(TANH_SERIES[-1])
+        for coef in reversed(TANH_SERIES[:-1]):
+            poly = f"({coef!r} + {s2} * {poly})"
+        e = f"tl.exp(-2.0 * tl.abs({v}))"
+        far = f"((1.0 - {e}) / (1.0 + {e}))"
+        body = (f"tl.where(tl.abs({v}) < {TANH_SERIES_BELOW!r}, {s} + {s} * {s2} * {poly}, "
+                f"tl.where({v} < 0.0, -{far}, {far}))")
+        result = self.compute_dtype(x.dtype)
+        return f"{body}.to({TL_DTYPE[result]})" if f32 and result != "float32" else body
+
+    def _bind(self, what: str, expr: str) -> str:
+        """``expr`` assigned to a fresh generated name (``tile_`` prefix: reserved) on a line of its own."""
+        self.bound += 1
+        name = f"tile_tanh{self.bound}_{what}"
+        self.w.line(f"{name} = {expr}")
+        return name
 
     def size(self, e: te.Expr) -> str:
         def rec(x: te.Expr) -> str:
@@ -256,8 +305,6 @@ def _unary(x: te.Unary, a: str, result_dtype: str) -> str:
     v = f"{a}.to(tl.float32)" if f32 else a
     body = {"exp": f"tl.exp({v})", "log": f"tl.log({v})", "sqrt": f"tl.sqrt({v})", "abs": f"tl.abs({v})",
             "neg": f"(-{v})", "relu": f"tl.maximum({v}, 0.0)", "sigmoid": f"tl.sigmoid({v})",
-            # tanh(x) = 2 sigmoid(2x) - 1: tl has no tanh that also runs in the interpreter
-            "tanh": f"(2.0 * tl.sigmoid(2.0 * {v}) - 1.0)",
             "gelu": f"(0.5 * {v} * (1.0 + tl.erf({v} * 0.7071067811865476)))",
             "silu": f"({v} * tl.sigmoid({v}))"}[x.fn]
     return f"{body}.to({TL_DTYPE[result_dtype]})" if f32 and result_dtype != "float32" else body

@@ -23,6 +23,11 @@ sm90), or, for a stride-1 channels-last convolution, the box kernel (``kernels/c
 tile one TMA box of the input window, in a Gluon kernel that owns its ring of stages."""
 
 OPS: tuple[str, ...] = ("matmul", "bmm", "conv1d", "conv2d", "conv3d", "linear")
+CONV_OPS: tuple[str, ...] = ("conv1d", "conv2d", "conv3d")
+GEMM_LAYOUTS: tuple[str, ...] = ("nn", "nt", "tn", "tt")
+"""A GEMM's operand storage, A then B: 'n' as in the math (A: M x K, B: K x N), 't' transposed."""
+CONV_LAYOUTS: tuple[str, ...] = ("nhwc", "nchw")
+"""A convolution's input storage: channels last or channels first (any spatial rank)."""
 DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
 DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -175,6 +180,19 @@ class KernelConfig:
         return cls(**kwargs)
 
 
+def check_record(workload: "Workload", config: KernelConfig) -> None:
+    """Refuse a stored (workload, config) pair that no call could look up or run (ScheduleError naming the
+    field, value and rule). ``Workload`` and ``KernelConfig`` range-check each field on its own; these are
+    the rules of a tuning record on top: the layout its op's calls are keyed by, and a config the op's
+    kernels run, so that a record either runs or is skipped, never dispatched to fail."""
+    layouts = CONV_LAYOUTS if workload.op in CONV_OPS else GEMM_LAYOUTS
+    if workload.layout not in layouts:
+        raise ScheduleError(f"Workload.layout={workload.layout!r} for op {workload.op!r}: must be one of {layouts}")
+    if config.async_copy == "box" and workload.op not in CONV_OPS:
+        raise ScheduleError(f"KernelConfig.async_copy='box' for op {workload.op!r}: the box kernel is a "
+                            f"convolution's (ops {CONV_OPS}); a GEMM copies with 'pointer' or 'tma'")
+
+
 def tail_capable(c: KernelConfig) -> bool:
     """Whether ``c`` has a ``wave_tail`` twin (one program per whole tile, tiles of at least 64 rows)."""
     return not c.persistent and c.split_k == 1 and c.block_m >= TAIL_BLOCK
@@ -221,8 +239,34 @@ class Workload:
                 "conv3d": (11, 13)}[self.op]
         if len(shape) not in want or any(s < 0 for s in shape):
             raise ValueError(f"Workload.shape={shape} for op {self.op!r}: expected {want} non-negative ints")
+        if self.op in CONV_OPS:
+            self._check_conv()
         if min(self.gemm_dims()) <= 0:
             raise ValueError(f"Workload.shape={shape} for op {self.op!r}: GEMM view {self.gemm_dims()} has an empty dim")
+
+    def _check_conv(self) -> None:
+        """Every convolution field in range before any is divided by: extents, channels, stride, dilation
+        and groups >= 1 (torch refuses an input with an empty spatial dim), groups dividing both channel
+        counts."""
+        p = self.conv_fields()
+        for name in ("n", "d", "h", "w", "ci", "co", "kd", "kh", "kw", "stride", "dilation", "groups"):
+            if p[name] < 1:
+                raise ValueError(f"Workload.shape={self.shape} for op {self.op!r}: {name}={p[name]} must be >= 1")
+        for name in ("ci", "co"):
+            if p[name] % p["groups"]:
+                raise ValueError(f"Workload.shape={self.shape} for op {self.op!r}: {name}={p[name]} is not a "
+                                 f"multiple of groups={p['groups']}")
+
+    def conv_fields(self) -> dict[str, int]:
+        """A convolution's fields as stored (no output extents: nothing is divided)."""
+        if self.op == "conv3d":
+            n, d, h, w, ci, co, kd, kh, kw, stride, pad, *rest = self.shape
+        else:
+            n, h, w, ci, co, kh, kw, stride, pad, *rest = self.shape
+            d, kd = 1, 1
+        dil, groups = (rest + [1, 1])[:2]
+        return dict(n=n, d=d, h=h, w=w, ci=ci, co=co, kd=kd, kh=kh, kw=kw, stride=stride, pad=pad,
+                    dilation=dil, groups=groups)
 
     @property
     def elem_bytes(self) -> int:
@@ -230,16 +274,11 @@ class Workload:
 
     def conv_params(self) -> dict[str, int]:
         """Convolution parameters with the output extents computed as torch does."""
-        if self.op == "conv3d":
-            n, d, h, w, ci, co, kd, kh, kw, stride, pad, *rest = self.shape
-        else:
-            n, h, w, ci, co, kh, kw, stride, pad, *rest = self.shape
-            d, kd = 1, 1
-        dil, groups = (rest + [1, 1])[:2]
+        p = self.conv_fields()
+        pad, dil, stride = p["pad"], p["dilation"], p["stride"]
         out = lambda x, k: (x + 2 * pad - dil * (k - 1) - 1) // stride + 1  # noqa: E731
-        od = out(d, kd) if self.op == "conv3d" else 1
-        return dict(n=n, d=d, h=h, w=w, ci=ci, co=co, kd=kd, kh=kh, kw=kw, stride=stride, pad=pad,
-                    dilation=dil, groups=groups, od=od, oh=out(h, kh), ow=out(w, kw))
+        od = out(p["d"], p["kd"]) if self.op == "conv3d" else 1
+        return dict(p, od=od, oh=out(p["h"], p["kh"]), ow=out(p["w"], p["kw"]))
 
     def operand_rows(self) -> tuple[int, int]:
         """A GEMM's (matmul, linear, bmm) elements per unit-stride row of A and of B as stored ('n': A's rows

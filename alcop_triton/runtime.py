@@ -1,23 +1,36 @@
-"""Runtime: generated source -> file in the cache directory -> imported ``@triton.jit`` function.
+"""Runtime: generated source -> file in the cache directory -> ``@triton.jit`` function.
 
 ``@triton.jit`` reads its source with ``inspect``, so kernels must live in real files. Files are
 content-addressed (sha256 of the source) and written atomically (temp file + ``os.replace``), so
-concurrent processes never see half a kernel. A cache entry that cannot be read back as exactly
-the source (bytes that are not UTF-8, a directory where the file belongs, a file where a directory
-belongs) is a miss: what is in the way is renamed aside and the kernel is written again.
+concurrent processes never see half a kernel. The cache runs only what it verified: the file is read back
+and compared with the source, then that source is compiled here and run in a fresh module whose
+``__file__`` is the file (``inspect`` is served the verified text through ``linecache``): no bytecode is
+read or written, so a ``__pycache__`` planted beside a kernel is never run. Below the cache directory
+nothing is followed through a link: ``kernels/``, ``kernels/<digest>`` and the kernel file are opened
+relative to their parent's descriptor with ``O_NOFOLLOW``, and a link, a file where a directory belongs
+or a directory where the file belongs is renamed aside (inside the cache) and the kernel written again.
+Nothing outside ``kernels/`` is renamed: where the cache directory cannot be used (``ALCOP_CACHE_DIR``
+names a file, a read-only directory) kernels are built in a temporary directory this process owns, with
+one ``KernelCacheUnusable`` warning.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import errno
 import functools
 import hashlib
-import importlib.util
+import linecache
 import os
+import shutil
+import stat
 import sys
 import tempfile
 import threading
 import time
 import types
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -32,43 +45,118 @@ FILE_STEM_BYTES = 100
 (the directory is content-addressed, so the name only serves readers of tracebacks)."""
 
 
-def _move_aside(p: Path) -> None:
-    """Rename ``p`` out of the way (never delete: it may be someone's data); losing a race is fine."""
+class KernelCacheUnusable(UserWarning):
+    """The kernel cache directory cannot be written; kernels are built in a temporary directory."""
+
+
+_FALLBACK: list[Path] = []  # the temporary directory of this process, once made
+
+
+def _move_aside_at(dir_fd: int, name: str) -> None:
+    """Rename ``name`` in the directory ``dir_fd`` out of the way (the entry itself, never what a link
+    points to; never deleted: it may be someone's data); losing a race is fine."""
     try:
-        os.replace(p, p.with_name(f".{p.name}.broken-{os.getpid()}-{time.monotonic_ns()}"))
+        os.replace(name, f".{name}.broken-{os.getpid()}-{time.monotonic_ns()}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except FileNotFoundError:
         pass
 
 
-def _make_dirs(d: Path) -> None:
-    """``mkdir -p d``, renaming aside any file that stands where one of its directories belongs."""
-    for parent in reversed([d, *d.parents]):
-        if parent.exists() and not parent.is_dir():
-            _move_aside(parent)
-    d.mkdir(parents=True, exist_ok=True)
+def _subdir(parent_fd: int, name: str) -> int:
+    """A descriptor of the directory ``name`` in ``parent_fd``, made if missing; a link or a file standing
+    there is renamed aside and a directory made in its place."""
+    for _ in range(4):
+        try:
+            return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+        except FileNotFoundError:
+            try:
+                os.mkdir(name, dir_fd=parent_fd)
+            except FileExistsError:
+                pass
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            _move_aside_at(parent_fd, name)
+    raise OSError(errno.EAGAIN, f"kernel cache directory {name!r} keeps changing under this process")
 
 
-def _read(path: Path) -> str | None:
-    """The text of a cache entry; None when it is missing or unreadable as UTF-8 text."""
+def _read_at(dir_fd: int, name: str) -> str | None:
+    """The text of the regular file ``name`` in ``dir_fd``; None when it is missing, a link, not a
+    regular file or not UTF-8."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read().decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
+    finally:
+        os.close(fd)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    _make_dirs(path.parent)
-    if path.is_dir():
-        _move_aside(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _write_at(dir_fd: int, name: str, text: str) -> None:
+    """Write ``name`` in ``dir_fd`` atomically: a new file beside it, then ``os.replace`` (which replaces a
+    link itself, never its target); a directory standing there is renamed aside first."""
+    try:
+        if stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+            _move_aside_at(dir_fd, name)
+    except FileNotFoundError:
+        pass
+    tmp = f".{name}.{os.getpid()}-{time.monotonic_ns()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(tmp, path)  # atomic on POSIX: readers see the old file or the whole new one
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # readers see the old file or the new one
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
+
+
+def _store(root: Path, digest: str, file_name: str, source: str) -> Path:
+    """``root/kernels/<digest>/<file_name>`` holding exactly ``source`` (written if it does not), every
+    step below ``root`` taken without following a link. OSError where ``root`` cannot be used; ``root``
+    itself, and anything above ``kernels/``, is never renamed."""
+    root.mkdir(parents=True, exist_ok=True)
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    try:
+        fds.append(_subdir(fds[-1], "kernels"))
+        fds.append(_subdir(fds[-1], digest))
+        if _read_at(fds[-1], file_name) != source:
+            _write_at(fds[-1], file_name, source)
+            if _read_at(fds[-1], file_name) != source:
+                raise OSError(errno.EIO, f"kernel file {file_name!r} does not read back as written")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return root / "kernels" / digest / file_name
+
+
+def _fallback_root(root: Path, exc: OSError) -> Path:
+    """This process's temporary kernel directory (made once, removed at exit; one warning)."""
+    if not _FALLBACK:
+        tmp = Path(tempfile.mkdtemp(prefix="alcop_triton-kernels-"))
+        atexit.register(shutil.rmtree, tmp, True)
+        _FALLBACK.append(tmp)
+        warnings.warn(f"kernel cache {root} is not usable ({exc}); this process builds its kernels in {tmp} "
+                      "(set ALCOP_CACHE_DIR to a writable directory to keep them)", KernelCacheUnusable, stacklevel=4)
+    return _FALLBACK[0]
+
+
+def _run_verified(source: str, path: Path, mod_name: str) -> types.ModuleType:
+    """Run ``source`` (the text just verified at ``path``) as the module ``mod_name``: compiled here, never
+    from bytecode on disk; ``inspect`` reads it from ``linecache`` as given, not from the file again."""
+    code = compile(source, str(path), "exec", dont_inherit=True)
+    mod = types.ModuleType(mod_name)
+    mod.__file__ = str(path)
+    linecache.cache[str(path)] = (len(source), None, source.splitlines(True), str(path))
+    sys.modules[mod_name] = mod
+    exec(code, mod.__dict__)
+    return mod
 
 
 def load_kernel(source: str, name: str) -> tuple[Any, Path]:
@@ -78,17 +166,14 @@ def load_kernel(source: str, name: str) -> tuple[Any, Path]:
         if digest in _LOADED:
             return _LOADED[digest]
         stem = name if len(name.encode()) <= FILE_STEM_BYTES else "kernel"
-        path = config.cache_dir() / "kernels" / digest / f"{stem}.py"
-        if _read(path) != source:
-            write_atomic(path, source)
+        root = config.cache_dir()
+        try:
+            path = _store(_FALLBACK[0] if _FALLBACK else root, digest, f"{stem}.py", source)
+        except OSError as exc:
+            path = _store(_fallback_root(root, exc), digest, f"{stem}.py", source)
         if config.debug_level() >= 3:
             print(f"[alcop] kernel {name} at {path}:\n{source}", file=sys.stderr)
-        mod_name = f"alcop_kernels_{digest}"
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = mod
-        spec.loader.exec_module(mod)
+        mod = _run_verified(source, path, f"alcop_kernels_{digest}")
         _LOADED[digest] = (getattr(mod, name), path)
         return _LOADED[digest]
 

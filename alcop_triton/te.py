@@ -369,7 +369,43 @@ def _shape(shape: Sequence[ExprLike], what: str) -> tuple[Expr, ...]:
     for s in out:
         if s.dtype not in INT_DTYPES or (isinstance(s, Const) and s.value < 0):
             raise ScheduleError(f"{what}: shape entry {s!r} must be a non-negative integer expression")
+        check_int_constants(s, f"{what}: shape entry {s!r}", "int32")
     return out
+
+
+INT_RANGES: dict[str, tuple[int, int]] = {"int32": (-2 ** 31, 2 ** 31), "int64": (-2 ** 63, 2 ** 63)}
+"""Half-open value ranges of the integer dtypes a constant may take in a kernel."""
+
+
+def check_int_constants(e: Expr, where: str, int_dtype: str | None = None) -> None:
+    """Refuse an integer constant of ``e`` that the kernel could not hold (ScheduleError naming ``where``,
+    the value and the rule), at build rather than at the first call: a constant in index or size
+    arithmetic (an index, or an operand of int32 sizes and axes) is int32 there, and Triton takes any
+    other integer literal as int64. ``int_dtype``: the integer dtype ``e`` is computed in, if any."""
+    if isinstance(e, Const):
+        if isinstance(e.value, int):
+            dt = e.const_dtype if e.const_dtype in INT_RANGES else int_dtype or "int64"
+            lo, hi = INT_RANGES[dt]
+            if not lo <= e.value < hi:
+                rule = (f"a constant of dtype {dt}" if e.const_dtype == dt
+                        else "index and size arithmetic is int32" if dt == "int32"
+                        else "an integer literal is int64 in Triton (write a float, e.g. 2.0 ** 63, if it is one)")
+                raise ScheduleError(f"{where}: integer constant {e.value} is outside {dt}'s range [{lo}, {hi}): {rule}")
+        return
+    int_dtype_of: Callable[[Expr], str | None] = lambda x: x.dtype if x.dtype in INT_RANGES else None  # noqa: E731
+    inner: list[str | None]
+    if isinstance(e, Load):
+        inner = ["int32" for _ in e.indices]
+    elif isinstance(e, Compare):
+        inner = [int_dtype_of(BinOp("+", e.a, e.b))] * 2
+    elif isinstance(e, Where):
+        inner = [None, int_dtype_of(e), int_dtype_of(e)]
+    elif isinstance(e, (BinOp, Unary)):
+        inner = [int_dtype_of(e) for _ in e.children()]
+    else:
+        inner = [None for _ in e.children()]
+    for child, child_dtype in zip(e.children(), inner):
+        check_int_constants(child, where, child_dtype)
 
 
 def placeholder(shape: Sequence[ExprLike], dtype: str = "float32", name: str = "X") -> Tensor:
@@ -410,6 +446,7 @@ def compute(shape: Sequence[ExprLike], fcompute: Callable[..., ExprLike], name: 
     if isinstance(body, Reduce) is False and _contains_reduce(body):
         raise ScheduleError(f"compute {name!r}: te.sum must be the outermost node of the body")
     _check_body_names(name, axes, body)
+    check_int_constants(body, f"compute {name!r}: {body!r}")
     if dtype is not None:
         _check_dtype(dtype, f"compute {name!r}")
         if isinstance(body, Reduce):

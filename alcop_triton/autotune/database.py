@@ -18,10 +18,16 @@ Nothing read back is trusted: every record (from SQLite or JSONL) is re-validate
 record with bad JSON, an unknown schema, a workload or config that fails ``Workload`` /
 ``KernelConfig`` validation, a negative/NaN time, or index columns that disagree with its JSON is
 skipped, so it never reaches code generation; each read warns once (``RecordSkipped``) with how many
-records it skipped and where (row ids or line numbers). Reads raise nothing but ``DatabaseError``:
-a file whose SQLite pages are damaged (corrupt pages, a lost table, a directory at the path) is
-renamed aside (``<name>.damaged-<time>-<pid>``, never deleted; ``DatabaseRecovered`` warns) and a
-fresh database takes its place, so a damaged file cannot break kernel calls.
+records it skipped and where (row ids or line numbers). Reads raise nothing but ``DatabaseError``.
+
+alcop's databases carry an SQLite application id (``APPLICATION_ID``). A file of alcop's whose pages
+are damaged (corrupt pages, a lost table), or an empty directory at the path, is renamed aside
+(``<name>.damaged-<time>-<pid>``, never deleted; ``DatabaseRecovered`` warns) and a fresh database
+takes its place, so a damaged file cannot break kernel calls. Anything else at the path (another
+application's SQLite file, whatever its user_version; a directory with files in it; a file that is not
+SQLite) is refused with a DatabaseError and left byte for byte as it was. Opening, creating and setting
+aside take an exclusive lock on ``<name>.lock`` beside the database, so processes that find one damaged
+file at once recover it once, and none opens the new file with the old one's WAL.
 
 WAL needs a local filesystem (shared memory); on network filesystems SQLite keeps its rollback
 journal, which is slower but still correct.
@@ -32,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import fcntl
 import importlib.metadata
 import json
 import math
@@ -39,6 +46,7 @@ import os
 import re
 import socket
 import sqlite3
+import stat
 import statistics
 import tempfile
 import threading
@@ -50,7 +58,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Seque
 
 from .. import generation
 from ..errors import DatabaseError, ScheduleError
-from ..records import KernelConfig, Workload, open_jsonl
+from ..records import KernelConfig, Workload, check_record, open_jsonl
 from .measure import ERROR_KINDS, MeasureResult
 
 SCHEMA = 1
@@ -204,12 +212,15 @@ class TuningRecord:
             config = KernelConfig.from_dict(d["config"])
         except (TypeError, ValueError, ScheduleError) as exc:
             raise DatabaseError(f"invalid config: {exc}") from None
+        try:
+            check_record(workload, config)
+        except ScheduleError as exc:
+            raise DatabaseError(f"invalid record: {exc}") from None
         time_ms, error = d.get("time_ms"), d.get("error")
         if error is None:
-            if isinstance(time_ms, bool) or not isinstance(time_ms, (int, float)) or not math.isfinite(time_ms) \
-                    or time_ms <= 0:
+            if not _positive_time(time_ms):
                 raise DatabaseError(f"time_ms={time_ms!r}: a successful record needs a finite time > 0")
-            time_ms = float(time_ms)
+            time_ms = float(time_ms)  # type: ignore[arg-type]  # a number: _positive_time checked it
         else:
             if error not in ERROR_KINDS:
                 raise DatabaseError(f"error={error!r}: must be null or one of {ERROR_KINDS}")
@@ -227,8 +238,7 @@ class TuningRecord:
             if not strs[k]:
                 raise DatabaseError(f"record has no {k!r}: cannot tell which GPU it was measured on")
         torch_ms = d.get("torch_ms")
-        if torch_ms is not None and (isinstance(torch_ms, bool) or not isinstance(torch_ms, (int, float))
-                                     or not math.isfinite(torch_ms) or torch_ms <= 0):
+        if torch_ms is not None and not _positive_time(torch_ms):
             raise DatabaseError(f"torch_ms={torch_ms!r}: expected null or a finite time > 0")
         extra = {k: v for k, v in d.items() if k not in _RECORD_KEYS}
         return cls(workload=workload, config=config, time_ms=time_ms, error=error, extra=extra,
@@ -242,6 +252,17 @@ def _strict_json(v: Any) -> bool:
     except (ValueError, TypeError, RecursionError):
         return False
     return True
+
+
+def _positive_time(t: Any) -> bool:
+    """Whether ``t`` is a JSON number that is a finite time > 0 (an integer of 400 digits is not: it has no
+    float, and ``math.isfinite`` would raise on it)."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(t)) and t > 0
+    except OverflowError:
+        return False
 
 
 def _workload(w: Any) -> Workload:
@@ -262,7 +283,7 @@ def _workload(w: Any) -> Workload:
         raise DatabaseError(f"workload keys {sorted(unknown)} are unknown")
     try:
         return Workload.from_dict(w)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         raise DatabaseError(f"invalid workload: {exc}") from None
 
 
@@ -344,12 +365,11 @@ def _torch_baseline(line: str) -> tuple[tuple[Workload, str, str], float] | None
     """(workload, gpu, cc) and time of a valid torch baseline line, else None."""
     d = json.loads(line)
     t = d.get("time_ms")
-    if d.get("impl") != "torch" or d.get("error") is not None or isinstance(t, bool) \
-            or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+    if d.get("impl") != "torch" or d.get("error") is not None or not _positive_time(t):
         return None
     try:
         return (Workload.from_dict(d["workload"]), str(d["gpu"]), normalize_cc(d["cc"])), float(t)
-    except (KeyError, TypeError, ValueError, ScheduleError, DatabaseError):
+    except (KeyError, TypeError, ValueError, ArithmeticError, ScheduleError, DatabaseError):
         return None
 
 
@@ -457,6 +477,38 @@ CREATE INDEX IF NOT EXISTS measurements_by_key ON measurements (gpu, cc, op, dty
 """
 
 
+APPLICATION_ID = int.from_bytes(b"ALCP", "big")
+"""``PRAGMA application_id`` of alcop's tuning databases (bytes 68-71 of the SQLite header): what tells a
+damaged file of alcop's, which is set aside, from another application's SQLite file, which is refused and
+left as it is."""
+
+_OBJECTS = ("measurements", "measurements_by_key")
+_COLUMNS = ("id", "gpu", "cc", "op", "shape", "dtype", "layout", "alcop", "triton", "torch", "time_ms", "error",
+            "record")
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``lock_path`` (created beside the database, never removed) while the body
+    runs: opening, creating and setting aside a database are serialised across processes. Where the lock
+    file can be neither created nor opened (a read-only directory, where nothing can be created or moved
+    either) the body runs unlocked."""
+    fd = -1
+    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+        try:
+            fd = os.open(lock_path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            break
+        except OSError:
+            continue
+    try:
+        if fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)  # releases the lock
+
+
 class Database:
     """SQLite tuning database (see the module docstring); safe to share between processes.
 
@@ -471,7 +523,7 @@ class Database:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
-        self._ino: int | None = None  # the file the connection opened (set aside only if still there)
+        self._file: tuple[int, int] | None = None  # (device, inode) of the file opened; set aside only if still there
 
     def __repr__(self) -> str:
         return f"Database({str(self.path)!r})"
@@ -496,87 +548,162 @@ class Database:
         """Open (creating if needed) the database now: a tuning run fails here, before measuring."""
         self._with_conn(lambda conn: None)
 
-    # A connection is not shared across fork(); reopen in a child process.
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn is not None and self._pid == os.getpid():
-            return self._conn
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._ino = os.stat(self.path).st_ino if self.path.exists() else None
-            conn = sqlite3.connect(self.path, timeout=self.timeout_s, check_same_thread=False, isolation_level=None)
-        except (OSError, sqlite3.DatabaseError) as exc:
-            raise DatabaseError(f"{self.path}: cannot open the tuning database: {exc}") from exc
-        try:
-            conn.execute("PRAGMA busy_timeout = %d" % int(self.timeout_s * 1000))
-            # Concurrent creators race on the DDL and on the journal-mode switch; the busy timeout
-            # above makes the losers wait instead of failing.
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA:
-                raise DatabaseError(f"{self.path}: database schema {version} is newer than this alcop_triton "
-                                    f"(reads {SCHEMA}); upgrade alcop_triton or point ALCOP_DB elsewhere")
-            if version < SCHEMA:
-                with conn:
-                    # executescript() would commit mid-way; run the DDL statement by statement inside
-                    # one IMMEDIATE transaction so concurrent creators serialise cleanly.
-                    conn.execute("BEGIN IMMEDIATE")
-                    for stmt in filter(str.strip, _DDL.split(";")):
-                        conn.execute(stmt)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA}")
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise DatabaseError(f"{self.path}: not a usable SQLite tuning database: {exc}") from exc
-        self._conn, self._pid = conn, os.getpid()
-        if self._ino is None:
-            self._ino = os.stat(self.path).st_ino
-        return conn
+    def _lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
 
-    def _damaged(self, exc: BaseException) -> bool:
-        """Whether ``exc`` means this file is a damaged tuning database (not busy, not someone else's
-        file): a directory at the path, or an SQLite file whose pages or table are broken."""
-        if self.path.is_dir():
-            return True
+    def _current_file(self) -> tuple[int, int] | None:
         try:
-            with open(self.path, "rb") as f:
-                if f.read(16) != b"SQLite format 3\x00":
-                    return False  # not an SQLite file: not ours to move; refused with DatabaseError
+            st = os.stat(self.path)
         except OSError:
-            return False
-        msg = str(exc).lower()
-        return any(m in msg for m in ("malformed", "not a database", "no such table", "no such column", "corrupt"))
+            return None
+        return st.st_dev, st.st_ino
 
-    def _set_aside(self, exc: BaseException) -> None:
-        """Rename the damaged file (with its WAL and shared-memory files) aside; the next connection
-        creates a fresh database. Another process may have done it already: then only reconnect."""
+    def _drop_conn(self) -> None:
+        """Forget the connection (closed if this process opened it). SQLite neither checkpoints into nor
+        deletes the WAL of a file that was renamed while open, so a connection to a file another process
+        set aside is closed without touching the database that took its place."""
         if self._conn is not None and self._pid == os.getpid():
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
         self._conn = None
+
+    # A connection is not shared across fork(); reopen in a child process. A connection whose file another
+    # process set aside (the path names another file now) is reopened on the path.
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            if self._current_file() == self._file:
+                return self._conn
+            self._drop_conn()
         try:
-            if os.stat(self.path).st_ino != self._ino:
-                return
-        except OSError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabaseError(f"{self.path}: cannot open the tuning database: {exc}") from exc
+        with _exclusive(self._lock_path()):
+            self._clear_path()
+            try:
+                conn = sqlite3.connect(self.path, timeout=self.timeout_s, check_same_thread=False,
+                                       isolation_level=None)
+                self._file = self._current_file()
+            except (OSError, sqlite3.DatabaseError) as exc:
+                raise DatabaseError(f"{self.path}: cannot open the tuning database: {exc}") from exc
+            try:
+                self._adopt(conn)
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                raise DatabaseError(f"{self.path}: not a usable SQLite tuning database: {exc}") from exc
+            except BaseException:
+                conn.close()
+                raise
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def _clear_path(self) -> None:
+        """Refuse what stands at the path and is not an SQLite file (DatabaseError, the thing left as it is);
+        an empty directory holds nothing and is set aside."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
             return
+        except OSError as exc:
+            raise DatabaseError(f"{self.path}: cannot open the tuning database: {exc}") from None
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                with os.scandir(self.path) as entries:
+                    empty = next(entries, None) is None
+            except OSError:
+                empty = False
+            if not empty:
+                raise DatabaseError(f"{self.path}: is a directory with files in it, not alcop_triton's tuning "
+                                    "database; it is left as it is: point ALCOP_DB or --db at another path")
+            self._move_aside("it is an empty directory")
+        elif not stat.S_ISREG(st.st_mode):
+            raise DatabaseError(f"{self.path}: is not a regular file, not alcop_triton's tuning database; it is "
+                                "left as it is: point ALCOP_DB or --db at another path")
+
+    def _adopt(self, conn: sqlite3.Connection) -> None:
+        """Check that ``conn``'s file is alcop's tuning database (its application id), or alcop's from before
+        the id (exactly alcop's table and index at schema 1), or empty; only then make it one (WAL mode,
+        the table, the id). Anything else is another application's file: DatabaseError, and nothing of
+        it was written (the checks only read)."""
+        conn.execute("PRAGMA busy_timeout = %d" % int(self.timeout_s * 1000))
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if app != APPLICATION_ID:
+            names = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master"))
+            columns = [r[1] for r in conn.execute("PRAGMA table_info(measurements)")]
+            legacy = app == 0 and version == SCHEMA and names == sorted(_OBJECTS) and columns == list(_COLUMNS)
+            if not legacy and (app, version, names) != (0, 0, []):
+                raise DatabaseError(
+                    f"{self.path}: is not alcop_triton's tuning database (an SQLite file with application_id "
+                    f"{app}, user_version {version}, objects {names[:8]}); it is left as it is: point ALCOP_DB "
+                    "or --db at another path")
+        elif version > SCHEMA:
+            raise DatabaseError(f"{self.path}: database schema {version} is newer than this alcop_triton "
+                                f"(reads {SCHEMA}); upgrade alcop_triton or point ALCOP_DB elsewhere")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        if app != APPLICATION_ID or version < SCHEMA:
+            with conn:
+                # executescript() would commit mid-way; run the DDL statement by statement inside one
+                # IMMEDIATE transaction.
+                conn.execute("BEGIN IMMEDIATE")
+                for stmt in filter(str.strip, _DDL.split(";")):
+                    conn.execute(stmt)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA}")
+            # Into the main file now: its header then names it alcop's even where the WAL is lost.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def _damaged_ours(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the file at the path is alcop's tuning database, damaged (its header
+        carries alcop's application id; its pages or table are broken). Not busy, not someone else's."""
+        try:
+            with open(self.path, "rb") as f:
+                header = f.read(100)
+        except OSError:
+            return False
+        if header[:16] != b"SQLite format 3\x00" or int.from_bytes(header[68:72], "big") != APPLICATION_ID:
+            return False  # not alcop's: never moved; refused with DatabaseError
+        msg = str(exc).lower()
+        return any(m in msg for m in ("malformed", "not a database", "no such table", "no such column", "corrupt"))
+
+    def _move_aside(self, why: str) -> None:
+        """Rename the file at the path (with its WAL and shared-memory files) aside, under the lock file."""
         aside = self.path.with_name(f"{self.path.name}.damaged-{_dt.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}-"
                                     f"{os.urandom(3).hex()}")
         for sfx in ("", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.replace(f"{self.path}{sfx}", f"{aside}{sfx}")
-        warnings.warn(f"tuning database {self.path} is damaged ({exc}); moved it to {aside} and started a new one",
-                      DatabaseRecovered, stacklevel=4)
+        warnings.warn(f"tuning database {self.path} is damaged ({why}); moved it to {aside} and started a new one",
+                      DatabaseRecovered, stacklevel=5)
+
+    def _set_aside(self, exc: BaseException) -> bool:
+        """After ``exc``: set the file aside if it is alcop's and damaged; whether to retry on the path.
+
+        Under the lock file, so that of several processes that find one damaged file, one moves it and
+        the others reopen the path only after the move (SQLite would read a new file with the old one's
+        WAL as malformed). Another process may have moved it already: then only reconnect."""
+        self._drop_conn()
+        with _exclusive(self._lock_path()):
+            now = self._current_file()
+            if now is None or now != self._file:
+                return True
+            if not self._damaged_ours(exc):
+                return False
+            self._move_aside(str(exc))
+            return True
 
     def _with_conn(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """``fn(connection)`` under the lock. A damaged file is set aside once and ``fn`` retried on a
-        fresh database; any other SQLite or file-system failure becomes a DatabaseError."""
+        """``fn(connection)`` under the lock. A damaged file is set aside and ``fn`` retried on a fresh
+        database, as it is where another process set the file aside meanwhile; any other SQLite or
+        file-system failure becomes a DatabaseError."""
         with self._lock:
-            for last in (False, True):
+            for attempt in range(3):
                 try:
                     return fn(self._connect())
                 except (sqlite3.DatabaseError, DatabaseError, OSError) as exc:
                     cause = exc.__cause__ if isinstance(exc, DatabaseError) else exc
-                    if not last and cause is not None and self._damaged(cause):
-                        self._set_aside(cause)
+                    if attempt < 2 and cause is not None and self._set_aside(cause):
                         continue
                     if isinstance(exc, DatabaseError):
                         raise

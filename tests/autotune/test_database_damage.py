@@ -58,7 +58,7 @@ def _drop_table(p: Path) -> None:
 
 def _directory(p: Path) -> None:
     p.unlink()
-    (p / "inside").mkdir(parents=True)
+    p.mkdir()  # an empty one: nothing of anyone's is in it (one with files in it is refused, below)
 
 
 DAMAGE = {"corrupt_pages": _corrupt_pages, "zeroed_last_page": _zero_last_page, "dropped_table": _drop_table,

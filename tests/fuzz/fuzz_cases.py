@@ -464,3 +464,95 @@ class Tally:
     def failures(self) -> list[Outcome]:
         return [o for o in self.problems if o.kind != "documented"]
 
+
+
+# ----------------------------------------------------------------------------- tuning records
+
+RECORD_SHAPES: dict[str, tuple[int, ...]] = {
+    "matmul": (64, 48, 32), "linear": (64, 48, 32), "bmm": (2, 64, 48, 32),
+    "conv1d": (2, 1, 20, 8, 16, 1, 3, 1, 1, 1, 1), "conv2d": (2, 12, 12, 8, 16, 3, 3, 1, 1, 1, 1),
+    "conv3d": (2, 6, 6, 6, 8, 16, 3, 3, 3, 1, 1, 1, 1)}
+"""A valid workload shape of each op (convolutions with dilation and groups given)."""
+
+CONV_FIELDS = ("n", "h", "w", "ci", "co", "kh", "kw", "stride", "pad", "dilation", "groups")
+CONV3D_FIELDS = ("n", "d", "h", "w", "ci", "co", "kd", "kh", "kw", "stride", "pad", "dilation", "groups")
+GEMM_FIELDS = {"matmul": ("m", "n", "k"), "linear": ("m", "n", "k"), "bmm": ("b", "m", "n", "k")}
+
+_BAD_INTS: tuple[Any, ...] = (-1, 2 ** 40 + 1, 2 ** 63, 10 ** 400, 1.5, True, "8", None)
+_BAD_CONFIG: dict[str, tuple[Any, ...]] = {
+    "BLOCK_M": (0, 8, 48, 1024), "BLOCK_N": (0, 8, 48, 1024), "BLOCK_K": (0, 8, 48, 1024), "GROUP_M": (0, 65),
+    "num_warps": (0, 3, 32), "num_stages": (0, 9), "REG_STAGES": (0, 5), "REG_SPLIT": (0, 3, 16),
+    "ASYNC_COPY": ("", "dma", 1), "PERSISTENT": (1, "yes"), "SPLIT_K": (0, 65, True), "WAVE_TAIL": (1, "no")}
+_BAD_TOP: dict[str, tuple[Any, ...]] = {
+    "time_ms": (0, -1.0, None, "1", True, 10 ** 400), "error": ("segfault", 1), "gpu": ("", 3, "H100\n#"),
+    "cc": ("", None), "schema": (2, "1"), "torch_ms": (0, -1.0, "1", 10 ** 400), "triton": (3,)}
+
+
+@dataclass(frozen=True)
+class RecordCase:
+    """One tuning record (a JSON object) with one field out of range: ``where`` names the field."""
+    op: str
+    where: str
+    record: dict[str, Any] = field(compare=False)
+
+    def line(self) -> str:
+        import json
+        return json.dumps(self.record)
+
+
+def valid_record(op: str, **config: Any) -> dict[str, Any]:
+    """A record of ``op`` that validation accepts."""
+    layout = "nhwc" if op.startswith("conv") else "nt"
+    return {"workload": {"op": op, "shape": list(RECORD_SHAPES[op]), "dtype": "float16", "layout": layout},
+            "config": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3,
+                       "REG_STAGES": 1, "REG_SPLIT": 1, "ASYNC_COPY": "pointer", **config},
+            "impl": "alcop", "time_ms": 0.5, "error": None, "gpu": "H100", "device": "", "cc": "9.0", "mma": "",
+            "triton": "3", "torch": "2", "alcop": "0", "date": "2025-01-01"}
+
+
+def bad_records(op: str) -> list[RecordCase]:
+    """Every field of a record of ``op`` out of range, one at a time: each shape entry (zero where the op
+    needs it positive, stride/dilation/groups 0 included), the workload's other keys, every config key,
+    the config/op pairs no kernel runs (a GEMM copying with the convolution's "box"), and the record's own
+    keys."""
+    import copy
+    base = valid_record(op)
+    out: list[RecordCase] = []
+
+    def case(where: str, edit: Callable[[dict[str, Any]], None]) -> None:
+        r = copy.deepcopy(base)
+        edit(r)
+        out.append(RecordCase(op, where, r))
+
+    names = CONV3D_FIELDS if op == "conv3d" else CONV_FIELDS if op.startswith("conv") else GEMM_FIELDS[op]
+    for i, name in enumerate(names):
+        bad = _BAD_INTS + (() if name == "pad" else (0,))
+        for v in bad:
+            case(f"shape.{name}={v!r}"[:60], lambda r, i=i, v=v: r["workload"]["shape"].__setitem__(i, v))
+    if op.startswith("conv"):
+        ci = names.index("ci")
+        case("groups=3 not dividing ci=8", lambda r: (r["workload"]["shape"].__setitem__(-1, 3),
+                                                      r["workload"]["shape"].__setitem__(ci + 1, 15)))
+        case("kernel wider than the padded input", lambda r: r["workload"]["shape"].__setitem__(names.index("kw"), 99))
+    case("shape too short", lambda r: r["workload"]["shape"].pop())
+    case("shape too long", lambda r: r["workload"]["shape"].extend([1, 1, 1]))
+    case("shape not a list", lambda r: r["workload"].__setitem__("shape", "64x48x32"))
+    for key, values in (("op", ("conv4d", 1, None)), ("dtype", ("float64", "int8", 16)),
+                        ("layout", ("nt" if op.startswith("conv") else "nhwc", "NT", "", "ndhwc")),
+                        ("extra", (1,))):
+        for v in values:
+            case(f"workload.{key}={v!r}", lambda r, k=key, v=v: r["workload"].__setitem__(k, v))
+    for key, values in _BAD_CONFIG.items():
+        for v in values:
+            case(f"config.{key}={v!r}", lambda r, k=key, v=v: r["config"].__setitem__(k, v))
+    case("config.UNKNOWN=1", lambda r: r["config"].__setitem__("UNKNOWN", 1))
+    case("config.reg_split beyond block_k", lambda r: r["config"].update(BLOCK_K=32, REG_SPLIT=4))
+    case("config.split_k with persistent", lambda r: r["config"].update(SPLIT_K=2, PERSISTENT=True))
+    case("config.wave_tail with block_m 32", lambda r: r["config"].update(BLOCK_M=32, WAVE_TAIL=True))
+    if not op.startswith("conv"):
+        case("config.ASYNC_COPY='box' on a GEMM", lambda r: r["config"].__setitem__("ASYNC_COPY", "box"))
+    for key, values in _BAD_TOP.items():
+        for v in values:
+            case(f"{key}={v!r}"[:60], lambda r, k=key, v=v: r.__setitem__(k, v))
+    case("error with a time", lambda r: r.__setitem__("error", "compile"))
+    return out

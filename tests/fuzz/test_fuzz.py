@@ -7,14 +7,21 @@ case, which replays with ``run_op_case(case)``.
 from __future__ import annotations
 
 import builtins
+import json
+import sqlite3
+from pathlib import Path
 
 import pytest
 import torch
-from fuzz_cases import (EMPTY_DTYPE_REASON, HOSTILE_NAMES, OVERLAP_REASON, PAYLOAD, ROLES, NameCase, OpCase, OutSpec, TensorSpec,
-                        name_cases, op_cases, run_name_case, run_op_case)
+from fuzz_cases import (EMPTY_DTYPE_REASON, HOSTILE_NAMES, OVERLAP_REASON, PAYLOAD, RECORD_SHAPES, ROLES, NameCase, OpCase,
+                        OutSpec, TensorSpec, bad_records, name_cases, op_cases, run_name_case, run_op_case, valid_record)
 from hypothesis import HealthCheck, Phase, given, settings
 
-from alcop_triton import ops
+from alcop_triton import cli, ops
+from alcop_triton.autotune.database import Database, RecordSkipped, parse_line
+from alcop_triton.autotune.dispatch import Dispatcher
+from alcop_triton.errors import DatabaseError
+from alcop_triton.model.hardware import get_spec
 
 pytestmark = pytest.mark.interpreter
 
@@ -74,3 +81,45 @@ def test_documented_difference_empty_conv_input_with_mixed_dtypes() -> None:
                                         TensorSpec((3, 2, 3), "contiguous", 2), None), (("groups", 3),))
     o = run_op_case(case)
     assert (o.kind, o.reason) == ("documented", EMPTY_DTYPE_REASON)
+
+
+@pytest.mark.parametrize("op", RECORD_SHAPES)
+def test_records_with_any_field_out_of_range_are_skipped(op: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Validation is total: each bad record raises DatabaseError alone (no ZeroDivisionError, no record
+    dispatched to fail later); import keeps the valid lines, a read skips the bad rows with one warning,
+    ``show`` works and dispatch picks the valid record."""
+    cases = bad_records(op)
+    for c in cases:
+        with pytest.raises(DatabaseError):
+            parse_line(c.line())
+    valid = [json.dumps(valid_record(op, BLOCK_M=16 << i, num_warps=4)) for i in range(3)]
+    if op.startswith("conv"):
+        valid.append(json.dumps(valid_record(op, ASYNC_COPY="box", BLOCK_M=64, num_warps=4)))
+    for line in valid:
+        assert parse_line(line) is not None
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(c.line() + "\n" for c in cases) + "".join(line + "\n" for line in valid))
+    db_path = tmp_path / "t.sqlite"
+    assert cli.main(["--db", str(db_path), "import", str(src)]) == 1
+    out = capsys.readouterr()
+    assert f"{len(valid)} record(s) imported" in out.out and f"{len(cases)} line(s) rejected" in out.out
+    assert "Traceback" not in out.err
+    db = Database(db_path)
+    conn = sqlite3.connect(db_path)
+    conn.executemany("INSERT INTO measurements (gpu, cc, op, shape, dtype, layout, alcop, triton, torch, record) "
+                     "VALUES ('H100', '9.0', ?, ?, 'float16', ?, '0', '3', '2', ?)",
+                     [(op, "x".join(map(str, RECORD_SHAPES[op])), "nhwc" if op.startswith("conv") else "nt", c.line())
+                      for c in cases])
+    conn.commit()
+    conn.close()
+    with pytest.warns(RecordSkipped) as caught:
+        assert len(db.records()) == len(valid)
+    assert len([w for w in caught if w.category is RecordSkipped]) == 1
+    assert f"{len(cases)} tuning record(s) skipped" in str(caught[0].message)
+    with pytest.warns(RecordSkipped):
+        assert cli.main(["--db", str(db_path), "show"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    workload = parse_line(valid[0]).workload  # type: ignore[union-attr]
+    with pytest.warns(RecordSkipped):
+        decision = Dispatcher(db, use_defaults=False).decide(workload, get_spec("H100"))
+    assert decision.source == "db" and decision.config in {parse_line(v).config for v in valid}  # type: ignore[union-attr]
