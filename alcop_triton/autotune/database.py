@@ -413,7 +413,7 @@ def default_db_path() -> Path:
     env = os.environ.get("ALCOP_DB")
     if env:
         return Path(env).expanduser()
-    from ..config import data_dir
+    from ..settings import data_dir
 
     return data_dir() / "tuning.sqlite"
 

@@ -39,7 +39,7 @@ def main(out_dir: str, quick: bool = False) -> int:
     import torch
 
     import alcop_triton as at
-    from alcop_triton.autograd import conv_grads
+    from alcop_triton.ops.conv import conv_grads
     from alcop_triton.build import build
     from alcop_triton.fastpath import launch_kernel
     from alcop_triton.kernels.conv_grad import (conv_weight_grad_kernel, conv_weight_grad_te, weight_grad_config,

@@ -32,7 +32,7 @@ def main(out_dir: str) -> int:
 
     from probe_io import run_meta, table_head, write
 
-    from alcop_triton.autograd import conv_grads
+    from alcop_triton.ops.conv import conv_grads
     torch.manual_seed(0)
     meta = run_meta("torch.profiler, CUDA kernel time, mean of 20 calls after a warm-up")
     rows: list[dict[str, Any]] = []

@@ -54,7 +54,7 @@ def main(out_dir: str) -> int:
     import torch.nn.functional as F
 
     import alcop_triton as at
-    from alcop_triton.config_choice import choose_config
+    from alcop_triton.choose_config import choose_config
     from kernels import conv as kconv
     from kernels import matmul as kmatmul
 

@@ -36,7 +36,7 @@ def main(out_dir: str) -> int:
     import torch
 
     import alcop_triton as at
-    from alcop_triton.autograd import CACHED
+    from alcop_triton.ops.conv import BACKWARD as CACHED
     from alcop_triton.kernels.conv_grad import input_grad_by_conv, input_grad_in_phases
 
     cl = torch.channels_last

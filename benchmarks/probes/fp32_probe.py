@@ -48,7 +48,7 @@ def main(out_dir: str, grid: bool = True) -> int:
     import torch
 
     import alcop_triton as at
-    from alcop_triton import config
+    from alcop_triton import settings
     from alcop_triton.records import KernelConfig
     from probe_io import GRAPH_TIMER, checked_time, run_meta, write
 
@@ -56,7 +56,7 @@ def main(out_dir: str, grid: bool = True) -> int:
     for (m, n, k, layout), tf32 in itertools.product(SHAPES, (False, True)):
         a = torch.randn(m, k, device="cuda")
         b = torch.randn(n, k, device="cuda").t() if layout == "nt" else torch.randn(k, n, device="cuda")
-        with config.tf32(tf32):
+        with settings.tf32(tf32):
             want = torch.matmul(a, b)
             row: dict[str, Any] = {"shape": f"{m}x{n}x{k} {layout}", "tf32": tf32,
                                    "torch_us": checked_time(lambda: torch.matmul(a, b), None),

@@ -57,7 +57,7 @@ def main(out_dir: str) -> int:
     import alcop_triton as at
     from alcop_triton.autotune.dispatch import dispatcher
     from alcop_triton.autotune.space import shape_reason
-    from alcop_triton.config_choice import fit_stages, gpu_spec
+    from alcop_triton.choose_config import fit_stages, gpu_spec
     from alcop_triton.records import Workload
 
     spec = gpu_spec(0)

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from triton.testing import do_bench_cudagraph
 
     import alcop_triton as at
-    from alcop_triton.config_choice import choose_config
+    from alcop_triton.choose_config import choose_config
     from alcop_triton.runtime import load_kernel
     from kernels.runner import make_runner
     from suite import load_set

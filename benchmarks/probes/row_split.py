@@ -38,7 +38,7 @@ def main(out_dir: str) -> int:
     from triton.testing import do_bench_cudagraph
 
     import alcop_triton as at
-    from alcop_triton.config_choice import choose_config
+    from alcop_triton.choose_config import choose_config
     from kernels import matmul as mm
 
     dev = torch.device("cuda")

@@ -4,7 +4,7 @@
 
 ``input_precision="tf32x3"`` splits each float32 operand into a TF32 part and a TF32 remainder and adds
 three TF32 tensor-core products (the remainders' product dropped): near float32 accuracy at tensor-core
-speed. alcop runs it under ``ALCOP_FP32=tf32x3`` (``config.fp32_precision``); this probe runs each
+speed. alcop runs it under ``ALCOP_FP32=tf32x3`` (``settings.fp32_precision``); this probe runs each
 precision in a child process of its own and reports, per shape: torch (cuBLAS, TF32 off), alcop with
 "ieee" and with "tf32x3" (``probe_io.GRAPH_TIMER``), each result's error against a float64 product
 (normwise relative / largest element error over the largest reference element), and, with one infinite
@@ -33,11 +33,11 @@ def child(precision: str) -> list[dict[str, Any]]:
     import torch
 
     import alcop_triton as at
-    from alcop_triton import config
+    from alcop_triton import settings
     from probe_io import checked_time
 
     rows = []
-    with config.tf32(False):
+    with settings.tf32(False):
         for m, n, k, layout in SHAPES:
             g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
             a = torch.randn(m, k, device="cuda", generator=g)

@@ -41,7 +41,7 @@ def main(out_dir: str, quick: bool = False) -> int:
 
     from probe_io import checked_time, run_meta
 
-    from alcop_triton import autograd
+    from alcop_triton.ops.conv import BACKWARD
     from alcop_triton.build import Launch
     from alcop_triton.kernels.conv_window import gluon_descriptor
     from alcop_triton.kernels import conv_grad
@@ -66,14 +66,14 @@ def main(out_dir: str, quick: bool = False) -> int:
                                                        [False, True, False])[1]
         want = cudnn(x.double(), w.double(), dy.double()).float()
         row: dict[str, Any] = {"layer": [n, *sp, c, co, k, stride, pad], "cudnn_us": checked_time(cudnn, want)}
-        before = conv_grad.weight_grad_by_gemm(autograd.CACHED, x, w, dy, st, pd, dl, 1)
+        before = conv_grad.weight_grad_by_gemm(BACKWARD, x, w, dy, st, pd, dl, 1)
         route = "im2col GEMM" if before is not None else "DSL kernel"
 
         def earlier() -> Any:
-            got = conv_grad.weight_grad_by_gemm(autograd.CACHED, x, w, dy, st, pd, dl, 1)
+            got = conv_grad.weight_grad_by_gemm(BACKWARD, x, w, dy, st, pd, dl, 1)
             if got is None:
                 key = conv_grad.conv_weight_grad_kernel(nd, x.dtype, st, pd, dl, 1)
-                got = autograd.CACHED.dsl_call(key, [dy, x, w]).flatten(0, 1)
+                got = BACKWARD.dsl_call(key, [dy, x, w]).flatten(0, 1)
             return got
         row |= {"earlier_route": route, "earlier_us": checked_time(earlier, want), "tiles": []}
         reason = g.why_not(x, w, dy, st, pd, dl, 1)

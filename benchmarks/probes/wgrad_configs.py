@@ -40,7 +40,7 @@ def main(out_dir: str, tag: str) -> int:
     from probe_io import checked_time, fastest, fmt_us, publish, run_meta, table_head
     import torch
 
-    from alcop_triton.autograd import conv_grads
+    from alcop_triton.ops.conv import conv_grads
     from alcop_triton.build import build
     from alcop_triton.fastpath import launch_kernel
     from alcop_triton.kernels.conv_grad import conv_weight_grad_te, weight_grad_static
