@@ -2,26 +2,23 @@
 
 Two caches, both keyed by everything that decides what a call runs:
 
-``call(op, tensors, params, eager, dispatched)`` (the drop-ins, the custom ops' implementations and
-``@alcop_triton.op`` ops go through it). The call's *signature* is one tuple: the op and its
-non-tensor parameters, each tensor's shape, strides, dtype, device, 16-byte alignment and whether it
-requires grad (in grad mode), the ``ALCOP_STRICT`` setting, whether patch mode is on in the calling
-thread and, for float32 inputs, their precision (``settings.fp32_precision``: torch's TF32 switch and
-``ALCOP_FP32``). The first call of a signature runs ``eager`` (argument checks, fallback policy,
-config choice, binding, compilation) while recording the launches it makes; if they account for
-the whole result (each kernel tensor is a view of an input or of the output, nothing was computed by
-torch) it stores an ``Entry``: the output's shape, strides, dtype and device, and the prebound
-launches with the argument order. Later calls with that signature allocate the output and launch: no
-config lookup, binding or Triton specialisation, and the environment's knobs read as raw dict
-lookups (``settings.ENV_TABLE``). A call whose tensors require grad (in grad mode) takes the ``grad`` route: autograd
-Functions over these same implementations; a first call that applied one Function to the call's own
-tensors and returned its output is stored as that apply (``GradEntry``), so a repeat skips the front
-end's checks. A call that needs torch's dispatcher (``torch.compile`` tracing, tensor subclasses
-such as fake or functional tensors, an active TorchDispatchMode or functorch transform), or needs
-autograd where no ``grad`` route exists, runs ``dispatched`` instead: the registered custom op,
-whose implementation comes back here below autograd. ``use_config`` blocks bypass the cache. In
-patch mode, a signature whose workload the records leave to torch is stored as a call to
-torch (``TorchEntry``).
+Stored signatures (``ops.route.call`` decides when a call takes one; every op of the torch layer goes
+through it). The call's *signature* is one tuple: the op and its non-tensor parameters, each tensor's
+shape, strides, dtype, device, 16-byte alignment and whether it requires grad (in grad mode), the
+``ALCOP_STRICT`` setting, whether patch mode is on in the calling thread and, for float32 inputs, their
+precision (``settings.fp32_precision``: torch's TF32 switch and ``ALCOP_FP32``); tensors that are not
+plain dense ones (``dense.not_dense_reason``) have none. The first call of a signature runs the op's
+direct route (argument checks, fallback policy, config choice, binding, compilation) while this module
+records the launches it makes (``launch_kernel``, ``prepare``); if they account for the whole result
+(each kernel tensor is a view of an input or of the output, nothing was computed by torch) the route
+stores an ``Entry``: the output's shape, strides, dtype and device, and the prebound launches with the
+argument order. Later calls with that signature allocate the output and launch: no config lookup,
+binding or Triton specialisation, and the environment's knobs read as raw dict lookups
+(``settings.ENV_TABLE``). A first call on the autograd route (autograd Functions made by
+``grad_function`` over the same implementations) that applied one Function to the call's own tensors and
+returned its output is stored as that apply (``GradEntry``), so a repeat skips the front end's checks.
+In patch mode, a signature whose workload the records leave to torch is stored as a call to torch
+(``TorchEntry``).
 
 ``launch_kernel(kernel, tensors)`` (every kernel launch of the torch layer). A compiled kernel on tensors
 of one (dtype, shape, strides, alignment) signature is bound once into a ``runtime.prebind``
@@ -31,7 +28,7 @@ before replays its prebound launch; an unseen one would compile, which a capture
 Both caches are forgotten at each dispatch generation (``generation.bump``: the tuning database
 gained a record, ``invalidate()``); ``stats()`` counts hits and misses. A signature hit once is
 also found without computing it: its call site checks the tensors with torch's C++ tensor guard
-(see "call sites" below). Where a C compiler is at hand, that check and a stored entry's allocation and
+(``ops.route``'s call sites). Where a C compiler is at hand, that check and a stored entry's allocation and
 launch run compiled (``native()``, ``fastpath_native.c``); the Python functions here are their reference.
 """
 
@@ -107,7 +104,7 @@ Replayer = Callable[[Callable[..., Tensor]], Callable[..., Tensor]]
 
 
 class _Applying:
-    """A first call on the autograd route (``_first_grad_call``): the autograd Functions it applied
+    """A first call on the autograd route (``ops.route._first_autograd_call``): the autograd Functions it applied
     (``note_applied``: apply, replayer, inputs, output, and the signature of the call its forward made,
     i.e. the last one keyed), the last signature keyed and how many calls were keyed meanwhile."""
 
@@ -156,7 +153,7 @@ def _in_mode(mode: _Mode) -> Iterator[None]:
 
 
 def forcing() -> Any:
-    """The block of ``config_choice.use_config``: calls in it bypass the cache (it holds the dispatcher's
+    """The block of ``choose_config.use_config``: calls in it bypass the cache (it holds the dispatcher's
     configs' launches), so that they run the forced config."""
     return _in_mode(replace(_mode.get(), forced=True))
 
@@ -367,7 +364,7 @@ def native() -> Any | None:
 def note_applied(apply: Callable[..., Tensor], replayer: Replayer, inputs: tuple[Any, ...], out: Tensor) -> None:
     """An autograd Function's forward ran (``apply(*inputs)`` gave ``out``; ``replayer`` makes its
     op's Function over a stored call, see ``GradEntry``): a first call on the autograd route stores it
-    (``_first_grad_call``)."""
+    (``ops.route._first_autograd_call``)."""
     applying = _traced_mode().applying
     if applying is not None:  # the forward's own call was the last one keyed
         applying.applied.append((apply, replayer, inputs, out, applying.last_key))
@@ -377,7 +374,7 @@ def grad_function(name: str, impl: Callable[..., Tensor], setup_context: Callabl
                   backward: Callable[..., tuple[Any, ...]], tensors: int) -> Callable[..., Tensor]:
     """``apply`` of an autograd.Function that runs ``impl`` and differentiates it with a custom op's
     formula (its ``setup_context(ctx, inputs, output)`` and ``backward(ctx, grad)``): an op's ``grad``
-    route of ``call``. ``impl``'s first ``tensors`` arguments are the tensors its fast-path call is
+    route (``ops.route.OpRoutes.autograd``). ``impl``'s first ``tensors`` arguments are the tensors its fast-path call is
     keyed on.
 
     The context is set up inside ``forward``: a Function with a ``setup_context`` of its own binds its
