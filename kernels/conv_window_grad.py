@@ -402,14 +402,14 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
            tuple(stride), tuple(pad), tuple(dilation), groups)
     fmt = memory_format_of(x)
     if key not in _INPUT_LAUNCHES:
-        bound = None
+        plan = None
         if input_why_not(x, w, dy, stride, dilation, groups) is None:
             dx = _grad_buffer(x, stride)
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count
             launches, empty = input_plans(x, w, dy, stride, pad, dx, sms)
             if all(_strides_aligned(tensors) for _, tensors, _, _, _ in launches):
-                bound = ([_prebound(CONV_KERNEL, *launch) for launch in launches], empty)
-        _remember(_INPUT_LAUNCHES, key, bound)
+                plan = ([_prebound(CONV_KERNEL, *launch) for launch in launches], empty)
+        _remember(_INPUT_LAUNCHES, key, plan)
     entry = _INPUT_LAUNCHES.get(key)
     if entry is None:
         return None

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import alcop_triton as at
 from alcop_triton import fastpath
+from alcop_triton.ops import route
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or under TRITON_INTERPRET=1
 
@@ -65,8 +66,8 @@ def test_repeats_are_found_at_the_call_site_on_this_torch(name: str, monkeypatch
     for _ in range(2):
         first = ours(*args)
     keyed: list[Any] = []
-    key = fastpath._key
-    monkeypatch.setattr(fastpath, "_key", lambda *a: keyed.append(a[0]) or key(*a))
+    key = route._key
+    monkeypatch.setattr(route, "_key", lambda *a: keyed.append(a[0]) or key(*a))
     other = [t.clone() for t in args]  # same values, strides and alignment: another tensor of the signature
     assert torch.equal(ours(*other), first) and keyed == []
 

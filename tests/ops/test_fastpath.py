@@ -229,8 +229,8 @@ def test_a_signature_hit_twice_is_found_at_its_call_site_without_a_key(monkeypat
         at.linear(x, w, bias)
     assert counts() == (1, 1)
     keyed: list[Any] = []
-    key = fastpath._key
-    monkeypatch.setattr(fastpath, "_key", lambda *a: keyed.append(a[0]) or key(*a))
+    key = route._key
+    monkeypatch.setattr(route, "_key", lambda *a: keyed.append(a[0]) or key(*a))
     x2 = randn(6, 7, seed=3)
     assert_close(at.linear(x2, w, bias), F.linear(*f64(x2, w, bias)))
     assert counts() == (2, 1) and keyed == []
@@ -260,8 +260,8 @@ def test_a_call_site_candidate_is_checked_without_a_signature(check: Callable[..
     # Half-precision tensors, all 16-byte aligned, and a linear with a bias and without one (the Nones): a
     # repeat matches its candidate without computing a signature; another alignment or None pattern
     # goes by its signature.
-    monkeypatch.setattr(fastpath, "_site_hit", check)
-    monkeypatch.setattr(fastpath, "_site_hit_built", True)
+    monkeypatch.setattr(route, "_site_hit", check)
+    monkeypatch.setattr(route, "_site_hit_built", True)
     h = torch.float16
     x, w, bias = randn(6, 5, dtype=h), randn(4, 5, dtype=h, seed=1), randn(4, dtype=h, seed=2)
     for _ in range(2):
@@ -269,9 +269,9 @@ def test_a_call_site_candidate_is_checked_without_a_signature(check: Callable[..
         at.linear(x, w)
     site, = [site for key, site in route._sites.items() if key[0] == "linear"]
     assert len(site) == 2
-    key = fastpath._key
+    key = route._key
     keyed: list[Any] = []
-    monkeypatch.setattr(fastpath, "_key", lambda *args: keyed.append(args[0]) or key(*args))
+    monkeypatch.setattr(route, "_key", lambda *args: keyed.append(args[0]) or key(*args))
     x2 = randn(6, 5, dtype=torch.float16, seed=3)
     assert_close(at.linear(x2, w, bias), F.linear(*f64(x2, w, bias)))
     assert_close(at.linear(x2, w), F.linear(*f64(x2, w)))
@@ -462,8 +462,8 @@ def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.
     assert isinstance(fastpath._entries[key].inner, fastpath.Entry)  # the forward's own call, stored too
     before = fastpath.stats().hits
     keyed = []
-    key = fastpath._key
-    monkeypatch.setattr(fastpath, "_key", lambda *a: keyed.append(a[0]) or key(*a))
+    key = route._key
+    monkeypatch.setattr(route, "_key", lambda *a: keyed.append(a[0]) or key(*a))
     a2 = randn(6, 5, seed=2).requires_grad_()  # same signature, other values: the stored apply
     y2 = at.matmul(a2, b)
     # two hits (the call, its Function's forward), one signature: the forward's entry was known

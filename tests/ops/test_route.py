@@ -49,6 +49,7 @@ def test_a_negated_view_is_never_served_by_a_stored_entry(fallbacks: list[tuple[
 def test_the_predicate_names_why() -> None:
     assert dense.not_dense_reason(randn(2, 2)) is None
     assert dense.not_dense_reason(torch.nn.Parameter(randn(2, 2))) is None
+    assert dense.not_dense_reason(randn(2, 2).conj()) is None  # a real tensor has no conjugate bit
     assert "layout" in str(dense.not_dense_reason(randn(2, 2).to_sparse()))
     assert "meta" in str(dense.not_dense_reason(torch.empty(2, 2, device="meta")))
     assert "negated" in str(dense.not_dense_reason(torch._neg_view(randn(2, 2))))
