@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 
 import os as _os  # noqa: E402
 import sys as _sys  # noqa: E402
@@ -14,14 +14,6 @@ if "triton" not in _sys.modules and "TRITON_INTERPRET" not in _os.environ:
     if not _torch.cuda.is_available():
         _os.environ["TRITON_INTERPRET"] = "1"
 
-# The operator library lives in the top-level kernels/ directory and installs as alcop_triton.kernels
-# (setup.cfg package_dir); in a source checkout, resolve it from there the same way.
-
-_src_kernels = _os.path.join(_os.path.dirname(_os.path.dirname(__file__)), "kernels")
-if _os.path.isfile(_os.path.join(_src_kernels, "__init__.py")) and not _os.path.isdir(
-        _os.path.join(_os.path.dirname(__file__), "kernels")):
-    __path__.append(_os.path.dirname(_src_kernels))  # noqa: F821 - the package's own __path__
-
 from . import te  # noqa: E402
 from .build import CompiledKernel, build  # noqa: E402
 from .errors import (AlcopError, OutOfResources, PipelineError, ScheduleError, TuningError,  # noqa: E402
@@ -30,8 +22,8 @@ from .records import KernelConfig, Workload  # noqa: E402
 from .schedule import Schedule  # noqa: E402
 from .ops import addmm, baddbmm, bmm, conv1d, conv2d, conv3d, linear, matmul, mm  # noqa: E402  (registers torch.ops.alcop.*)
 from .patch import disable, enable, is_enabled, patched  # noqa: E402
-from .custom_op import DslOp, op  # noqa: E402
-from .config_choice import use_config  # noqa: E402
+from .dsl_op import DslOp, op  # noqa: E402
+from .choose_config import use_config  # noqa: E402
 from .model import predict_times  # noqa: E402
 from .autotune.dispatch import best_config  # noqa: E402
 

@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from . import __version__, codegen, config, te
+from . import codegen, settings, te
+from .version import __version__
 from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipeline
 from .errors import ScheduleError
 from .loop_ir import Descriptor, Store, TileIndices, find
@@ -135,7 +136,7 @@ class CompiledKernel(Runs):
         self.config: KernelConfig = schedule.config()
         # The name becomes the kernel's def line and its cache file's name: an identifier, nothing else.
         self.name = te.check_name(name, "build(name=...): kernel") if name is not None else None
-        self.strict = config.strict() if strict is None else strict
+        self.strict = settings.strict() if strict is None else strict
         self._gpu = gpu
         known = {v for t in self.inputs for d in t.shape for v in te.free_vars(d)}
         for v in static:
@@ -160,10 +161,10 @@ class CompiledKernel(Runs):
 
     def _default_key(self) -> _Key:
         us = tuple((t.name, t.ndim - 1 if t.ndim else None) for t in list(self.inputs) + [self.out])
-        return _Key(us, None, True, config.fp32_precision())
+        return _Key(us, None, True, settings.fp32_precision())
 
     def _variant(self, key: _Key, device_type: str, role: str = "") -> Variant:
-        wanted = device_type == "cuda" and config.dependent_launch()
+        wanted = device_type == "cuda" and settings.dependent_launch()
         cached = self._variants.get((key, device_type, wanted, role))
         if cached is not None:
             return cached
@@ -194,7 +195,7 @@ class CompiledKernel(Runs):
         src = codegen.generate(k, self._header(k, plan, spec))
         fn, path = load_kernel(src, k.name)
         for n in plan.notes:
-            if config.debug_level() >= 1:
+            if settings.debug_level() >= 1:
                 log.warning("alcop %s: %s", k.name, n)
         ti = next((n for n, _ in find(k.body, lambda x: isinstance(x, TileIndices) and x.dim == "m")), None)
         box = tuple(zip(k.axes["m"], ti.box)) if isinstance(ti, TileIndices) and ti.box else ()
@@ -267,7 +268,7 @@ class CompiledKernel(Runs):
                             f"({', '.join(t.name for t in self.inputs)}) and optionally the output; got {len(tensors)} tensors")
         env: dict[str, int] = {}
         for t, x in zip(self.inputs, tensors):
-            _bind(t, x, env)
+            _read_sizes(t, x, env)
         for t, x in zip(self.inputs, tensors):
             _check_derived(t, x, env)
         env.update({n: int(te.evaluate(e, env)) for n, e in self._kernel().sizes})
@@ -281,7 +282,7 @@ class CompiledKernel(Runs):
             out = torch.empty(out_shape, dtype=getattr(torch, self.out.dtype), device=dev)
         else:
             out = tensors[-1]
-            _bind(self.out, out, dict(env))
+            _read_sizes(self.out, out, dict(env))
             _check_derived(self.out, out, env)
             if tuple(out.shape) != out_shape:
                 raise ValueError(f"argument {self.out.name!r}: shape {tuple(out.shape)}, expected {out_shape}")
@@ -314,7 +315,7 @@ class CompiledKernel(Runs):
             # several times slower with a weight whose unit dims had stride 1: results/conv_window_h100).
             scalars += [(f"stride_{t.name}_{d}", x.stride(d) if x.shape[d] != 1 else SIZE1_STRIDE)
                         for d in range(t.ndim) if d != u]
-        key = _Key(unit, trips, tma_aligned(all_x), config.fp32_precision(), tuple((n, env[n]) for n in self.static),
+        key = _Key(unit, trips, tma_aligned(all_x), settings.fp32_precision(), tuple((n, env[n]) for n in self.static),
                    _multiple_of(scalars, 16 // min(x.element_size() for x in all_x)))
         v = self._variant(key, dev.type)
         self.last = v
@@ -473,7 +474,7 @@ def tma_aligned(xs: list[Any]) -> bool:
     return True
 
 
-def _bind(t: te.Tensor, x: Any, env: dict[str, int]) -> None:
+def _read_sizes(t: te.Tensor, x: Any, env: dict[str, int]) -> None:
     """Check a tensor against its placeholder and bind the size variables of its shape."""
     import torch
     if not isinstance(x, torch.Tensor):

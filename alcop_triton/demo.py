@@ -15,7 +15,6 @@ import os
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,10 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from alcop_triton.autotune import session
     from alcop_triton.autotune.database import Database
     from alcop_triton.autotune.dispatch import Dispatcher
-    if TYPE_CHECKING:  # mypy checks alcop_triton.kernels as the top-level kernels/ package (see custom_ops.py)
-        from kernels import matmul as mm
-    else:
-        from alcop_triton.kernels import matmul as mm
+    from alcop_triton.kernels import matmul as mm
 
     shape = tuple(int(x) for x in (a.shape or ("1024x768x3072" if gpu else "48x40x72")).split("x"))
     trials = a.trials or (50 if gpu else 6)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import config_choice, fallback, te
+from . import choose_config, fallback, settings, te
 from .build import CompiledKernel, build
 from .errors import UnsupportedError
 from .fastpath import launch_kernel
@@ -57,7 +57,8 @@ class DslKernel:
 
 _DSL: dict[str, DslKernel] = {}
 _DSL_TE: dict[str, tuple[list[te.Tensor], te.Tensor]] = {}
-_DSL_COMPILED: dict[tuple[str, KernelConfig], CompiledKernel] = {}
+_DSL_COMPILED: dict[tuple[str, KernelConfig, bool], CompiledKernel] = {}
+"""Per (key, config, ``ALCOP_STRICT``): the compiled kernel."""
 _RESOLVERS: dict[str, Callable[[str, dict[str, Any]], DslKernel]] = {}
 DSL_LOCK = threading.RLock()  # guards the registry and builds (re-entrant: resolvers build other keys)
 
@@ -101,7 +102,7 @@ def dsl_te(key: str) -> tuple[DslKernel, list[te.Tensor], te.Tensor]:
     return spec, inputs, out
 
 
-def bind(op: str, inputs: Sequence[te.Tensor], tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
+def size_env(op: str, inputs: Sequence[te.Tensor], tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
     """Size variables from tensor shapes (SymInts when tracing), checking ranks, dtypes and agreement."""
     if len(tensors) != len(inputs):
         raise RuntimeError(f"{op}: expected {len(inputs)} tensors ({', '.join(t.name for t in inputs)}), "
@@ -183,20 +184,20 @@ def _dsl_workload(out: te.Tensor, spec: DslKernel, env: dict[str, Any], inputs: 
 
 def _own_choice(spec: DslKernel, out: te.Tensor, env: dict[str, Any], device: torch.device) -> KernelConfig | None:
     """``spec.choose``'s config on a GPU, unless ``use_config`` forces one (the interpreter keeps its small tiles)."""
-    if spec.choose is None or device.type != "cuda" or config_choice.forced.get() is not None:
+    if spec.choose is None or device.type != "cuda" or choose_config.forced.get() is not None:
         return None
     view = gemm_view(out, spec.m_axes, spec.n_axes, env)
     if min(view) <= 0:
         return None
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     sizes = {name: v for name, v in env.items() if isinstance(v, int)}
-    return config_choice.fit_stages(spec.choose(view, sms, sizes), Workload("matmul", view[1:], "float16"))
+    return choose_config.fit_stages(spec.choose(view, sms, sizes), Workload("matmul", view[1:], "float16"))
 
 
 def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> torch.Tensor:
     """Run the registered DSL kernel ``key`` on real tensors (the impl of ``alcop::dsl_call``)."""
     spec, inputs, out_te = dsl_te(key)
-    env = bind(f"{op}[{key}]", inputs, tensors)
+    env = size_env(f"{op}[{key}]", inputs, tensors)
     out = dsl_output(spec, out_te, env, tensors[0])
     if out.numel() == 0:
         return out
@@ -209,11 +210,13 @@ def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> 
         out.copy_(spec.reference(tensors))
         return out
     cfg = spec.config or _own_choice(spec, out_te, env, out.device) \
-        or config_choice.choose_config(out.device, lambda: _dsl_workload(out_te, spec, env, inputs))
+        or choose_config.choose_config(out.device, lambda: _dsl_workload(out_te, spec, env, inputs))
     with DSL_LOCK:
-        kern = _DSL_COMPILED.get((key, cfg))
+        strict = settings.strict()
+        kern = _DSL_COMPILED.get((key, cfg, strict))
         if kern is None:
             sched = Schedule.from_config(out_te, cfg, m_axes=spec.m_axes, n_axes=spec.n_axes)
-            kern = _DSL_COMPILED[(key, cfg)] = build(sched, list(inputs) + [out_te], static=spec.static)
+            kern = _DSL_COMPILED[(key, cfg, strict)] = build(sched, list(inputs) + [out_te], static=spec.static,
+                                                             strict=strict)
     launch_kernel(kern, list(tensors) + [out])
     return out

@@ -1,7 +1,7 @@
 """Where alcop steps aside: which inputs it cannot run, the announcement, and torch's equivalents.
 
-Inputs alcop cannot run (a dtype other than float16/bfloat16/float32, a device that is neither CUDA
-nor CPU, a non-strided layout, a GPU without a hardware preset, tensors beyond int32 offsets) are
+Inputs alcop cannot run (anything that is not a plain strided dense tensor, a dtype other than
+float16/bfloat16/float32, a device that is neither CUDA nor CPU, a GPU without a hardware preset, tensors beyond int32 offsets) are
 computed by torch; ``use_torch`` logs the reason once, or raises ``UnsupportedError`` under
 ``ALCOP_STRICT=1``. ``torch_gemm`` and ``torch_conv`` are the custom ops' semantics in torch.
 """
@@ -15,8 +15,9 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from . import config as _env
-from .config_choice import device_index, gpu_spec
+from . import settings
+from .choose_config import device_index, gpu_spec
+from .dense import not_dense_reason
 from .errors import UnsupportedError
 from .fastpath import note_torch_computed, span
 from .records import dtype_name
@@ -32,7 +33,7 @@ _LOGGED: set[tuple[str, str]] = set()
 
 def use_torch(op: str, reason: str) -> None:
     """Announce that ``op`` computes with torch: logged once per (op, reason); raises in strict mode."""
-    if _env.strict():
+    if settings.strict():
         raise UnsupportedError(f"alcop_triton.{op}: {reason}; ALCOP_STRICT=1 forbids falling back to torch")
     note_torch_computed()
     _log_once(op, reason)
@@ -51,18 +52,21 @@ _log_once._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def static_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] = SUPPORTED_DTYPES) -> str | None:
-    """Why alcop cannot run these tensors, from what is known when tracing (dtype, device, layout)."""
+    """Why alcop cannot run these tensors, from what is known when tracing: first whether each is a plain
+    strided dense tensor (``dense.not_dense_reason``, asked before anything reads a stride), then dtype
+    and device."""
     for t in tensors:
         if t is None:
             continue
-        if t.layout != torch.strided:
-            return f"layout {t.layout}: generated kernels address dense strided tensors"
+        reason = not_dense_reason(t)
+        if reason is not None:
+            return reason
         if t.dtype not in dtypes:
             return (f"dtype {dtype_name(t.dtype)}: kernels are generated for "
                     f"{', '.join(dtype_name(d) for d in dtypes)}")
         if t.device.type not in ("cuda", "cpu"):
             return f"device {t.device.type}: Triton kernels run on CUDA GPUs (and on CPU in Triton's interpreter)"
-        if t.device.type == "cuda" and _env.interpret():
+        if t.device.type == "cuda" and settings.interpret():
             return "a CUDA tensor while TRITON_INTERPRET=1: the interpreter runs kernels on CPU tensors only"
     return None
 

@@ -2,26 +2,23 @@
 
 Two caches, both keyed by everything that decides what a call runs:
 
-``call(op, tensors, params, eager, dispatched)`` (the drop-ins, the custom ops' implementations and
-``@alcop_triton.op`` ops go through it). The call's *signature* is one tuple: the op and its
-non-tensor parameters, each tensor's shape, strides, dtype, device, 16-byte alignment and whether it
-requires grad (in grad mode), the ``ALCOP_STRICT`` setting, whether patch mode is on in the calling
-thread and, for float32 inputs, their precision (``config.fp32_precision``: torch's TF32 switch and
-``ALCOP_FP32``). The first call of a signature runs ``eager`` (argument checks, fallback policy,
-config choice, binding, compilation) while recording the launches it makes; if they account for
-the whole result (each kernel tensor is a view of an input or of the output, nothing was computed by
-torch) it stores an ``Entry``: the output's shape, strides, dtype and device, and the prebound
-launches with the argument order. Later calls with that signature allocate the output and launch: no
-config lookup, binding or Triton specialisation, and the environment's knobs read as raw dict
-lookups (``config.ENV_TABLE``). A call whose tensors require grad (in grad mode) takes the ``grad`` route: autograd
-Functions over these same implementations; a first call that applied one Function to the call's own
-tensors and returned its output is stored as that apply (``GradEntry``), so a repeat skips the front
-end's checks. A call that needs torch's dispatcher (``torch.compile`` tracing, tensor subclasses
-such as fake or functional tensors, an active TorchDispatchMode or functorch transform), or needs
-autograd where no ``grad`` route exists, runs ``dispatched`` instead: the registered custom op,
-whose implementation comes back here below autograd. ``use_config`` blocks bypass the cache. In
-patch mode, a signature whose workload the records leave to torch is stored as a call to
-torch (``TorchEntry``).
+Stored signatures (``ops.route.call`` decides when a call takes one; every op of the torch layer goes
+through it). The call's *signature* is one tuple: the op and its non-tensor parameters, each tensor's
+shape, strides, dtype, device, 16-byte alignment and whether it requires grad (in grad mode), the
+``ALCOP_STRICT`` setting, whether patch mode is on in the calling thread and, for float32 inputs, their
+precision (``settings.fp32_precision``: torch's TF32 switch and ``ALCOP_FP32``); tensors that are not
+plain dense ones (``dense.not_dense_reason``) have none. The first call of a signature runs the op's
+direct route (argument checks, fallback policy, config choice, binding, compilation) while this module
+records the launches it makes (``launch_kernel``, ``prepare``); if they account for the whole result
+(each kernel tensor is a view of an input or of the output, nothing was computed by torch) the route
+stores an ``Entry``: the output's shape, strides, dtype and device, and the prebound launches with the
+argument order. Later calls with that signature allocate the output and launch: no config lookup,
+binding or Triton specialisation, and the environment's knobs read as raw dict lookups
+(``settings.ENV_TABLE``). A first call on the autograd route (autograd Functions made by
+``grad_function`` over the same implementations) that applied one Function to the call's own tensors and
+returned its output is stored as that apply (``GradEntry``), so a repeat skips the front end's checks.
+In patch mode, a signature whose workload the records leave to torch is stored as a call to torch
+(``TorchEntry``).
 
 ``launch_kernel(kernel, tensors)`` (every kernel launch of the torch layer). A compiled kernel on tensors
 of one (dtype, shape, strides, alignment) signature is bound once into a ``runtime.prebind``
@@ -31,7 +28,7 @@ before replays its prebound launch; an unseen one would compile, which a capture
 Both caches are forgotten at each dispatch generation (``generation.bump``: the tuning database
 gained a record, ``invalidate()``); ``stats()`` counts hits and misses. A signature hit once is
 also found without computing it: its call site checks the tensors with torch's C++ tensor guard
-(see "call sites" below). Where a C compiler is at hand, that check and a stored entry's allocation and
+(``ops.route``'s call sites). Where a C compiler is at hand, that check and a stored entry's allocation and
 launch run compiled (``native()``, ``fastpath_native.c``); the Python functions here are their reference.
 """
 
@@ -48,16 +45,16 @@ from typing import Any, Callable, Hashable, Iterator, Protocol, Sequence
 
 import torch
 
-from . import config, generation
+from . import generation, settings
 from .build import Launch
-from .config_choice import capture_error
+from .choose_config import capture_error
+from .dense import PLAIN_TYPES
 
 Tensor = torch.Tensor
 
 MAX_ENTRIES = 1 << 16
 """Signatures remembered per cache; a full cache starts over (a model has far fewer)."""
 
-_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,7 @@ Replayer = Callable[[Callable[..., Tensor]], Callable[..., Tensor]]
 
 
 class _Applying:
-    """A first call on the autograd route (``_first_grad_call``): the autograd Functions it applied
+    """A first call on the autograd route (``ops.route._first_autograd_call``): the autograd Functions it applied
     (``note_applied``: apply, replayer, inputs, output, and the signature of the call its forward made,
     i.e. the last one keyed), the last signature keyed and how many calls were keyed meanwhile."""
 
@@ -156,7 +153,7 @@ def _in_mode(mode: _Mode) -> Iterator[None]:
 
 
 def forcing() -> Any:
-    """The block of ``config_choice.use_config``: calls in it bypass the cache (it holds the dispatcher's
+    """The block of ``choose_config.use_config``: calls in it bypass the cache (it holds the dispatcher's
     configs' launches), so that they run the forced config."""
     return _in_mode(replace(_mode.get(), forced=True))
 
@@ -281,14 +278,13 @@ _prebound: dict[tuple[Any, ...], Callable[..., None]] = {}
 
 def _forget() -> None:
     _entries.clear()
-    _sites.clear()
     _prebound.clear()
 
 
 generation.on_bump(_forget)
 
-# ALCOP_STRICT's raw value, read on every call (config.ENV_TABLE: a dict lookup, no decoding)
-_ENV_TABLE, _STRICT_KEY = config.ENV_TABLE, config.env_key("ALCOP_STRICT")
+# ALCOP_STRICT's raw value, read on every call (settings.ENV_TABLE: a dict lookup, no decoding)
+_ENV_TABLE, _STRICT_KEY = settings.ENV_TABLE, settings.env_key("ALCOP_STRICT")
 
 
 # Bound once: each is read on every call. ``is_dynamo_compiling`` is what Dynamo folds to True while it
@@ -320,83 +316,24 @@ def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]
         if t is None:
             key.append(None)
             continue
-        if type(t) not in _PLAIN_TYPES:
+        # Not a plain dense tensor (``dense.not_dense_reason``): no signature, so never a hit or a stored
+        # entry; the cold route sends it to torch. The checks that cost nothing here: the exact type and
+        # the negation bit (a sparse layout has no strides: reading them raises, and the caller takes that
+        # as no signature).
+        if type(t) not in PLAIN_TYPES or t.is_neg():
             return None
         dtype = t.dtype
         fp32 = fp32 or dtype is torch.float32
         key += (t.shape, t.stride(), dtype, t.device, t.data_ptr() & 15, grad and t.requires_grad)
     if fp32:
-        key.append(config.fp32_precision())
+        key.append(settings.fp32_precision())
     return tuple(key)
 
 
-# ----------------------------------------------------------------------------- call sites
-#
-# Computing a signature reads six properties of every tensor through Python (about 1 µs per tensor,
-# and more on a call that finds the CPU's caches cold: the eager call after a synchronisation).
-# Torch has the same check in C++: ``TensorGuards`` (Dynamo's tensor guard) compares a tensor's type,
-# dispatch keys, dtype, device, requires_grad, sizes and strides with those it was built from, for
-# all of a call's tensors in one call (about 0.3 µs for two). So a signature that was hit once gets a
-# *candidate* at its call site, i.e. under the part of the signature that is not per tensor (op,
-# parameters, ALCOP_STRICT, patch mode, grad mode): its guards, which arguments were None, the 16-byte
-# alignment of each tensor (guards do not read addresses; None: all aligned) and the float32 precision
-# where a tensor is float32. A later call checks its site's candidates in order and takes the first that matches: what a
-# candidate checks is what its signature holds (its tensors' types exactly, where the signature also
-# takes an nn.Parameter as a tensor), so a match is a hit on that signature. A call no candidate
-# matches computes its signature. Torch builds without the C++ guard (import or constructor changed)
-# use signatures alone.
 
-_TensorGuards: Any
-try:
-    from torch._C._dynamo import guards as _dynamo_guards
-    _TensorGuards = _dynamo_guards.TensorGuards
-except (ImportError, AttributeError):  # pragma: no cover - torch builds without Dynamo's C++ guards
-    _TensorGuards = None
+# ----------------------------------------------------------------------------- the hit in C
 
-SITE_CANDIDATES = 8
-"""Candidates per call site, the most recent (a model calls a site with a few shapes; a call whose
-candidate was dropped goes by its signature, which gives it one again)."""
-
-_Candidate = tuple[int, "Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...]] | None",
-                   "Callable[[tuple[Tensor | None, ...]], bool] | None", Callable[..., bool],
-                   "tuple[int, ...] | None", "str | None", Callable[..., Tensor]]
-"""A call site's candidate: the number of arguments; where some are None, ``present`` (the tensors among
-them) and ``vacant`` (whether the same ones are None in a call), else None for both; its guards' check;
-the tensors' 16-byte alignment (None: all aligned); the float32 precision (None: no float32 tensor); the
-stored entry."""
 _address = torch.Tensor.data_ptr
-_sites: dict[tuple[Any, ...], list[_Candidate]] = {}
-
-
-def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Callable[..., Tensor] | None:
-    """The entry of the first of ``site``'s candidates that ``tensors`` match (a hit on its signature), or None."""
-    for n, present, vacant, check, align, precision, entry in site:
-        if len(tensors) != n:
-            continue
-        if present is None:
-            given: Any = tensors
-        elif vacant(tensors):  # type: ignore[misc]
-            given = present(tensors)
-        else:
-            continue
-        if not check(*given) or (precision is not None and precision != config.fp32_precision()):
-            continue
-        # The addresses' low bits: all zero (16-byte aligned) for almost every call. A loop: reduce()
-        # over map() costs more on a cold call.
-        if align is None:
-            bits = 0
-            for t in given:
-                bits |= _address(t)
-            if not bits & 15:
-                return entry
-        elif tuple(t.data_ptr() & 15 for t in given) == align:
-            return entry
-    return None
-
-
-SiteHit = Callable[[list[_Candidate], tuple[Tensor | None, ...]], "Callable[..., Tensor] | None"]
-"""A call-site check: the entry of the first of a site's candidates that a call's tensors match, or None."""
-
 _NATIVE: Any = None  # fastpath_native.c's module once built; False where it cannot be
 
 
@@ -412,7 +349,7 @@ def native() -> Any | None:
     global _NATIVE
     if _NATIVE is None:
         _NATIVE = False
-        if config.native():
+        if settings.native():
             try:
                 from triton.runtime.build import compile_module_from_src
                 source = (Path(__file__).parent / "fastpath_native.c").read_text()
@@ -421,171 +358,13 @@ def native() -> Any | None:
                 logging.getLogger("alcop_triton").info("the fast path's hit runs in Python: %s: %s",
                                                        type(exc).__name__, exc)
             else:
-                _NATIVE.configure(_address, lambda: config.fp32_precision())  # read as the Python check does
+                _NATIVE.configure(_address, lambda: settings.fp32_precision())  # read as the Python check does
     return _NATIVE or None
-
-
-_site_hit: SiteHit = _site_hit_py
-"""The call-site check ``call`` makes: the native one once a site has a candidate (if it can be built), else ``_site_hit_py``."""
-_site_hit_built = False
-
-
-def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], entry: Callable[..., Tensor]) -> None:
-    """Give the call site a candidate for a signature ``tensors`` just hit (``entry`` is its entry)."""
-    global _TensorGuards, _site_hit, _site_hit_built
-    if _TensorGuards is None:
-        return
-    if not _site_hit_built:  # the first candidate: build the compiled check now, not at import
-        _site_hit_built = True
-        module = native()
-        _site_hit = module.site_hit if module is not None else _site_hit_py
-    site = _sites.setdefault(site_key, [])
-    if len(site) >= SITE_CANDIDATES:  # the oldest goes: a site whose shapes change keeps finding the new ones
-        del site[0]
-    present = [t for t in tensors if t is not None]
-    try:
-        guards = _TensorGuards(*present, dynamic_dims_sizes=[list(t.shape) for t in present],
-                               dynamic_dims_strides=[list(t.stride()) for t in present])
-    except Exception:  # a private constructor that changed in this torch: signatures alone from now on
-        _TensorGuards = None
-        return
-    fp32 = any(t.dtype is torch.float32 for t in present)
-    align = tuple(t.data_ptr() & 15 for t in present)
-    pickers = (None, None) if len(present) == len(tensors) else _pickers(tensors)
-    site.append((len(tensors), *pickers, guards.check, None if not any(align) else align,
-                 config.fp32_precision() if fp32 else None, entry))
-
-
-def _pickers(tensors: tuple[Tensor | None, ...]) -> tuple[Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...]],
-                                                        Callable[[tuple[Tensor | None, ...]], bool]]:
-    """A candidate's ``present`` and ``vacant`` for a call whose arguments include Nones (a bias)."""
-    kept = [i for i, t in enumerate(tensors) if t is not None]
-    gaps = [i for i, t in enumerate(tensors) if t is None]
-    present: Any = operator.itemgetter(*kept) if len(kept) > 1 else (lambda args: (args[kept[0]],))
-
-    def vacant(args: tuple[Tensor | None, ...]) -> bool:
-        for i in gaps:  # a loop: all() over a generator costs more on a cold call
-            if args[i] is not None:
-                return False
-        return True
-    return present, vacant
-
-
-def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], eager: Callable[..., Tensor],
-         dispatched: Callable[..., Tensor] | None = None, torch_fn: Callable[..., Tensor] | None = None,
-         grad: Callable[..., Tensor] | None = None) -> Tensor:
-    """``eager(*tensors, *params)`` through the signature cache; ``dispatched`` (default ``eager``)
-    when torch's dispatcher must see the call (module docstring), or ``grad`` where only autograd
-    must (plain tensors requiring grad, no tracing, no dispatch mode or functorch transform).
-    ``torch_fn(*tensors, *params)`` computes the same with torch: in patch mode, a signature whose
-    workload the records leave to torch is stored as a call to it."""
-    if _dynamo_tracing():  # traced: the registered op becomes the graph's node (Dynamo does not trace _mode)
-        _counters.dispatched += 1
-        return (dispatched or eager)(*tensors, *params)
-    mode = _mode.get()
-    if mode.recording is not None:  # inside another call's first run: that one records the launches
-        return eager(*tensors, *params)
-    key = site_key = None
-    # _needs_dispatcher() without its tracing check, made above: every call runs this line
-    if not (_compiler._is_compiling_flag or _dispatch_modes() > 0 or _transforms()):
-        site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), mode.patched, _grad_enabled())
-        site = _sites.get(site_key)
-        if site is not None and (mode is _DIRECT or mode is _ROUTING or mode is _PATCHED):
-            stored = _site_hit(site, tensors)
-            if stored is not None:
-                _counters.hits += 1
-                return stored(tensors)
-    if mode.routes:  # patch mode's call, not served by its site: what runs now is the drop-in's own
-        token = _mode.set(unrouted(mode))
-        try:
-            return call(op, tensors, params, eager, dispatched, torch_fn, grad)
-        finally:
-            _mode.reset(token)
-    if site_key is not None:
-        try:
-            key = _key(op, tensors, params)
-        except (TypeError, RuntimeError, AttributeError):  # not tensors, or tensors without strides: the checks say why
-            key = None
-    if mode.applying is not None:  # inside a first autograd-route call: it asks which calls its route keyed
-        mode.applying.last_key = key
-        mode.applying.keyed += 1
-    if key is None:
-        _counters.dispatched += 1
-        return (dispatched or eager)(*tensors, *params)
-    hit = _entries.get(key)
-    if hit is not None and not mode.forced:
-        _counters.hits += 1
-        if mode.applying is None and site_key is not None:
-            _remember(site_key, tensors, hit.run)
-        return hit.run(tensors)
-    if _grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        if grad is None:  # no autograd route of its own: the registered op's
-            _counters.dispatched += 1
-            return (dispatched or eager)(*tensors, *params)
-        if mode.forced:
-            _counters.bypassed += 1
-            return grad(*tensors, *params)
-        return _first_grad_call(key, tensors, params, grad)
-    if mode.forced:  # use_config's block: its config, not the stored launches
-        _counters.bypassed += 1
-        return eager(*tensors, *params)
-    return _first_call(key, tensors, params, eager, torch_fn if mode.patched else None)
-
-
-def _store(key: tuple[Any, ...], entry: Entry | TorchEntry | GradEntry | None, gen: int) -> None:
-    if entry is None:
-        _counters.uncacheable += 1
-    elif gen == generation.current():
-        if len(_entries) >= MAX_ENTRIES:
-            _entries.clear()
-            _sites.clear()
-        _entries[key] = entry
-
-
-def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params: tuple[Any, ...],
-                eager: Callable[..., Tensor], torch_fn: Callable[..., Tensor] | None) -> Tensor:
-    gen = generation.current()
-    rec = _Recording()
-    with _in_mode(replace(_mode.get(), recording=rec)):
-        out = eager(*tensors, *params)
-    _counters.misses += 1
-    entry: Entry | TorchEntry | None = _entry(rec, tensors, out)
-    if entry is not None and rec.torch_preferred and torch_fn is not None:
-        entry = TorchEntry(torch_fn, params)
-    _store(key, entry, gen)
-    return out
-
-
-def _first_grad_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params: tuple[Any, ...],
-                     grad: Callable[..., Tensor]) -> Tensor:
-    """The autograd route's first call of a signature. It is stored when the route applied exactly one
-    autograd Function, to the call's own tensors (same objects, same positions, then non-tensor
-    arguments), and returned that Function's output itself: then a repeat is that one apply."""
-    gen = generation.current()
-    applying = _Applying()
-    with _in_mode(replace(_mode.get(), applying=applying)):
-        out = grad(*tensors, *params)
-    applied = applying.applied
-    _counters.misses += 1
-    entry = None
-    distinct = len({id(t) for t in tensors if t is not None}) == sum(t is not None for t in tensors)
-    if len(applied) == 1 and distinct:
-        apply, replayer, inputs, result, inner_key = applied[0]
-        n = len(tensors)
-        constants = inputs[n:]
-        if result is out and len(inputs) >= n and all(x is t for x, t in zip(inputs, tensors)) \
-                and not any(isinstance(c, torch.Tensor) for c in constants):
-            # The forward's call is known only when it was the route's one keyed call.
-            inner = _entries.get(inner_key) if inner_key is not None and applying.keyed == 1 else None
-            entry = GradEntry(apply, replayer, constants, inner if type(inner) is Entry else None)
-    _store(key, entry, gen)
-    return out
-
 
 def note_applied(apply: Callable[..., Tensor], replayer: Replayer, inputs: tuple[Any, ...], out: Tensor) -> None:
     """An autograd Function's forward ran (``apply(*inputs)`` gave ``out``; ``replayer`` makes its
     op's Function over a stored call, see ``GradEntry``): a first call on the autograd route stores it
-    (``_first_grad_call``)."""
+    (``ops.route._first_autograd_call``)."""
     applying = _traced_mode().applying
     if applying is not None:  # the forward's own call was the last one keyed
         applying.applied.append((apply, replayer, inputs, out, applying.last_key))
@@ -595,7 +374,7 @@ def grad_function(name: str, impl: Callable[..., Tensor], setup_context: Callabl
                   backward: Callable[..., tuple[Any, ...]], tensors: int) -> Callable[..., Tensor]:
     """``apply`` of an autograd.Function that runs ``impl`` and differentiates it with a custom op's
     formula (its ``setup_context(ctx, inputs, output)`` and ``backward(ctx, grad)``): an op's ``grad``
-    route of ``call``. ``impl``'s first ``tensors`` arguments are the tensors its fast-path call is
+    route (``ops.route.OpRoutes.autograd``). ``impl``'s first ``tensors`` arguments are the tensors its fast-path call is
     keyed on.
 
     The context is set up inside ``forward``: a Function with a ``setup_context`` of its own binds its
@@ -772,7 +551,7 @@ def launch_kernel(kern: Bindable, args: Sequence[Tensor]) -> None:
     launch for this (dtype, shape, strides, alignment) signature; binds and compiles on first use.
     ``kern`` must be hashable and equal only to kernels that launch alike."""
     dev = args[0].device
-    sig = (kern, dev, config.fp32_precision(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
+    sig = (kern, dev, settings.fp32_precision(), tuple((t.dtype, t.shape, t.stride(), t.data_ptr() & 15) for t in args))
     run = _prebound.get(sig)
     if run is None:
         gen = generation.current()

@@ -1,6 +1,6 @@
 """The dispatch generation: a counter bumped whenever something a remembered decision rests on changes.
 
-The process remembers decisions: the config chosen per workload (``config_choice``, the
+The process remembers decisions: the config chosen per workload (``choose_config``, the
 dispatcher) and the prebound launch per call signature (``fastpath``). ``bump()`` makes every
 holder forget them, through the callbacks registered with ``on_bump``; the tuning database bumps
 when it gains a record, ``alcop_triton.fastpath.invalidate()`` on request. A computation that read

@@ -264,7 +264,7 @@ class Kernel:
     num_warps: int
     num_stages: int
     dot_dtype: str
-    fp32_precision: str                       # float32 dots' input_precision (config.fp32_precision)
+    fp32_precision: str                       # float32 dots' input_precision (settings.fp32_precision)
     passes: tuple[str, ...] = ()
     interpreter: bool = False                 # generated for Triton's CPU interpreter
     static: dict[str, int] = field(default_factory=dict)  # size vars compiled in as constants

@@ -34,7 +34,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from . import config
+from . import settings as config
 
 _LOADED: dict[str, Any] = {}
 _LOCK = threading.Lock()

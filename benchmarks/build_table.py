@@ -404,7 +404,7 @@ def reference(w: Workload, inputs: tuple[Any, ...]) -> Any:
     is judged against the exact result, not against another rounding of it."""
     import torch
 
-    from alcop_triton.config import tf32
+    from alcop_triton.settings import tf32
 
     dt = torch.float64 if w.op in ("matmul", "linear", "bmm") else torch.float32
     with tf32(False):

@@ -193,7 +193,7 @@ def impl_fn(impl: str, case: Case) -> Callable[..., Any] | None:
         if case.gemm:
             return at.matmul if case.op == "matmul" else at.bmm
         if case.backward:  # the gradient kernels a backward pass through alcop's convolution runs
-            from alcop_triton.autograd import conv_grads
+            from alcop_triton.ops.conv import conv_grads
 
             nd = 2 if case.op == "conv2d" else 3
             return lambda x, w, stride, pad, dy: conv_grads(x, w, dy, (stride,) * nd, (pad,) * nd, (1,) * nd, 1)
@@ -324,7 +324,7 @@ def precompile_count() -> int:
 
 def reference(case: Case, inputs: tuple[Any, ...]) -> Any:
     """The float32 torch result on the same fp16 inputs (TF32 off)."""
-    import alcop_triton.config as cfg
+    import alcop_triton.settings as cfg
 
     with cfg.tf32(False):
         if case.gemm:

@@ -41,7 +41,7 @@ SHAPES: dict[str, str] = {
 def untuned_config(shape: tuple[int, int, int]) -> dict[str, Any]:
     """The config an untuned call of this shape runs on cuda:0, and where dispatch took it from."""
     from alcop_triton.autotune.dispatch import dispatcher
-    from alcop_triton.config_choice import fit_stages, gpu_spec
+    from alcop_triton.choose_config import fit_stages, gpu_spec
     from alcop_triton.records import Workload
 
     w = Workload("matmul", shape, tune_speed.DTYPE, tune_speed.LAYOUT)

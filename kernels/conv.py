@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
 
-import alcop_triton as at
-from alcop_triton import te
-from alcop_triton.records import dtype_name
+from alcop_triton import settings, te
+from alcop_triton.build import build
+from alcop_triton.records import KernelConfig, Workload, dtype_name
+from alcop_triton.schedule import Schedule
 
 SPATIAL: dict[int, tuple[str, ...]] = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
 
@@ -74,22 +75,27 @@ def conv_te(dtype: str, p: ConvParams) -> tuple[list[te.Tensor], te.Tensor]:
     return inputs, te.compute(out_shape, epilogue, "Out", dtype=dtype, axis_names=names)
 
 
+def compiled(dtype: str, p: ConvParams, cfg: KernelConfig) -> Any:
+    """The kernel of one convolution form and config under the current ``ALCOP_STRICT``: the implicit-GEMM
+    kernel built from ``conv_te``, or for ``async_copy="box"`` the box kernel (``conv_window.WindowConv``,
+    which runs as the ``"tma"`` twin of this one where it cannot run itself). Either is called, or bound,
+    with the input, the weight, the bias if any and optionally the output viewed as (N, groups, C_out,
+    *spatial)."""
+    return _compiled(dtype, p, cfg, settings.strict())
+
+
 @lru_cache(maxsize=256)
-def compiled(dtype: str, p: ConvParams, cfg: at.KernelConfig) -> Any:
-    """The kernel of one convolution form and config: the implicit-GEMM kernel built from ``conv_te``, or for
-    ``async_copy="box"`` the box kernel (``conv_window.WindowConv``, which runs as the ``"tma"`` twin of this
-    one where it cannot run itself). Either is called, or bound, with the input, the weight, the bias if any
-    and optionally the output viewed as (N, groups, C_out, *spatial)."""
+def _compiled(dtype: str, p: ConvParams, cfg: KernelConfig, strict: bool) -> Any:
     if cfg.async_copy == "box":
         from .conv_window import WindowConv
         return WindowConv(dtype, p, cfg)
     inputs, out = conv_te(dtype, p)
     sp = SPATIAL[p.nd]
-    s = at.Schedule.from_config(out, cfg, m_axes=("n",) + tuple(f"o{x}" for x in sp), n_axes=("co",))
+    s = Schedule.from_config(out, cfg, m_axes=("n",) + tuple(f"o{x}" for x in sp), n_axes=("co",))
     # Channels and window are compile-time constants (one variant per layer shape, as cuDNN has):
     # the im2col index math then divides by constants, so Triton proves the loads contiguous and
     # they stay 16-byte asynchronous copies (runtime extents would hide contiguity).
-    return at.build(s, inputs + [out], static=("C",) + tuple(f"K{x.upper()}" for x in sp))
+    return build(s, inputs + [out], static=("C",) + tuple(f"K{x.upper()}" for x in sp), strict=strict)
 
 
 def output_size(x: Any, w: Any, stride: Sequence[int], pad_left: Sequence[int], pad_right: Sequence[int],
@@ -120,7 +126,7 @@ def empty_output(x: Any, shape: Sequence[int]) -> Any:
 
 def conv(x: Any, w: Any, bias: Any, stride: tuple[int, ...], pad_left: tuple[int, ...], pad_right: tuple[int, ...],
          dilation: tuple[int, ...], groups: int, *, activation: str | None = None,
-         config: at.KernelConfig | None = None) -> Any:
+         config: KernelConfig | None = None) -> Any:
     """N-d convolution of validated arguments with one config, launched directly (no fast path, no
     fallback): the kernel-level entry of tests and benchmarks. The drop-ins run ``alcop::conv``."""
     p = ConvParams(x.dim() - 2, tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation), groups,
@@ -160,7 +166,7 @@ def pointwise_gemm(x: Any, w: Any, out: Any, stride: Sequence[int], pad_left: Se
     return xa.view(rows, ci), w.reshape(co, ci).t(), ca.view(rows, co)
 
 
-def gemm_workload(w: at.Workload) -> at.Workload:
+def gemm_workload(w: Workload) -> Workload:
     """The GEMM workload a channels-last pointwise convolution runs as (``pointwise_gemm``), keyed as
     ``kernels.matmul.workload_of`` keys its call; any other workload as it is."""
     if w.op not in ("conv2d", "conv3d") or w.layout != "nhwc":
@@ -169,12 +175,12 @@ def gemm_workload(w: at.Workload) -> at.Workload:
     if (p["groups"], p["kd"], p["kh"], p["kw"], p["stride"], p["pad"]) != (1, 1, 1, 1, 1, 0):
         return w
     # the weight's transpose is 't' unless it is one column (kernels.matmul.workload_of's rule)
-    return at.Workload("matmul", (p["n"] * p["d"] * p["h"] * p["w"], p["co"], p["ci"]), w.dtype,
+    return Workload("matmul", (p["n"] * p["d"] * p["h"] * p["w"], p["co"], p["ci"]), w.dtype,
                        "nt" if p["co"] > 1 else "nn")
 
 
 def workload_of(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...],
-                groups: int) -> at.Workload:
+                groups: int) -> Workload:
     """The tuning key: the ALCOP suite's (N, H, W, CI, CO, KH, KW, stride, pad, dilation, groups) form."""
     nd = x.dim() - 2
     dtype = dtype_name(x.dtype)
@@ -183,15 +189,15 @@ def workload_of(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], d
     co, _, *ks = w.shape
     if nd == 3:
         shape = (n, *sp, ci, co, *ks, stride[0], pad[0], dilation[0], groups)
-        return at.Workload("conv3d", shape, dtype, lay)
+        return Workload("conv3d", shape, dtype, lay)
     h, wd = (1, sp[0]) if nd == 1 else sp
     kh, kw = (1, ks[0]) if nd == 1 else ks
-    return at.Workload("conv1d" if nd == 1 else "conv2d", (n, h, wd, ci, co, kh, kw, stride[0], pad[0], dilation[0], groups),
+    return Workload("conv1d" if nd == 1 else "conv2d", (n, h, wd, ci, co, kh, kw, stride[0], pad[0], dilation[0], groups),
                        dtype, lay)
 
 
 def default_config(x: Any, w: Any, stride: tuple[int, ...], pad: tuple[int, ...], dilation: tuple[int, ...],
-                   groups: int) -> at.KernelConfig:
-    """The config the drop-in ops would use for this call (``config_choice.choose_config``'s policy)."""
-    from alcop_triton.config_choice import choose_config
+                   groups: int) -> KernelConfig:
+    """The config the drop-in ops would use for this call (``choose_config.choose_config``'s policy)."""
+    from alcop_triton.choose_config import choose_config
     return choose_config(x.device, lambda: workload_of(x, w, stride, pad, dilation, groups))

@@ -40,9 +40,8 @@ from typing import Any, Sequence
 import triton
 from triton.experimental.gluon import language as gl
 
-import alcop_triton as at
 from alcop_triton.build import Launch, Runs, tma_aligned
-from alcop_triton.records import ScheduleError
+from alcop_triton.records import KernelConfig, ScheduleError, Workload
 
 from .conv_window_kernel import conv_window, conv_window_bias
 
@@ -86,7 +85,7 @@ def pointwise_strided(p: Any, window: Sequence[int]) -> bool:
     return all(k == 1 for k in window) and not any(p.pad_left) and not any(p.pad_right)
 
 
-def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: at.KernelConfig,
+def why_not(p: Any, dtype: str, channels: int, out_channels: int, config: KernelConfig,
             window: Sequence[int]) -> str | None:
     """Why ``config`` cannot run as the box kernel on a convolution of ``p`` (``conv.ConvParams``) with a
     ``window`` (its kernel's spatial extents), or None. Device and alignment are checked at the call (the
@@ -144,7 +143,7 @@ class WindowConv(Runs):
     ``build.CompiledKernel``'s, over the conv kernel's tensors (input, weight, bias if any, then the output
     viewed as (N, groups, C_out, *spatial))."""
 
-    def __init__(self, dtype: str, p: Any, config: at.KernelConfig,
+    def __init__(self, dtype: str, p: Any, config: KernelConfig,
                  box: tuple[int, int, int, int] | None = None) -> None:
         # ``box`` (BI, BD, BH, BW) overrides ``boxes``' pick: for probes that compare box shapes.
         self.dtype, self.p, self.config, self.box = dtype, p, config, box
@@ -244,7 +243,7 @@ def gluon_descriptor(x: Any, dims: Sequence[int], block: Sequence[int]) -> Any:
                             gl.NVMMASharedLayout.get_default_for(list(block), dt))
 
 
-def window_configs(workload: at.Workload) -> list[at.KernelConfig]:
+def window_configs(workload: Workload) -> list[KernelConfig]:
     """The box kernel's configs worth measuring on a convolution (empty where it cannot run): 128-row tiles
     over two warpgroups and 64-row ones over one; 256 (or all) and 128 output channels; chunks of 64
     channels; as many ring stages as shared memory holds (the measured best on the H100's suite layers)."""
@@ -261,11 +260,11 @@ def window_configs(workload: at.Workload) -> list[at.KernelConfig]:
         for bn in sorted({min(256, max(64, triton.next_power_of_2(co))), min(128, max(64, triton.next_power_of_2(co)))},
                          reverse=True):
             stages = max(2, min(3 if bn == 256 else 4, chunks))
-            out.append(at.KernelConfig(bm, bn, bk, group_m=8, num_warps=warps, smem_stages=stages, async_copy="box"))
+            out.append(KernelConfig(bm, bn, bk, group_m=8, num_warps=warps, smem_stages=stages, async_copy="box"))
     return out
 
 
-def config_reason(workload: at.Workload, config: at.KernelConfig) -> str | None:
+def config_reason(workload: Workload, config: KernelConfig) -> str | None:
     """``why_not`` for a tuning workload (the suite's form: one stride, pad and dilation for every dim)."""
     from .conv import ConvParams
     if workload.op not in ("conv2d", "conv3d"):

@@ -30,6 +30,7 @@ import torch
 import triton
 from torch._subclasses.fake_tensor import is_fake
 
+from alcop_triton import generation
 from alcop_triton.build import Launch, tma_aligned
 
 from .conv import ConvParams, memory_format_of
@@ -181,8 +182,12 @@ def plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[in
 
 _LAUNCHES: dict[tuple[Any, ...], tuple[Callable[..., None], tuple[int, ...], int, bool] | None] = {}
 """Per convolution (the tensors' shapes, strides, dtypes and device, its stride, padding, dilation and groups):
-``_bind``'s launch, workspace shape, slices and padding, or None where the kernel cannot run. A training
-loop's backward binds each layer's kernel once; later calls check only the addresses' alignment."""
+``_weight_grad_launch``'s launch, workspace shape, slices and padding, or None where the kernel cannot run. A training
+loop's backward binds each layer's kernel once; later calls check only the addresses' alignment. Bounded
+(``MAX_LAUNCHES``) and forgotten at each dispatch generation (``fastpath.invalidate()``)."""
+
+MAX_LAUNCHES = 1 << 12
+"""Convolutions whose prebound launches each table keeps; a full table starts over (a model has far fewer)."""
 
 
 def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
@@ -194,14 +199,14 @@ def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, str
     key = (x.shape, x.stride(), dy.shape, dy.stride(), w.shape, x.dtype, w.dtype, dy.dtype, x.device, tuple(stride),
            tuple(pad), tuple(dilation), groups)
     if key not in _LAUNCHES:
-        _LAUNCHES[key] = _bind(x, w, dy, stride, pad, dilation, groups)
-    entry = _LAUNCHES[key]
+        _remember(_LAUNCHES, key, _weight_grad_launch(x, w, dy, stride, pad, dilation, groups))
+    entry = _LAUNCHES.get(key)
     if entry is None:
         return None
     launch, ws_shape, split, whole = entry
     xw = _whole_phases(x, stride) if whole else x
     dyc = dy.contiguous(memory_format=memory_format_of(x))
-    if xw.data_ptr() % 16 or dyc.data_ptr() % 16:   # the key fixed the strides (``_bind`` checked them)
+    if xw.data_ptr() % 16 or dyc.data_ptr() % 16:   # the key fixed the strides (``_weight_grad_launch`` checked them)
         return None
     ws = torch.empty(ws_shape, device=x.device, dtype=torch.float32)
     launch(xw, dyc, ws)   # the input's view starts at its address: the launch rebinds the view there
@@ -215,7 +220,7 @@ def _launchable(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cuda" and not is_fake(t) for t in tensors)
 
 
-def _bind(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
+def _weight_grad_launch(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
           dilation: Sequence[int], groups: int) -> tuple[Callable[..., None], tuple[int, ...], int, bool] | None:
     """The prebound launch for such tensors, the workspace's shape, the slices and whether the input is
     first padded to whole phases (``_whole_phases``); None where it cannot run (``why_not``, or strides
@@ -371,6 +376,20 @@ _INPUT_LAUNCHES: dict[tuple[Any, ...], tuple[list[Callable[..., None]], list[tup
 """As ``_LAUNCHES``, for the input gradient: the prebound launch of every phase, and the empty phases."""
 
 
+def _remember(table: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
+    if len(table) >= MAX_LAUNCHES:
+        table.clear()
+    table[key] = value
+
+
+def _forget() -> None:
+    _LAUNCHES.clear()
+    _INPUT_LAUNCHES.clear()
+
+
+generation.on_bump(_forget)
+
+
 def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
                         pad: Sequence[int], dilation: Sequence[int], groups: int) -> torch.Tensor | None:
     """dX of a convolution on the box kernel, channels last, or None where it cannot run
@@ -383,14 +402,15 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
            tuple(stride), tuple(pad), tuple(dilation), groups)
     fmt = memory_format_of(x)
     if key not in _INPUT_LAUNCHES:
-        _INPUT_LAUNCHES[key] = None
+        plan = None
         if input_why_not(x, w, dy, stride, dilation, groups) is None:
             dx = _grad_buffer(x, stride)
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count
             launches, empty = input_plans(x, w, dy, stride, pad, dx, sms)
             if all(_strides_aligned(tensors) for _, tensors, _, _, _ in launches):
-                _INPUT_LAUNCHES[key] = ([_prebound(CONV_KERNEL, *launch) for launch in launches], empty)
-    entry = _INPUT_LAUNCHES[key]
+                plan = ([_prebound(CONV_KERNEL, *launch) for launch in launches], empty)
+        _remember(_INPUT_LAUNCHES, key, plan)
+    entry = _INPUT_LAUNCHES.get(key)
     if entry is None:
         return None
     dyc = dy.contiguous(memory_format=fmt)

@@ -1,7 +1,7 @@
 """Matmul and batched matmul in the DSL, with fused epilogues (bias, activation, residual, alpha/beta).
 
 ``compiled`` gives the kernel of one (dtype, batching, epilogue, config); the custom ops
-(``alcop_triton.custom_ops.run_gemm``) launch it on validated, broadcast operands. Transposed and
+(``alcop_triton.ops.gemm.run_gemm``) launch it on validated, broadcast operands. Transposed and
 strided operands are handled by runtime strides (one variant per unit-stride layout).
 """
 
@@ -14,8 +14,10 @@ from typing import Any
 
 import torch
 
-import alcop_triton as at
-from alcop_triton import config, fastpath, te
+from alcop_triton import fastpath, settings, te
+from alcop_triton.build import CompiledKernel, build
+from alcop_triton.records import KernelConfig, Workload
+from alcop_triton.schedule import Schedule
 from alcop_triton.records import dtype_name
 
 from . import pack
@@ -80,12 +82,18 @@ def _axis_names(batched: int) -> tuple[str, ...]:
     return {0: (), 1: ("b",), 2: ("b0", "b1")}[batched] + ("i", "j")
 
 
+def compiled(dtype: str, batched: int, ep: Epilogue, cfg: KernelConfig, out_dtype: str | None = None) -> CompiledKernel:
+    """The kernel for one (dtype, batch dims, epilogue, config) under the current ``ALCOP_STRICT``
+    (whether a pipeline depth the shape cannot have is clamped or refused); cached per process."""
+    return _compiled(dtype, batched, ep, cfg, out_dtype, settings.strict())
+
+
 @lru_cache(maxsize=512)
-def compiled(dtype: str, batched: int, ep: Epilogue, cfg: at.KernelConfig, out_dtype: str | None = None) -> at.CompiledKernel:
-    """The kernel for one (dtype, batch dims, epilogue, config); cached per process."""
+def _compiled(dtype: str, batched: int, ep: Epilogue, cfg: KernelConfig, out_dtype: str | None,
+              strict: bool) -> CompiledKernel:
     inputs, out = matmul_te(dtype, batched, ep, out_dtype)
-    s = at.Schedule.from_config(out, cfg)
-    return at.build(s, inputs + [out])
+    s = Schedule.from_config(out, cfg)
+    return build(s, inputs + [out], strict=strict)
 
 
 PAD_MIN_MACS = 1 << 24
@@ -133,7 +141,7 @@ def _turns(dtype: str, rows: int, n: int, k: int, b_layout: str | None) -> bool:
     macs = rows * n * k
     if dtype != "float32" or n < 2 or k < 2 or rows < TURN_MIN_ROWS or macs < TURN_MIN_MACS or not _copies_pay(macs, k):
         return False
-    if config.fp32_precision() != "ieee":  # tf32x3 runs the TF32 MMA three times
+    if settings.fp32_precision() != "ieee":  # tf32x3 runs the TF32 MMA three times
         return b_layout == "n"
     return b_layout == "t" and n % 4 == 0
 
@@ -228,7 +236,7 @@ def _buffer(x: Any, kp: int, k_dim: int, vec: int, k_major: bool | None = None) 
                                dtype=x.dtype, device=x.device)
 
 
-def aligned_workload(w: at.Workload) -> at.Workload:
+def aligned_workload(w: Workload) -> Workload:
     """The workload ``aligned_operands`` turns contiguous operands of ``w`` into: what dispatch and the
     shipped tables see for ``w``'s calls (with TF32 as it is set now, for float32)."""
     if w.op not in ("matmul", "linear", "bmm"):
@@ -249,15 +257,15 @@ def aligned_workload(w: at.Workload) -> at.Workload:
     else:
         lb = lay[1] if not copied["b"] or (lay[1] == "n" and n % vec == 0) else "t"
     shape = (bsz, m, n, kp) if w.op == "bmm" else (m, n, kp)
-    return at.Workload(w.op, shape, w.dtype, la + lb)
+    return Workload(w.op, shape, w.dtype, la + lb)
 
 
-def workload_of(a: Any, b: Any) -> at.Workload:
+def workload_of(a: Any, b: Any) -> Workload:
     """The tuning key of a GEMM call: shape, dtype and operand storage ('n' row-major, 't' transposed)."""
     dtype = dtype_name(a.dtype)
     lay = ("t" if a.stride(-1) != 1 and a.shape[-1] > 1 else "n") + ("t" if b.stride(-1) != 1 and b.shape[-1] > 1 else "n")
     m, kdim = a.shape[-2], a.shape[-1]
     n = b.shape[-1]
     if a.dim() >= 3:   # two batch dims key as one: the kernel runs their product as the grid's batch axis
-        return at.Workload("bmm", (math.prod(a.shape[:-2]), m, n, kdim), dtype, lay)
-    return at.Workload("matmul", (m, n, kdim), dtype, lay)
+        return Workload("bmm", (math.prod(a.shape[:-2]), m, n, kdim), dtype, lay)
+    return Workload("matmul", (m, n, kdim), dtype, lay)

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import alcop_triton as at
 from alcop_triton.build import Launch
+from alcop_triton.errors import UnsupportedError
+from alcop_triton.records import KernelConfig, Workload
 
 from . import conv as conv_mod
 from . import matmul as mm
@@ -27,8 +28,8 @@ def _torch_dtype(name: str) -> Any:
 
 @dataclass
 class Runner:
-    workload: at.Workload
-    config: at.KernelConfig
+    workload: Workload
+    config: KernelConfig
     device: str
     rtol: float
     _make: Callable[[int], tuple[Any, ...]]
@@ -63,7 +64,7 @@ class Runner:
         return self._ref(inputs)
 
 
-def make_runner(workload: at.Workload, config: at.KernelConfig, device: str) -> Runner:
+def make_runner(workload: Workload, config: KernelConfig, device: str) -> Runner:
     import torch
     dt = _torch_dtype(workload.dtype)
     ref_dt = torch.float64
@@ -124,4 +125,4 @@ def make_runner(workload: at.Workload, config: at.KernelConfig, device: str) -> 
             return f(x[0].to(rd), x[1].to(rd), None, stride, pad, dil, groups).to(dt)
 
         return Runner(workload, config, device, TOLERANCE[workload.dtype], make, run, ref)
-    raise at.UnsupportedError(f"make_runner: op {workload.op!r} has no runner")
+    raise UnsupportedError(f"make_runner: op {workload.op!r} has no runner")

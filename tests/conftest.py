@@ -109,7 +109,7 @@ def _torchs_own_functions_after() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _no_tf32() -> Iterator[None]:
     # fp32 tolerances (1e-5) and golden sources assume IEEE fp32 dots; build reads this flag.
-    from alcop_triton.config import tf32  # after TRITON_INTERPRET is set above: the package imports triton
+    from alcop_triton.settings import tf32  # after TRITON_INTERPRET is set above: the package imports triton
     with tf32(False):
         yield
 
@@ -118,13 +118,13 @@ def _no_tf32() -> Iterator[None]:
 def torch_measured_faster(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every workload's records say torch runs it faster (the config choice says so,
     as the dispatcher's ``Decision.torch_preferred`` does on a GPU): patch mode leaves every call to torch."""
-    from alcop_triton import config_choice, fastpath
-    real = config_choice.choose_config
+    from alcop_triton import choose_config, fastpath
+    real = choose_config.choose_config
 
     def measured_slower(*args: Any, **kwargs: Any) -> Any:
         fastpath.note_torch_preferred()
         return real(*args, **kwargs)
-    monkeypatch.setattr(config_choice, "choose_config", measured_slower)
+    monkeypatch.setattr(choose_config, "choose_config", measured_slower)
 
 
 @pytest.fixture

@@ -452,7 +452,7 @@ def default_db_path() -> Path:
             raise DatabaseError("ALCOP_DB names a PostgreSQL server, not a file: open it with "
                                 "alcop_triton.autotune.store.open_database()")
         return Path(env).expanduser()
-    from ..config import data_dir
+    from ..settings import data_dir
 
     return data_dir() / "tuning.sqlite"
 

@@ -24,14 +24,14 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import math
-import os
 import statistics
 import threading
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
-from .. import generation
+from .. import generation, settings
 from ..errors import DatabaseError, TuningError
 from ..records import KernelConfig, Workload, tail_capable
 from .database import (GpuKey, TuningRecord, best_of, current_version_group, gpu_key, mma_of, rank_configs, read_jsonl,
@@ -301,7 +301,7 @@ class Dispatcher:
         if found is not None:
             return Decision(found.config, "default", f"{found.time_ms:.4g} ms", found.time_ms,
                             torch_time(shipped, workload, spec))
-        if autotune and os.environ.get("ALCOP_AUTOTUNE", "0").strip().lower() in ("1", "true", "yes", "on"):
+        if autotune and settings.autotune():
             tuned = self._tune(workload, spec)
             if tuned is not None:
                 return tuned
@@ -351,7 +351,7 @@ class Dispatcher:
         return Decision(best.config, "tuned", f"{best.result.time_ms:.4g} ms") if best is not None else None
 
 
-_shared: dict[str | None, Dispatcher] = {}
+_shared: dict[Path | None, Dispatcher] = {}
 
 
 def _forget_decisions() -> None:
@@ -364,7 +364,7 @@ generation.on_bump(_forget_decisions)  # e.g. the database gained a record: deci
 
 def dispatcher() -> Dispatcher:
     """The process-wide Dispatcher of the current ``$ALCOP_DB`` (one per value, created on first use)."""
-    env = os.environ.get("ALCOP_DB")
+    env = settings.db_path()
     d = _shared.get(env)
     if d is None:
         d = _shared.setdefault(env, Dispatcher())

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from typing import Any, Callable
 
-from ..config import tf32
+from ..settings import tf32
 from .hardware import GPUSpec, _key, _PRESETS, save_calibrated, spec_from_properties
 
 

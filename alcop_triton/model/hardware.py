@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import cache_dir
+from .. import settings
+from ..settings import cache_dir
 from ..errors import UnsupportedError
 
 MMA_PATHS: tuple[str, ...] = ("wgmma", "mma_sync")
@@ -249,7 +250,7 @@ def spec_from_properties(props: Any, base: GPUSpec | None) -> GPUSpec:
 
 def default_mma(cc: tuple[int, int]) -> str:
     """The MMA path Triton uses in this process: wgmma on sm90 unless ``DISABLE_MMA_V3=1``."""
-    if cc < (9, 0) or os.environ.get("DISABLE_MMA_V3", "0").lower() in ("1", "true", "on", "yes"):
+    if cc < (9, 0) or settings.mma_v3_disabled():
         return "mma_sync"
     return "wgmma"
 

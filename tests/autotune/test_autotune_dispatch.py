@@ -182,7 +182,7 @@ def test_a_pointwise_convolution_weighs_its_gemm_against_cudnns_convolution(tmp_
     # ResNet-50's 14x14 1024 -> 512 layer at batch 64 (shipped H100 table): alcop's GEMM beats cuBLAS
     # on the product, not cuDNN on the convolution; patch mode compares what torch would run.
     import dataclasses
-    from alcop_triton.config_choice import decide
+    from alcop_triton.choose_config import decide
     gemm = Workload("matmul", (12544, 512, 1024), "float16", "nt")
     conv = Workload("conv2d", (64, 14, 14, 1024, 512, 1, 1, 1, 0, 1, 1), "float16", "nhwc")
     db = Database(tmp_path / "t.sqlite")

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import alcop_triton as at
-from alcop_triton import config_choice, custom_ops, fastpath
+from alcop_triton import choose_config, fastpath
+from alcop_triton.ops import conv as conv_ops
 from alcop_triton.autotune import dispatch as dmod
 from alcop_triton.kernels.conv import gemm_workload
 from alcop_triton.kernels.conv_window import window_configs
@@ -134,14 +135,14 @@ def test_conv_keys_are_the_conv_drop_ins_keys(bt):
         x = torch.empty((p["n"], p["ci"], *sp), dtype=dt, device="meta", memory_format=fmt)
         w = torch.empty((p["co"], p["ci"], *ks), dtype=dt, device="meta", memory_format=fmt)
         pad = (p["pad"],) * nd
-        assert custom_ops._conv_workload(x, w, (p["stride"],) * nd, pad, pad, (1,) * nd, 1) == c
+        assert conv_ops._conv_workload(x, w, (p["stride"],) * nd, pad, pad, (1,) * nd, 1) == c
         assert dict(plan)[c] == gemm_workload(c)  # as called; a 1x1 stride-1 one as its GEMM
 
 
 def _captured(model_call) -> set[Workload]:
     """Workloads the config choice is asked about while ``model_call()`` runs under patch mode."""
     seen: list[Workload] = []
-    real = config_choice.choose_config
+    real = choose_config.choose_config
 
     def recording(device, workload, torch_comparable=True, torch_workload=None):
         w = workload()
@@ -151,7 +152,7 @@ def _captured(model_call) -> set[Workload]:
 
     fastpath.invalidate()  # no signature stored by an earlier test may skip the config choice
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(config_choice, "choose_config", recording)
+        mp.setattr(choose_config, "choose_config", recording)
         with torch.inference_mode(), at.patched():
             model_call()
     return set(seen)
@@ -331,11 +332,11 @@ def test_a_torch_timing_in_the_table_sends_patch_mode_to_torch(bt, tmp_path, mon
     bt.install(out, data, HELDOUT)
     monkeypatch.setenv("ALCOP_DB", str(tmp_path / "absent.sqlite"))
     monkeypatch.setattr(dmod, "default_tables", lambda: read_jsonl(data / "default_h100.jsonl"))
-    monkeypatch.setattr(config_choice, "gpu_spec", lambda index: SPEC)
+    monkeypatch.setattr(choose_config, "gpu_spec", lambda index: SPEC)
     monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    real = config_choice.choose_config
-    monkeypatch.setattr(config_choice, "choose_config", lambda device, workload, torch_comparable=True, torch_workload=None:
+    real = choose_config.choose_config
+    monkeypatch.setattr(choose_config, "choose_config", lambda device, workload, torch_comparable=True, torch_workload=None:
                         real(_FakeCuda(), workload, torch_comparable, torch_workload))
     fastpath.invalidate()
     assert dmod.dispatcher().decide(slow, SPEC).torch_preferred

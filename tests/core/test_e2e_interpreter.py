@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import alcop_triton as at
-from alcop_triton import KernelConfig, Schedule, config, te
+from alcop_triton import KernelConfig, Schedule, settings as alcop_settings, te
 from alcop_triton.kernels import conv as kc
 from alcop_triton.kernels import matmul as km
 
@@ -103,7 +103,7 @@ def test_tf32_switch_selects_its_own_variant(kit) -> None:
     kern = kit.matmul("float32", VARIANTS["s2"])
     seen = {}
     for flag in (False, True, False):
-        with config.tf32(flag):
+        with alcop_settings.tf32(flag):
             _run_mm(kit, kern, 17, 19, 40, "float32", "nn", kit.seed("tf32", flag))
         seen.setdefault(flag, kern.last)
         assert kern.last is seen[flag]  # the same setting again: the variant compiled for it

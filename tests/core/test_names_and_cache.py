@@ -149,5 +149,5 @@ def test_dsl_op_names_are_checked(name: object) -> None:
 
 
 def test_dsl_op_name_is_nfkc_normalised() -> None:
-    from alcop_triton.custom_op import _op_name
+    from alcop_triton.dsl_op import _op_name
     assert _op_name("ｍylib::ｍm") == "mylib::mm"

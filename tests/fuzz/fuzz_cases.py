@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 import alcop_triton as at
-from alcop_triton import config, ops, te
+from alcop_triton import settings, ops, te
 
 OPS = ("matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d")
 DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -436,7 +436,7 @@ def run_name_case(case: NameCase) -> Outcome:
         if not norm.isidentifier():
             return Outcome("wrong", text, "a name that is not an identifier was accepted")
         path = Path(kern._shown().path).resolve()
-        if config.cache_dir().resolve() not in path.parents or not path.stem.isidentifier():
+        if settings.cache_dir().resolve() not in path.parents or not path.stem.isidentifier():
             return Outcome("wrong", text, f"kernel file outside the cache dir or oddly named: {path}")
         # square: a size var renamed onto M or N is that var (legal), and the call must still bind
         a, b = torch.randn(5, 5, dtype=torch.float32), torch.randn(5, 5, dtype=torch.float32)

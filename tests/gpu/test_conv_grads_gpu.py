@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from alcop_triton.autograd import conv_grads
+from alcop_triton.ops.conv import conv_grads
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or under TRITON_INTERPRET=1
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import alcop_triton as at
 from alcop_triton import fastpath
+from alcop_triton.ops import route
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or under TRITON_INTERPRET=1
 
@@ -65,8 +66,8 @@ def test_repeats_are_found_at_the_call_site_on_this_torch(name: str, monkeypatch
     for _ in range(2):
         first = ours(*args)
     keyed: list[Any] = []
-    key = fastpath._key
-    monkeypatch.setattr(fastpath, "_key", lambda *a: keyed.append(a[0]) or key(*a))
+    key = route._key
+    monkeypatch.setattr(route, "_key", lambda *a: keyed.append(a[0]) or key(*a))
     other = [t.clone() for t in args]  # same values, strides and alignment: another tensor of the signature
     assert torch.equal(ours(*other), first) and keyed == []
 
@@ -109,10 +110,10 @@ def test_copied_operands_inside_a_cuda_graph_after_warm_up() -> None:
 
 def test_hits_of_a_tma_kernel_encode_each_buffers_descriptors(monkeypatch: pytest.MonkeyPatch) -> None:
     # host-side tensor descriptors: a hit reuses the tensor maps of buffers it has seen and encodes new ones
-    from alcop_triton import config_choice
+    from alcop_triton import choose_config
     from alcop_triton.records import KernelConfig
     cfg = KernelConfig(128, 128, 64, group_m=8, num_warps=8, smem_stages=3, async_copy="tma", persistent=True)
-    monkeypatch.setattr(config_choice, "choose_config",
+    monkeypatch.setattr(choose_config, "choose_config",
                         lambda device, workload, torch_comparable=True, torch_workload=None: cfg)
     a, b = _rand(512, 256), _rand(256, 384, seed=1)
     first = at.matmul(a, b)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import alcop_triton as at
-from alcop_triton import config
+from alcop_triton import settings
 from alcop_triton.kernels import matmul as km
 
 pytestmark = pytest.mark.gpu
@@ -34,8 +34,8 @@ def test_float32_products_on_a_turned_b_are_right(precision: str, layout: str, m
         a = torch.randn(m, k, device="cuda")
         b = torch.randn(k, n, device="cuda") if layout == "nn" else torch.randn(n, k, device="cuda").t()
         return a, b
-    with config.tf32(precision == "tf32"):
-        assert config.fp32_precision() == precision
+    with settings.tf32(precision == "tf32"):
+        assert settings.fp32_precision() == precision
         a, b = operands()
         assert km._turn_b(a, b) == (layout == ("nt" if precision == "ieee" else "nn"))
         first = at.matmul(a, b).clone()

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or un
 
 # Relative (norm-wise) tolerances for whole blocks, forward and parameter gradients: fp32 with
 # TF32 off (torch's matmuls and cuDNN convolutions and ours: tests/conftest.py runs every test under
-# config.tf32(False)), bf16 where each product rounds its output.
+# settings.tf32(False)), bf16 where each product rounds its output.
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from alcop_triton import ops
-from alcop_triton.autograd import CACHED
+from alcop_triton.ops.conv import BACKWARD as CACHED
 from alcop_triton.kernels import conv_grad as cg
 
 FMT = {2: torch.channels_last, 3: torch.channels_last_3d}
@@ -110,7 +110,7 @@ def test_double_backward_of_a_strided_conv_takes_the_differentiable_path() -> No
 @pytest.mark.parametrize("differentiable", [False, True])
 def test_conv_grads_takes_the_phases_kernel_unless_asked_to_differentiate(differentiable: bool,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from alcop_triton.autograd import conv_grads
+    from alcop_triton.ops.conv import conv_grads
     calls: list[str] = []
     for name in ("input_grad_in_phases", "input_grad_by_conv"):
         real = getattr(cg, name)

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import alcop_triton as at
-from alcop_triton import config, config_choice, fastpath, te
+from alcop_triton import settings as alcop_settings, choose_config, fastpath, te
+from alcop_triton.ops import route
 from alcop_triton.autotune.database import Database, TuningRecord
 from alcop_triton.build import CompiledKernel
 from alcop_triton.records import KernelConfig, Workload
@@ -37,19 +38,19 @@ def fresh_cache() -> Iterator[None]:
 NATIVE = fastpath.native()
 needs_native = pytest.mark.skipif(NATIVE is None, reason="no C compiler: the Python hit is the only one")
 _NATIVE_SITE_HIT = NATIVE.site_hit if NATIVE is not None else None
-SITE_CHECKS = [pytest.param(fastpath._site_hit_py, id="python"),
+SITE_CHECKS = [pytest.param(route._site_hit_py, id="python"),
                pytest.param(_NATIVE_SITE_HIT, id="native", marks=needs_native)]
 
 
 @contextmanager
 def site_check(check: Callable[..., Any]) -> Iterator[None]:
     """The fast path's call sites checked by ``check`` (``SITE_CHECKS``) in the block."""
-    saved = fastpath._site_hit, fastpath._site_hit_built
-    fastpath._site_hit, fastpath._site_hit_built = check, True
+    saved = route._site_hit, route._site_hit_built
+    route._site_hit, route._site_hit_built = check, True
     try:
         yield
     finally:
-        fastpath._site_hit, fastpath._site_hit_built = saved
+        route._site_hit, route._site_hit_built = saved
 
 
 def counts() -> tuple[int, int]:
@@ -63,7 +64,7 @@ def no_slow_path(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     def arm() -> None:
         def refuse(*args: Any, **kwargs: Any) -> Any:
             raise AssertionError("the slow path ran: a config was chosen or a kernel bound")
-        monkeypatch.setattr(config_choice, "choose_config", refuse)
+        monkeypatch.setattr(choose_config, "choose_config", refuse)
         monkeypatch.setattr(CompiledKernel, "bind", refuse)
     return arm
 
@@ -133,7 +134,7 @@ def test_flag_changes_miss(monkeypatch: pytest.MonkeyPatch) -> None:
     at.matmul(a, b)
     at.matmul(a, b)
     assert counts() == (1, 1)
-    with config.tf32(True):  # float32 inputs: the TF32 switch is part of the signature
+    with alcop_settings.tf32(True):  # float32 inputs: the TF32 switch is part of the signature
         at.matmul(a, b)
     assert counts() == (1, 2)
     monkeypatch.setenv("ALCOP_STRICT", "1")
@@ -156,16 +157,16 @@ def test_alcop_fp32_selects_the_float32_dot_and_is_part_of_the_signature(monkeyp
     a, b = randn(19, 40), randn(40, 13, seed=1)
     want = a.double() @ b.double()
     at.matmul(a, b)
-    assert counts() == (0, 1) and config.fp32_precision() == "ieee"
+    assert counts() == (0, 1) and alcop_settings.fp32_precision() == "ieee"
     monkeypatch.setenv("ALCOP_FP32", "tf32x3")
-    assert config.fp32_precision() == "tf32x3"
+    assert alcop_settings.fp32_precision() == "tf32x3"
     got = at.matmul(a, b)
     assert counts() == (0, 2)
     assert ((got.double() - want).norm() / want.norm()).item() <= 1e-5
     dots = [ln.strip() for src in sources for ln in src.splitlines() if "tl.dot(" in ln]
     assert any('input_precision="ieee"' in d for d in dots) and any('input_precision="tf32x3"' in d for d in dots)
-    with config.tf32(True):  # torch's TF32 switch wins over ALCOP_FP32
-        assert config.fp32_precision() == "tf32"
+    with alcop_settings.tf32(True):  # torch's TF32 switch wins over ALCOP_FP32
+        assert alcop_settings.fp32_precision() == "tf32"
     monkeypatch.setenv("ALCOP_FP32", "fp64")
     with pytest.raises(ValueError, match="ALCOP_FP32='fp64'.*ieee.*tf32x3"):
         at.matmul(a, b)
@@ -182,7 +183,7 @@ def test_tf32_switch_is_read_in_every_spelling_torch_accepts() -> None:
         for own, backend in (("tf32", "ieee"), ("ieee", "tf32"), ("none", "tf32"), ("none", "ieee")):
             matmul.fp32_precision, torch.backends.fp32_precision = own, backend
             inherited = torch.backends.fp32_precision if matmul.fp32_precision == "none" else matmul.fp32_precision
-            assert config.allow_tf32() is (inherited == "tf32"), (own, backend)
+            assert alcop_settings.allow_tf32() is (inherited == "tf32"), (own, backend)
     finally:
         torch.backends.fp32_precision, matmul.fp32_precision = before[1], before[0]
 
@@ -190,7 +191,7 @@ def test_tf32_switch_is_read_in_every_spelling_torch_accepts() -> None:
 def test_tf32_is_not_part_of_a_half_precision_signature() -> None:
     a, b = randn(8, 8, dtype=torch.float16), randn(8, 8, dtype=torch.float16, seed=1)
     at.matmul(a, b)
-    with config.tf32(True):
+    with alcop_settings.tf32(True):
         at.matmul(a, b)
     assert counts() == (1, 1)
 
@@ -228,8 +229,8 @@ def test_a_signature_hit_twice_is_found_at_its_call_site_without_a_key(monkeypat
         at.linear(x, w, bias)
     assert counts() == (1, 1)
     keyed: list[Any] = []
-    key = fastpath._key
-    monkeypatch.setattr(fastpath, "_key", lambda *a: keyed.append(a[0]) or key(*a))
+    key = route._key
+    monkeypatch.setattr(route, "_key", lambda *a: keyed.append(a[0]) or key(*a))
     x2 = randn(6, 7, seed=3)
     assert_close(at.linear(x2, w, bias), F.linear(*f64(x2, w, bias)))
     assert counts() == (2, 1) and keyed == []
@@ -259,18 +260,18 @@ def test_a_call_site_candidate_is_checked_without_a_signature(check: Callable[..
     # Half-precision tensors, all 16-byte aligned, and a linear with a bias and without one (the Nones): a
     # repeat matches its candidate without computing a signature; another alignment or None pattern
     # goes by its signature.
-    monkeypatch.setattr(fastpath, "_site_hit", check)
-    monkeypatch.setattr(fastpath, "_site_hit_built", True)
+    monkeypatch.setattr(route, "_site_hit", check)
+    monkeypatch.setattr(route, "_site_hit_built", True)
     h = torch.float16
     x, w, bias = randn(6, 5, dtype=h), randn(4, 5, dtype=h, seed=1), randn(4, dtype=h, seed=2)
     for _ in range(2):
         at.linear(x, w, bias)
         at.linear(x, w)
-    site, = [site for key, site in fastpath._sites.items() if key[0] == "linear"]
+    site, = [site for key, site in route._sites.items() if key[0] == "linear"]
     assert len(site) == 2
-    key = fastpath._key
+    key = route._key
     keyed: list[Any] = []
-    monkeypatch.setattr(fastpath, "_key", lambda *args: keyed.append(args[0]) or key(*args))
+    monkeypatch.setattr(route, "_key", lambda *args: keyed.append(args[0]) or key(*args))
     x2 = randn(6, 5, dtype=torch.float16, seed=3)
     assert_close(at.linear(x2, w, bias), F.linear(*f64(x2, w, bias)))
     assert_close(at.linear(x2, w), F.linear(*f64(x2, w)))
@@ -285,12 +286,12 @@ def test_a_call_site_candidate_is_checked_without_a_signature(check: Callable[..
 
 def test_a_call_site_keeps_its_newest_candidates() -> None:
     b = randn(5, 4, dtype=torch.float16, seed=1)
-    shapes = range(1, fastpath.SITE_CANDIDATES + 3)
+    shapes = range(1, route.SITE_CANDIDATES + 3)
     for m in shapes:  # each shape: a miss, then a hit by signature that gives the site a candidate
         for _ in range(2):
             at.matmul(randn(m, 5, dtype=torch.float16, seed=m), b)
-    site, = [site for key, site in fastpath._sites.items() if key[0] == "matmul"]
-    assert len(site) == fastpath.SITE_CANDIDATES
+    site, = [site for key, site in route._sites.items() if key[0] == "matmul"]
+    assert len(site) == route.SITE_CANDIDATES
     check = site[-1][3]
     assert check(randn(shapes[-1], 5, dtype=torch.float16), b) and not check(randn(shapes[0], 5, dtype=torch.float16), b)
 
@@ -308,7 +309,7 @@ def test_a_call_site_candidate_is_found_only_for_its_own_signature(
     # Each candidate's entry is remembered wrapped: a call it serves asserts that its signature holds that
     # entry. Candidates of an earlier example would not be wrapped for this one's list: each starts afresh.
     fastpath.invalidate()
-    real, found = fastpath._remember, []
+    real, found = route._remember, []
 
     def remember(site_key: Any, tensors: Any, entry: Callable[..., torch.Tensor]) -> None:
         def checked(tensors: tuple[torch.Tensor | None, ...]) -> torch.Tensor:
@@ -317,7 +318,7 @@ def test_a_call_site_candidate_is_found_only_for_its_own_signature(
             return entry(tensors)
         real(site_key, tensors, checked)
 
-    fastpath._remember = remember
+    route._remember = remember
     try:
         for m, dtype, transposed, offset, with_bias, needs_grad, parameter, no_grad in calls:
             x = randn(m * 7 + offset, dtype=dtype, seed=m)[offset:].view(m, 7)  # offset 1: misaligned
@@ -330,7 +331,7 @@ def test_a_call_site_candidate_is_found_only_for_its_own_signature(
                 for _ in range(3):  # a miss, a hit by signature (a candidate), a hit at the site
                     assert_close(at.linear(x, w, bias), F.linear(*f64(x, w, bias)))
     finally:
-        fastpath._remember = real
+        route._remember = real
     assert found  # the guarded lookup was taken
 
 
@@ -353,12 +354,12 @@ def test_the_compiled_site_check_agrees_with_the_python_one(
 
     key = ("site check test",)
     for i, call in enumerate(calls[:len(calls) // 2]):
-        fastpath._remember(key, arguments(*call), lambda ts, i=i: i)
-    site = fastpath._sites.pop(key)
-    with config.tf32(tf32):
+        route._remember(key, arguments(*call), lambda ts, i=i: i)
+    site = route._sites.pop(key)
+    with alcop_settings.tf32(tf32):
         for call in calls:
             tensors = arguments(*call)
-            assert _NATIVE_SITE_HIT(site, tensors) is fastpath._site_hit_py(site, tensors)
+            assert _NATIVE_SITE_HIT(site, tensors) is route._site_hit_py(site, tensors)
 
 
 @needs_native
@@ -461,8 +462,8 @@ def test_calls_requiring_grad_store_their_autograd_function(monkeypatch: pytest.
     assert isinstance(fastpath._entries[key].inner, fastpath.Entry)  # the forward's own call, stored too
     before = fastpath.stats().hits
     keyed = []
-    key = fastpath._key
-    monkeypatch.setattr(fastpath, "_key", lambda *a: keyed.append(a[0]) or key(*a))
+    key = route._key
+    monkeypatch.setattr(route, "_key", lambda *a: keyed.append(a[0]) or key(*a))
     a2 = randn(6, 5, seed=2).requires_grad_()  # same signature, other values: the stored apply
     y2 = at.matmul(a2, b)
     # two hits (the call, its Function's forward), one signature: the forward's entry was known

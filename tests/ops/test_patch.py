@@ -307,12 +307,14 @@ class _CountingMode:
 def test_a_routed_repeat_sets_nothing_between_torchs_function_and_the_stored_launch(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from alcop_triton import fastpath
+    from alcop_triton.ops import route
     a, b = randn(3, 4), randn(4, 2)
     with torch.no_grad(), patch.patched():
         for _ in range(3):  # first call, a hit by signature, then the call site's candidate
             torch.mm(a, b)
         counting = _CountingMode(fastpath._mode)
         monkeypatch.setattr(fastpath, "_mode", counting)
+        monkeypatch.setattr(route, "_mode", counting)
         monkeypatch.setattr(patch, "_fastpath_mode", counting)
         hits = fastpath.stats().hits
         got = torch.mm(a, b)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import alcop_triton as at
-from alcop_triton import config
+from alcop_triton import settings
 from alcop_triton.kernels import matmul as km
 
 
@@ -124,8 +124,8 @@ def test_a_float32_b_is_turned_to_the_orientation_its_kernel_reads_fastest(
     if precision == "tf32x3":
         monkeypatch.setenv("ALCOP_FP32", "tf32x3")
     a, b = _operands(m, n, k, layout, torch.float32)
-    with config.tf32(precision == "tf32"):
-        assert config.fp32_precision() == precision
+    with settings.tf32(precision == "tf32"):
+        assert settings.fp32_precision() == precision
         pa, pb = km.aligned_operands(a, b)
         assert km.workload_of(pa, pb) == km.aligned_workload(km.workload_of(a, b))
     if precision != "ieee":
@@ -144,7 +144,7 @@ def test_float32_products_on_a_turned_b_are_right_and_repeat_from_the_fast_path(
     for name in ("PAD_MIN_MACS", "PAD_MIN_K", "TURN_MIN_ROWS", "TURN_MIN_MACS"):
         monkeypatch.setattr(km, name, 1)
     fastpath.invalidate()
-    with config.tf32(tf32):
+    with settings.tf32(tf32):
         for seed in range(2):  # the second call replays the stored copy and product on new values
             a, b = _operands(29 + seed, 36, 40, "nt" if not tf32 else "nn", torch.float32)
             a, b = a[:29], b  # the same signature on both calls

@@ -1,4 +1,24 @@
-"""Typed ``ALCOP_*`` environment knobs, read when used (so tests can set them per case)."""
+"""Every environment setting alcop reads, typed, read when used (so tests can set them per case).
+
+===========================  ============================================================================
+variable                     read by
+===========================  ============================================================================
+``ALCOP_CACHE_DIR``          ``cache_dir``: where generated kernels live
+``ALCOP_DB``                 ``db_path``: the tuning database (default: the user's data directory)
+``ALCOP_DEBUG``              ``debug_level``
+``ALCOP_STRICT``             ``strict``: raise instead of clamping or falling back (a key of every cache
+                             whose content depends on it: the fast path's signatures, compiled kernels)
+``ALCOP_AUTOTUNE``           ``autotune``: tune unseen shapes at call time
+``ALCOP_NATIVE``             ``native``: the fast path's hit compiled from C
+``ALCOP_DEPENDENT_LAUNCH``   ``dependent_launch``: programmatic dependent launch on sm90+
+``ALCOP_FP32``               ``fp32_precision``: float32 products' input precision without TF32
+``TRITON_INTERPRET``         ``interpret``: Triton's CPU interpreter
+``DISABLE_MMA_V3``           ``mma_v3_disabled``: Triton's switch off wgmma (the MMA path the model assumes)
+===========================  ============================================================================
+
+Each boolean accepts 0/1, true/false, yes/no, on/off (any case) and refuses anything else with a
+``ValueError`` naming the variable and its value.
+"""
 
 from __future__ import annotations
 
@@ -52,6 +72,12 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir("alcop_triton", appauthor=False))
 
 
+def db_path() -> Path | None:
+    """``ALCOP_DB``: the tuning database's path, None where unset (or empty)."""
+    env = os.environ.get("ALCOP_DB")
+    return Path(env).expanduser() if env else None
+
+
 def debug_level() -> int:
     """``ALCOP_DEBUG``: 1 logs fallbacks and clamps, 3 also prints every generated kernel."""
     v = os.environ.get("ALCOP_DEBUG", "0")
@@ -84,6 +110,11 @@ def dependent_launch() -> bool:
     ``0`` launches them one after another as on older GPUs (for a profiler or driver that mishandles the
     launch attribute). Read when a kernel variant is built, so set it before the first call."""
     return _flag("ALCOP_DEPENDENT_LAUNCH", "1")
+
+
+def mma_v3_disabled() -> bool:
+    """``DISABLE_MMA_V3=1``: Triton compiles sm90 dots with mma.sync instead of wgmma."""
+    return _flag("DISABLE_MMA_V3")
 
 
 def interpret() -> bool:

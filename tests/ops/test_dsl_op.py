@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from conftest import DTYPES, assert_close, randn
 
 from alcop_triton import te
-from alcop_triton.custom_op import op
+from alcop_triton.dsl_op import op
 from alcop_triton.errors import UnsupportedError
-from alcop_triton.config_choice import use_config
+from alcop_triton.choose_config import use_config
 from alcop_triton.records import KernelConfig
 
 pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)

@@ -50,11 +50,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import fastpath as fast
-from . import te
-from .dsl_kernels import DSL_LOCK, DslKernel, bind, dsl_output, dsl_te, kernel_key, register_resolver, run_dsl
+from . import fastpath, te
+from .dsl_kernels import DSL_LOCK, DslKernel, dsl_output, size_env, dsl_te, kernel_key, register_resolver, run_dsl
 from .errors import UnsupportedError
 from .fallback import vjp_fn
+from .ops import route
+from .ops.route import OpRoutes
 from .records import KernelConfig, dtype_name
 from .te_autodiff import GradPlan, NoGrad, TorchEval, broadcast_full, derive, index_grid
 
@@ -131,19 +132,23 @@ class DslOp:
         # Eager calls that need autograd (and no tracing) apply this Function instead of the registered
         # op's autograd wrapper: the same implementation and formula, a fraction of the per-call cost.
         # Its forward calls ``_impl`` (the op's implementation), whose fast-path call it stores.
-        self._grad = fast.grad_function(name.replace("::", "_"), self._impl, self._setup, self._backward,
+        self._grad = fastpath.grad_function(name.replace("::", "_"), self._impl, self._setup, self._backward,
                                        sum(p.kind == "Tensor" for p in self.params))
+        # The routes of a call (``route.call``): the drop-in's, and the registered op's implementation's,
+        # which is below torch's dispatcher and autograd.
+        self._routes = OpRoutes(self._run, self.custom_op, None, self._grad)
+        self._impl_routes = OpRoutes(self._run)
         self.__doc__ = fn.__doc__
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         if kwargs or len(args) != len(self.params):
-            full = self._bound(args, kwargs)
+            full = self._arguments(args, kwargs)
             if full is None:  # arguments that do not bind: the registered op says what is wrong
                 return self.custom_op(*args, **kwargs)
             args = full
-        return self._fast(args, self.custom_op, self._grad)
+        return self._fast(args, self._routes)
 
-    def _bound(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    def _arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """Every parameter's argument in order (keywords and defaults filled in), or None when the
         arguments do not bind to the parameters."""
         rest = self.params[len(args):]
@@ -153,19 +158,20 @@ class DslOp:
             return None
         return tuple(self._full_args(args, kwargs))
 
-    def _fast(self, args: tuple[Any, ...], dispatched: Callable[..., torch.Tensor],
-              grad: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
-        """The call through ``fastpath.call``: keyed by the tensors and the scalar arguments' values;
-        ``grad`` is the autograd route (None below torch's autograd, in the registered op's own
-        implementation)."""
+    def _fast(self, args: tuple[Any, ...], routes: OpRoutes) -> torch.Tensor:
+        """The call through ``route.call``, keyed by the tensors and the scalar arguments' values."""
         if self._tensors_only:
-            return fast.call(self.name, args, (), self._run, dispatched, grad=grad)
+            return route.call(self.name, args, (), routes)
         tensors = tuple(a for a, p in zip(args, self.params) if p.kind == "Tensor")
         scalars = tuple(a for a, p in zip(args, self.params) if p.kind != "Tensor")
+        registered = routes.registered or routes.direct
         if any(type(v) not in SCALAR_KINDS for v in scalars):  # e.g. a SymInt or a 0-d tensor: not a key
-            return dispatched(*args)
-        return fast.call((self.name, scalars), tensors, (), lambda *_: self._run(*args), lambda *_: dispatched(*args),
-                         grad=None if grad is None else lambda *_: grad(*args))
+            return registered(*args)
+        autograd = routes.autograd
+        # the scalars are in the key; the routes take the whole argument list
+        return route.call((self.name, scalars), tensors, (), OpRoutes(
+            lambda *_: self._run(*args), lambda *_: registered(*args), None,
+            None if autograd is None else lambda *_: autograd(*args)))
 
     def __repr__(self) -> str:
         return f"DslOp({self.name!r}, {_schema(self.params)})"
@@ -230,7 +236,7 @@ class DslOp:
     def _impl(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         if kwargs or len(args) != len(self.params):
             return self._run(*args, **kwargs)
-        return self._fast(args, self._run)
+        return self._fast(args, self._impl_routes)
 
     def _run(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         key, _, tensors = self._key(args, kwargs)
@@ -239,7 +245,7 @@ class DslOp:
     def _fake(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         key, _, tensors = self._key(args, kwargs)
         spec, phs, out = dsl_te(key)
-        return dsl_output(spec, out, bind(self.name, phs, tensors), tensors[0])
+        return dsl_output(spec, out, size_env(self.name, phs, tensors), tensors[0])
 
     def _setup(self, ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         key, sig, tensors = self._key(inputs, {})
@@ -272,7 +278,7 @@ class DslOp:
         need = [ctx.needs_input_grad[i] for i in tparams]
         grads: list[torch.Tensor | None] = [None] * len(tensors)
         _, phs, out = dsl_te(ctx.key)
-        env = bind(self.name, phs, tensors)
+        env = size_env(self.name, phs, tensors)
 
         def add(i: int, g: torch.Tensor) -> None:
             prev = grads[i]

@@ -1,0 +1,310 @@
+"""Which way an op's call goes: one function, ``call``, read top to bottom.
+
+Every op of the torch layer enters here, once per call: the drop-ins (``ops/gemm.py``, ``ops/conv.py``),
+the implementations registered under ``torch.ops.alcop`` (below torch's dispatcher), the calls the
+backward formulas make and ``@alcop_triton.op`` ops. Each passes its ``OpRoutes``: the ways it can run,
+by name. ``call`` takes the first rule that applies:
+
+1. traced by Dynamo                    -> ``registered``: the ``torch.ops.alcop`` op becomes the graph's node
+2. inside another call's first run     -> ``direct``: that first run records the launches
+3. a repeat at a known call site       -> the stored entry (the fast path: guards, allocation, launch)
+4. no signature (not plain dense tensors, a dispatch mode, a functorch transform, torch.compile's
+   non-strict tracing)                 -> ``registered`` (torch's dispatcher sees the call)
+5. a stored signature                  -> the stored entry
+6. tensors that require grad           -> ``autograd`` (an autograd Function over the same
+                                          implementation), else ``registered``
+7. inside ``use_config``               -> ``direct``, nothing stored
+8. a first call                        -> ``direct``, recorded (``fastpath``): a repeat replays its launches,
+                                          or in patch mode calls ``torch`` where the records prefer torch
+
+``direct`` is the op's own front end: argument checks, then tensors that are not plain strided dense
+tensors go to torch before anything reads their strides (``fallback.static_reason``, which asks
+``dense.not_dense_reason`` first), then the config (``choose_config``), the kernel and its launch
+(``fastpath.launch_kernel``). The stored entries, their signatures and the recording of a first call
+are ``fastpath``'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Hashable
+
+import torch
+
+from .. import generation
+from ..fastpath import (_DIRECT, _PATCHED, _ROUTING, MAX_ENTRIES, Entry, GradEntry, TorchEntry, _Applying, _compiler,
+                       _counters, _dispatch_modes, _dynamo_tracing, _entries, _entry, _ENV_TABLE, _grad_enabled,
+                       _address, _in_mode, _key, _mode, _Recording, _STRICT_KEY, _transforms, native, unrouted)
+from ..settings import fp32_precision
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class OpRoutes:
+    """The ways one op can run, each called as ``f(*tensors, *params)``.
+
+    direct: alcop's implementation, called without torch's dispatcher (checks, fallback, config, kernels);
+    registered: the same through torch's dispatcher (the ``torch.ops.alcop`` op; None: ``direct``);
+    torch: the same computation by torch, where patch mode's records prefer torch (None: never);
+    autograd: an autograd Function over ``direct`` for plain tensors that require grad (None: ``registered``).
+    """
+    direct: Callable[..., Tensor]
+    registered: Callable[..., Tensor] | None = None
+    torch: Callable[..., Tensor] | None = None
+    autograd: Callable[..., Tensor] | None = None
+
+
+def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], routes: OpRoutes) -> Tensor:
+    """Run ``op`` on ``tensors`` and ``params`` by the first rule of the module docstring that applies."""
+    # 1. traced: the registered op becomes the graph's node (Dynamo does not trace _mode)
+    if _dynamo_tracing():
+        _counters.dispatched += 1
+        return (routes.registered or routes.direct)(*tensors, *params)
+    mode = _mode.get()
+    # 2. inside another call's first run: that one records the launches
+    if mode.recording is not None:
+        return routes.direct(*tensors, *params)
+    # 3. a repeat at a known call site (the part of the signature that is not per tensor, then guards);
+    #    the dispatcher's conditions are checked here without the tracing check, made above
+    key = site_key = None
+    if not (_compiler._is_compiling_flag or _dispatch_modes() > 0 or _transforms()):
+        site_key = (op, params, _ENV_TABLE.get(_STRICT_KEY), mode.patched, _grad_enabled())
+        site = _sites.get(site_key)
+        if site is not None and (mode is _DIRECT or mode is _ROUTING or mode is _PATCHED):
+            stored = _site_hit(site, tensors)
+            if stored is not None:
+                _counters.hits += 1
+                return stored(tensors)
+    if mode.routes:  # patch mode's call, not served by its site: what runs now is the drop-in's own
+        token = _mode.set(unrouted(mode))
+        try:
+            return call(op, tensors, params, routes)
+        finally:
+            _mode.reset(token)
+    # 4. the signature; None for tensors that are not plain dense ones, a dispatch mode or a transform
+    if site_key is not None:
+        try:
+            key = _key(op, tensors, params)
+        except (TypeError, RuntimeError, AttributeError):  # not tensors, or tensors without strides: the checks say why
+            key = None
+    if mode.applying is not None:  # inside a first autograd-route call: it asks which calls its route keyed
+        mode.applying.last_key = key
+        mode.applying.keyed += 1
+    if key is None:
+        _counters.dispatched += 1
+        return (routes.registered or routes.direct)(*tensors, *params)
+    # 5. a stored signature
+    hit = _entries.get(key)
+    if hit is not None and not mode.forced:
+        _counters.hits += 1
+        if mode.applying is None and site_key is not None:
+            _remember(site_key, tensors, hit.run)
+        return hit.run(tensors)
+    # 6. autograd
+    if _grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        if routes.autograd is None:  # no autograd route of its own: the registered op's
+            _counters.dispatched += 1
+            return (routes.registered or routes.direct)(*tensors, *params)
+        if mode.forced:
+            _counters.bypassed += 1
+            return routes.autograd(*tensors, *params)
+        return _first_autograd_call(key, tensors, params, routes.autograd)
+    # 7. use_config's block: its config, not the stored launches
+    if mode.forced:
+        _counters.bypassed += 1
+        return routes.direct(*tensors, *params)
+    # 8. a first call, recorded
+    return _first_call(key, tensors, params, routes.direct, routes.torch if mode.patched else None)
+
+
+def _store(key: tuple[Any, ...], entry: Entry | TorchEntry | GradEntry | None, gen: int) -> None:
+    if entry is None:
+        _counters.uncacheable += 1
+    elif gen == generation.current():
+        if len(_entries) >= MAX_ENTRIES:
+            _entries.clear()
+            _sites.clear()
+        _entries[key] = entry
+
+
+def _first_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params: tuple[Any, ...],
+                direct: Callable[..., Tensor], torch_fn: Callable[..., Tensor] | None) -> Tensor:
+    gen = generation.current()
+    rec = _Recording()
+    with _in_mode(replace(_mode.get(), recording=rec)):
+        out = direct(*tensors, *params)
+    _counters.misses += 1
+    entry: Entry | TorchEntry | None = _entry(rec, tensors, out)
+    if entry is not None and rec.torch_preferred and torch_fn is not None:
+        entry = TorchEntry(torch_fn, params)
+    _store(key, entry, gen)
+    return out
+
+
+def _first_autograd_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], params: tuple[Any, ...],
+                     autograd: Callable[..., Tensor]) -> Tensor:
+    """The autograd route's first call of a signature. It is stored when the route applied exactly one
+    autograd Function, to the call's own tensors (same objects, same positions, then non-tensor
+    arguments), and returned that Function's output itself: then a repeat is that one apply."""
+    gen = generation.current()
+    applying = _Applying()
+    with _in_mode(replace(_mode.get(), applying=applying)):
+        out = autograd(*tensors, *params)
+    applied = applying.applied
+    _counters.misses += 1
+    entry = None
+    distinct = len({id(t) for t in tensors if t is not None}) == sum(t is not None for t in tensors)
+    if len(applied) == 1 and distinct:
+        apply, replayer, inputs, result, inner_key = applied[0]
+        n = len(tensors)
+        constants = inputs[n:]
+        if result is out and len(inputs) >= n and all(x is t for x, t in zip(inputs, tensors)) \
+                and not any(isinstance(c, torch.Tensor) for c in constants):
+            # The forward's call is known only when it was the route's one keyed call.
+            inner = _entries.get(inner_key) if inner_key is not None and applying.keyed == 1 else None
+            entry = GradEntry(apply, replayer, constants, inner if type(inner) is Entry else None)
+    _store(key, entry, gen)
+    return out
+
+
+# ----------------------------------------------------------------------------- call sites
+#
+# Computing a signature reads six properties of every tensor through Python (about 1 µs per tensor,
+# and more on a call that finds the CPU's caches cold: the eager call after a synchronisation).
+# Torch has the same check in C++: ``TensorGuards`` (Dynamo's tensor guard) compares a tensor's type,
+# dispatch keys, dtype, device, requires_grad, sizes and strides with those it was built from, for
+# all of a call's tensors in one call (about 0.3 µs for two). So a signature that was hit once gets a
+# *candidate* at its call site, i.e. under the part of the signature that is not per tensor (op,
+# parameters, ALCOP_STRICT, patch mode, grad mode): its guards, which arguments were None, the 16-byte
+# alignment of each tensor (guards do not read addresses; None: all aligned) and the float32 precision
+# where a tensor is float32. A later call checks its site's candidates in order and takes the first that matches: what a
+# candidate checks is what its signature holds (its tensors' types exactly, where the signature also
+# takes an nn.Parameter as a tensor), so a match is a hit on that signature. A call no candidate
+# matches computes its signature. Torch builds without the C++ guard (import or constructor changed)
+# use signatures alone.
+
+_TensorGuards: Any
+try:
+    from torch._C._dynamo import guards as _dynamo_guards
+    _TensorGuards = _dynamo_guards.TensorGuards
+except (ImportError, AttributeError):  # pragma: no cover - torch builds without Dynamo's C++ guards
+    _TensorGuards = None
+
+SITE_CANDIDATES = 8
+"""Candidates per call site, the most recent (a model calls a site with a few shapes; a call whose
+candidate was dropped goes by its signature, which gives it one again)."""
+
+_Candidate = tuple[int, "Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...]] | None",
+                   "Callable[[tuple[Tensor | None, ...]], bool] | None", Callable[..., bool],
+                   "tuple[int, ...] | None", "str | None", Callable[..., Tensor]]
+"""A call site's candidate: the number of arguments; where some are None, ``present`` (the tensors among
+them) and ``vacant`` (whether the same ones are None in a call), else None for both; its guards' check;
+the tensors' 16-byte alignment (None: all aligned); the float32 precision (None: no float32 tensor); the
+stored entry."""
+_sites: dict[tuple[Any, ...], list[_Candidate]] = {}
+
+
+def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Callable[..., Tensor] | None:
+    """The entry of the first of ``site``'s candidates that ``tensors`` match (a hit on its signature), or None."""
+    for n, present, vacant, check, align, precision, entry in site:
+        if len(tensors) != n:
+            continue
+        if present is None:
+            given: Any = tensors
+        elif vacant(tensors):  # type: ignore[misc]
+            given = present(tensors)
+        else:
+            continue
+        if not check(*given) or (precision is not None and precision != fp32_precision()):
+            continue
+        # The addresses' low bits: all zero (16-byte aligned) for almost every call. A loop: reduce()
+        # over map() costs more on a cold call.
+        if align is None:
+            bits = 0
+            for t in given:
+                bits |= _address(t)
+            if not bits & 15:
+                return entry
+        elif tuple(t.data_ptr() & 15 for t in given) == align:
+            return entry
+    return None
+
+
+SiteHit = Callable[[list[_Candidate], tuple[Tensor | None, ...]], "Callable[..., Tensor] | None"]
+"""A call-site check: the entry of the first of a site's candidates that a call's tensors match, or None."""
+
+_site_hit: SiteHit = _site_hit_py
+"""The call-site check ``call`` makes: the native one once a site has a candidate (if it can be built), else ``_site_hit_py``."""
+_site_hit_built = False
+
+
+def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], entry: Callable[..., Tensor]) -> None:
+    """Give the call site a candidate for a signature ``tensors`` just hit (``entry`` is its entry)."""
+    global _TensorGuards, _site_hit, _site_hit_built
+    if _TensorGuards is None:
+        return
+    if not _site_hit_built:  # the first candidate: build the compiled check now, not at import
+        _site_hit_built = True
+        module = native()
+        _site_hit = module.site_hit if module is not None else _site_hit_py
+    site = _sites.setdefault(site_key, [])
+    if len(site) >= SITE_CANDIDATES:  # the oldest goes: a site whose shapes change keeps finding the new ones
+        del site[0]
+    present = [t for t in tensors if t is not None]
+    try:
+        guards = _TensorGuards(*present, dynamic_dims_sizes=[list(t.shape) for t in present],
+                               dynamic_dims_strides=[list(t.stride()) for t in present])
+    except Exception:  # a private constructor that changed in this torch: signatures alone from now on
+        _TensorGuards = None
+        return
+    fp32 = any(t.dtype is torch.float32 for t in present)
+    align = tuple(t.data_ptr() & 15 for t in present)
+    pickers = (None, None) if len(present) == len(tensors) else _pickers(tensors)
+    site.append((len(tensors), *pickers, guards.check, None if not any(align) else align,
+                 fp32_precision() if fp32 else None, entry))
+
+
+def _pickers(tensors: tuple[Tensor | None, ...]) -> tuple[Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...]],
+                                                        Callable[[tuple[Tensor | None, ...]], bool]]:
+    """A candidate's ``present`` and ``vacant`` for a call whose arguments include Nones (a bias)."""
+    kept = [i for i, t in enumerate(tensors) if t is not None]
+    gaps = [i for i, t in enumerate(tensors) if t is None]
+    present: Any = operator.itemgetter(*kept) if len(kept) > 1 else (lambda args: (args[kept[0]],))
+
+    def vacant(args: tuple[Tensor | None, ...]) -> bool:
+        for i in gaps:  # a loop: all() over a generator costs more on a cold call
+            if args[i] is not None:
+                return False
+        return True
+    return present, vacant
+
+
+generation.on_bump(_sites.clear)
+
+
+# ----------------------------------------------------------------------------- route tables
+
+def front_end(fn: Callable[..., Tensor], direct: Any, autograd: Any,
+              torch_fn: Callable[..., Tensor] | None) -> OpRoutes:
+    """The routes of a drop-in whose front end ``fn(alcop, ...)`` checks torch's arguments and runs the
+    op through the namespace ``alcop``: ``direct`` (the op family's implementations without the
+    dispatcher), ``torch.ops.alcop`` (with it) or ``autograd`` (its autograd Functions)."""
+    return OpRoutes(direct=functools.partial(fn, direct), registered=functools.partial(fn, torch.ops.alcop),
+                    torch=torch_fn, autograd=functools.partial(fn, autograd))
+
+
+def backward_op(name: str, n_tensors: int, routes: OpRoutes) -> Callable[..., Tensor]:
+    """``torch.ops.alcop.<name>`` as the backward formulas call it: through ``call``, so a repeated
+    backward's kernels allocate and launch without torch's dispatcher (a stride-2 convolution's backward
+    makes about ten such calls); the registered op where the dispatcher must see the call (tracing,
+    dispatch modes), the autograd route where a double backward records the graph. The first
+    ``n_tensors`` arguments are tensors, the rest parameters (lists become tuples: a signature holds them)."""
+    op = ("backward", name)
+
+    def run(*args: Any) -> Tensor:
+        params = tuple(tuple(p) if isinstance(p, list) else p for p in args[n_tensors:])
+        return call(op, args[:n_tensors], params, routes)
+    return run
