@@ -152,7 +152,7 @@ def fp32_precision() -> str:
     remainder and three tensor-core products added (the remainders' product dropped). Not IEEE arithmetic,
     but on the H100 it measured 2-5x closer to a float64 product than IEEE and than cuBLAS's float32 GEMM,
     gave torch's infinities and NaNs for an infinite operand element, and ran at 0.76-1.49x cuBLAS where
-    IEEE runs at 0.20-0.89x (``benchmarks/results/fp32_h100/README.md``).
+    IEEE runs at 0.20-0.89x (``docs/decisions.md#d12``).
     """
     if allow_tf32():
         return "tf32"

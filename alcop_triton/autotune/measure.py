@@ -507,7 +507,7 @@ def helper_context(device: str) -> Any:
     workers). On a GPU: children forked from one server process that imported torch, triton and the
     kernels' runner once (``forkserver``, those preloaded). A spawned child imports them itself: about
     5 s on the H100's host, 7 s when a tuning run's 15 helpers import at once
-    (``benchmarks/results/tune_speed_fast_h100``), and the first compile waited for it. The interpreter
+    (``docs/decisions.md#d03``), and the first compile waited for it. The interpreter
     (a CPU device) spawns: its children must set ``TRITON_INTERPRET`` before triton is imported, which
     the server has done without it. Either way a child starts by taking ``child_setup()`` of the moment
     it was made (``take_setup``): a forkserver's child would otherwise have the environment and

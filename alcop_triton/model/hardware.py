@@ -68,7 +68,7 @@ class GPUSpec:
     # fitted to ~7000 plain Triton 3.6 fp16 matmul timings on an H100 (15 shapes, all tiles/stages);
     # those timings were not kept: `python -m alcop_triton.model.fit` re-derives such a set from the
     # committed measurements (benchmarks/data/h100_wgmma_fit.jsonl.gz) and refits it
-    # (benchmarks/results/fit_h100.md).
+    # (docs/decisions.md#d14).
     compute_eff: float = 0.97           # steady-state fraction of tc_* a Triton main loop reaches
     single_issuer_util: float = 0.95    # tensor-core utilisation with one MMA issuer per SM sub-partition
     iter_overhead_cycles: float = 45.0  # per main-loop iteration: barrier/mbarrier wait, loop control
