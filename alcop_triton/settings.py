@@ -72,9 +72,14 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir("alcop_triton", appauthor=False))
 
 
+def db_location() -> str | None:
+    """``ALCOP_DB`` as given: a SQLite file path or a ``postgresql://`` URL; None where unset (or empty)."""
+    return os.environ.get("ALCOP_DB") or None
+
+
 def db_path() -> Path | None:
-    """``ALCOP_DB``: the tuning database's path, None where unset (or empty)."""
-    env = os.environ.get("ALCOP_DB")
+    """``ALCOP_DB`` as a file path (``~`` expanded), None where unset (or empty)."""
+    env = db_location()
     return Path(env).expanduser() if env else None
 
 

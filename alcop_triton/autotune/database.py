@@ -446,15 +446,15 @@ def best_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any) -> Ra
 def default_db_path() -> Path:
     """``$ALCOP_DB`` if set, else ``<user data dir>/alcop_triton/tuning.sqlite``. A PostgreSQL URL there is no
     path: ``store.open_database`` opens either kind."""
-    env = os.environ.get("ALCOP_DB")
+    from .. import settings
+
+    env = settings.db_location()
     if env:
         if env.startswith(("postgresql://", "postgres://")):
             raise DatabaseError("ALCOP_DB names a PostgreSQL server, not a file: open it with "
                                 "alcop_triton.autotune.store.open_database()")
         return Path(env).expanduser()
-    from ..settings import data_dir
-
-    return data_dir() / "tuning.sqlite"
+    return settings.data_dir() / "tuning.sqlite"
 
 
 _DDL = """

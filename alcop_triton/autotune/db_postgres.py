@@ -132,7 +132,7 @@ def _secrets_of(url: str) -> list[str]:
 def default_mirror_path(url: str) -> Path:
     """The local mirror of the server database ``url`` names: one file per server database (user, host,
     port, database name, options), whatever password reaches it."""
-    from ..config import data_dir
+    from ..settings import data_dir
 
     digest = hashlib.sha256(redact_url(url).encode()).hexdigest()[:16]
     return data_dir() / "mirrors" / f"postgres-{digest}.sqlite"

@@ -28,7 +28,6 @@ import statistics
 import threading
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 from .. import generation, settings
@@ -351,7 +350,7 @@ class Dispatcher:
         return Decision(best.config, "tuned", f"{best.result.time_ms:.4g} ms") if best is not None else None
 
 
-_shared: dict[Path | None, Dispatcher] = {}
+_shared: dict[str | None, Dispatcher] = {}
 
 
 def _forget_decisions() -> None:
@@ -364,7 +363,7 @@ generation.on_bump(_forget_decisions)  # e.g. the database gained a record: deci
 
 def dispatcher() -> Dispatcher:
     """The process-wide Dispatcher of the current ``$ALCOP_DB`` (one per value, created on first use)."""
-    env = settings.db_path()
+    env = settings.db_location()
     d = _shared.get(env)
     if d is None:
         d = _shared.setdefault(env, Dispatcher())
