@@ -693,6 +693,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except LoweringError:
         raise  # alcop's own failure: its traceback is the report
+    except BrokenPipeError:
+        # The reader went away (`alcop-tune export | head`): stop quietly, and point stdout at devnull
+        # so that the interpreter's final flush does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except UsageError as exc:
         print(_error_line(exc.prog or prog, exc), file=sys.stderr)
         return EXIT_USAGE

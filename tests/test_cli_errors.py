@@ -188,3 +188,23 @@ def test_internal_errors_keep_their_traceback(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(cli, "cmd_show", broken)
     with pytest.raises(KeyError, match="a bug"):
         cli.main(["--db", str(tmp_path / "t.sqlite"), "show"])
+
+
+def test_a_reader_that_stops_early_gets_no_error(tmp_path: Path) -> None:
+    """`alcop-tune show --all | head -1`: the closed pipe ends the command without a message."""
+    from alcop_triton.autotune.database import Database
+
+    db = Database(tmp_path / "t.sqlite")
+    db.add([TuningRecord.from_result(Workload("matmul", (m, 256, 256), "float16", "nn"),
+                                     MeasureResult(KernelConfig(block_m=bm, num_warps=nw, smem_stages=st), 0.01),
+                                     GpuKey("H100", "9.0"))
+            for m in range(64, 704, 64) for bm in (16, 32, 64, 128, 256) for nw in (2, 4, 8) for st in range(1, 9)])
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+    with subprocess.Popen([sys.executable, "-m", "alcop_triton", "--db", str(db.path), "show", "--all"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline().startswith("gpu")
+        proc.stdout.close()  # more than a pipe's buffer is still to come
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 1
+    assert err == "", err
