@@ -258,7 +258,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _selected_records(args: argparse.Namespace) -> list[Any]:
     db = _db(args)
     if not db.path.exists():
-        raise AlcopError(f"no tuning database at {db.path}; run `alcop-tune tune ...` or pass --db")
+        raise UsageError(f"no tuning database at {db.path}; run `alcop-tune tune ...` or pass --db")
     records = db.records(op=args.op)
     if args.gpu:
         records = [r for r in records if r.gpu.lower() == args.gpu.lower()]
@@ -683,10 +683,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         prog = f"alcop-tune {args.command}"
         args.main_time = main_time
+        args.check(args)
         if args.db:
             # Children and dispatch in this process see the same database.
             os.environ["ALCOP_DB"] = str(Path(args.db).expanduser())
-        args.check(args)
         return int(args.func(args))
     except KeyboardInterrupt:
         print("interrupted; measured records are kept", file=sys.stderr)
