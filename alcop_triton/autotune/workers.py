@@ -69,7 +69,8 @@ class MeasureOptions:
         device: "cuda" (the worker's pinned GPU) or "cpu" (the Triton interpreter).
         timeout_s: a config that makes no progress for this long is recorded as ``timeout``.
         compile_threads: configs a measurement process builds at once.
-        compile_workers: compile processes per worker (``CompilePool``); 0: none.
+        compile_workers: compile processes per worker on a GPU (``CompilePool``); 0: none; None: the host's
+            cores shared out over its GPUs (``worker_compile_processes``).
         check: compare every config with the reference before timing it.
         factory: the runner factory ("module:function"; tests pass their own).
         calibration: the calibration function ("module:function", ``devices.calibration_ms``'s signature).
@@ -80,7 +81,7 @@ class MeasureOptions:
     device: str = "cuda"
     timeout_s: float = 120.0
     compile_threads: int = 8
-    compile_workers: int = 0
+    compile_workers: int | None = None
     check: bool = True
     factory: str = DEFAULT_FACTORY
     calibration: str = DEFAULT_CALIBRATION
@@ -90,7 +91,8 @@ class MeasureOptions:
         if self.device not in ("cuda", "cpu"):
             raise TuningError(f"MeasureOptions device={self.device!r}: expected 'cuda' or 'cpu' (a worker "
                               "measures on the GPU it is pinned to)")
-        if not (self.timeout_s > 0 and self.compile_threads >= 1 and self.compile_workers >= 0):
+        if not (self.timeout_s > 0 and self.compile_threads >= 1
+                and (self.compile_workers is None or self.compile_workers >= 0)):
             raise TuningError(f"{self}: timeout_s must be > 0, compile_threads >= 1, compile_workers >= 0")
 
 
@@ -177,10 +179,11 @@ _WORKER_LABEL = ""  # set by ``LocalGpuPool``'s initializer; a Dask worker passe
 _CACHED: dict[str, Any] = {}  # "key": (workload, options), "measurer", "closers": the workload's processes
 
 
-def _pin_worker(gpu: str, device: str, setup: Any, label: str) -> None:
+def _pin_worker(gpu: str, device: str, setup: Any, label: str, host_gpus: int) -> None:
     """``LocalGpuPool``'s initializer: the parent's environment, then this worker's GPU (or the interpreter)."""
     global _WORKER_LABEL
     take_setup(setup)
+    os.environ["ALCOP_HOST_GPUS"] = str(host_gpus)
     if device == "cuda":
         # Before anything initialises CUDA in this process: device 0 is now the worker's GPU, for this
         # process and for the measurement and compile processes it makes.
@@ -215,6 +218,16 @@ def describe_worker(options: MeasureOptions, label: str = "", calibrate: bool = 
     return WorkerReport(label or _WORKER_LABEL, _identity(options, label), ms, spec)
 
 
+def worker_compile_processes() -> int:
+    """Compile processes for one GPU's worker: the host's cores shared out over its GPUs, less this worker and
+    its measurement process. The GPUs of the host are ``$ALCOP_HOST_GPUS`` (``LocalGpuPool`` sets it), else
+    the entries of ``CUDA_VISIBLE_DEVICES`` (``dask cuda worker`` lists every GPU of the host, its own first)."""
+    env = os.environ.get("ALCOP_HOST_GPUS", "")
+    gpus = int(env) if env.isdigit() and int(env) > 0 else \
+        max(1, len([g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]))
+    return max(1, (os.cpu_count() or 1) // gpus - 2)
+
+
 def _measurer(workload: Workload, options: MeasureOptions) -> Any:
     """This worker's measurer of ``workload``: kept while jobs of the same workload come, replaced (its
     processes stopped) when another workload's job arrives."""
@@ -233,8 +246,9 @@ def _measurer(workload: Workload, options: MeasureOptions) -> Any:
                                                          compile_threads=options.compile_threads,
                                                          timeout_s=options.timeout_s, factory=options.factory))
         inner.start()
-        if options.compile_workers > 0 and device == "cuda":
-            pool = stack.enter_context(CompilePool(workload, device, workers=options.compile_workers,
+        processes = worker_compile_processes() if options.compile_workers is None else options.compile_workers
+        if processes > 0 and device == "cuda":
+            pool = stack.enter_context(CompilePool(workload, device, workers=processes,
                                                    timeout_s=options.timeout_s))
             inner = PrecompilingMeasurer(inner, pool)
         _CACHED.update(key=key, measurer=inner, closers=stack)
@@ -339,7 +353,7 @@ class LocalGpuPool:
         ctx = multiprocessing.get_context("spawn")  # nothing of this process's CUDA state may be inherited
         setup = child_setup()
         self._executors = {label: concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=ctx, initializer=_pin_worker, initargs=(g, device, setup, label))
+            1, mp_context=ctx, initializer=_pin_worker, initargs=(g, device, setup, label, len(ids)))
             for label, g in zip(self.labels, ids)}
 
     def __enter__(self) -> "LocalGpuPool":
