@@ -43,13 +43,15 @@ import multiprocessing
 import os
 import statistics
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from ..errors import TuningError
 from ..records import KernelConfig, Workload
 from .devices import GpuIdentity, identify
-from .measure import DEFAULT_FACTORY, ErrorKind, MeasureResult, OnResult, child_setup, resolve_factory, take_setup
+from .measure import (DEFAULT_FACTORY, STARTUP_TIMEOUT_S, MeasureResult, OnResult, child_setup, resolve_factory,
+                      take_setup)
 
 CALIBRATION_TOLERANCE = 0.03
 """Largest relative difference between a worker's calibration time and the reference (lower median)
@@ -209,6 +211,7 @@ def _identity(options: MeasureOptions, label: str) -> GpuIdentity:
 
 def describe_worker(options: MeasureOptions, label: str = "", calibrate: bool = True) -> WorkerReport:
     """In a worker: its identity, the calibration kernel's time (NaN when not asked for), its GPU spec."""
+    _may_have_children(f"worker {label or _WORKER_LABEL}")  # refused before the first trial, not at it
     spec = None
     if options.device == "cuda":
         from ..model import hardware
@@ -389,20 +392,26 @@ def calibrate(pool: WorkerPool, options: MeasureOptions) -> Calibration:
     return Calibration(tuple(reports), off_workers(reports) if several else {})
 
 
-def _wait(futures: Sequence["concurrent.futures.Future[Any]"], stop: threading.Event | None) -> None:
-    """Wait for ``futures``; a set ``stop`` (Ctrl-C in the main thread) raises KeyboardInterrupt here."""
+def _wait(futures: Sequence["concurrent.futures.Future[Any]"], stop: threading.Event | None,
+          deadline_s: float = math.inf) -> None:
+    """Wait for ``futures``, at most ``deadline_s``; a set ``stop`` (Ctrl-C in the main thread) raises
+    KeyboardInterrupt here."""
     pending = set(futures)
-    while pending:
+    end = time.monotonic() + deadline_s
+    while pending and time.monotonic() < end:
         if stop is not None and stop.is_set():
             raise KeyboardInterrupt
-        _, pending = concurrent.futures.wait(pending, timeout=POLL_S)
+        _, pending = concurrent.futures.wait(pending, timeout=min(POLL_S, max(0.0, end - time.monotonic())))
 
 
 class PoolMeasurer:
     """The ``Measurer`` a tuner is given: each batch split over ``workers`` of ``pool`` (the module docstring).
 
-    A slice whose worker fails (its process died, a Dask worker was lost) is measured again on another of
-    the workers once; failing again, its configs are recorded as ``runtime`` failures naming the worker.
+    A kernel that crashes or hangs is the measurement process's business (a worker records it as a failed
+    config, like a single-GPU run). A worker that fails itself (its process died, a Dask worker was lost) or
+    does not answer within ``job_deadline_s`` has its slice measured again on the next worker; failing again,
+    the run ends with a TuningError: no config is recorded as failed for what was no fault of its own, and
+    the database keeps every result delivered so far.
     """
 
     def __init__(self, pool: WorkerPool, workers: Sequence[str], workload: Workload, options: MeasureOptions, *,
@@ -413,9 +422,30 @@ class PoolMeasurer:
         self.seed, self.stop = seed, stop
         self._batches = 0
 
-    def _submit(self, configs: Sequence[KernelConfig], worker: str, part: int) -> "concurrent.futures.Future[Any]":
+    def job_deadline_s(self, n_configs: int) -> float:
+        """Longest wait for a job: a fresh measurement process's start, then every config's build and run
+        steps at the measurement timeout each (the measurement process gives up on a step sooner)."""
+        return STARTUP_TIMEOUT_S + 2 * n_configs * self.options.timeout_s
+
+    def _run(self, configs: Sequence[KernelConfig], worker: str, part: int) -> "concurrent.futures.Future[Any]":
         job = MeasureJob(self.workload, tuple(configs), self.seed + 7919 * self._batches + 104729 * part, self.options)
         return self.pool.submit(measure_job, job, worker, worker=worker)
+
+    def _results(self, futures: Sequence["concurrent.futures.Future[Any]"],
+                 sizes: Sequence[int]) -> list[tuple[list[MeasureResult] | None, str]]:
+        """Each future's results, or None and why it has none, after at most the largest deadline."""
+        _wait(futures, self.stop, max(self.job_deadline_s(n) for n in sizes))
+        out: list[tuple[list[MeasureResult] | None, str]] = []
+        for fut in futures:
+            if not fut.done():
+                fut.cancel()
+                out.append((None, "no answer within the job's deadline"))
+            elif fut.exception() is not None:
+                exc = fut.exception()
+                out.append((None, f"{type(exc).__name__}: {exc}"))
+            else:
+                out.append((fut.result(), ""))
+        return out
 
     def measure(self, configs: Sequence[KernelConfig], on_result: OnResult | None = None) -> list[MeasureResult]:
         todo = list(dict.fromkeys(configs))
@@ -424,25 +454,25 @@ class PoolMeasurer:
         self._batches += 1
         n = min(len(self.workers), len(todo))
         slices = [todo[i::n] for i in range(n)]
-        futures = [self._submit(s, self.workers[i], i) for i, s in enumerate(slices)]
-        _wait(futures, self.stop)
-        results: dict[KernelConfig, MeasureResult] = {}
-        for i, (part, fut) in enumerate(zip(slices, futures)):
-            try:
-                got = fut.result()
-            except Exception as exc:  # noqa: BLE001 - a lost worker: once more elsewhere, then recorded
-                retry = self._submit(part, self.workers[(i + 1) % len(self.workers)], i)
-                _wait([retry], self.stop)
-                try:
-                    got = retry.result()
-                except Exception as again:  # noqa: BLE001
-                    why = f"measurement worker failed: {type(exc).__name__}: {exc}; again: {type(again).__name__}"
-                    got = [MeasureResult(c, None, ErrorKind.RUNTIME, why[:2000]) for c in part]
-            results.update((r.config, r) for r in got)
-        out = [results[c] for c in todo]
+        got = self._results([self._run(s, self.workers[i], i) for i, s in enumerate(slices)], [len(s) for s in slices])
+        lost = [i for i, (r, _) in enumerate(got) if r is None]
+        if lost:  # each lost slice once more, on the next worker
+            again = self._results([self._run(slices[i], self.workers[(i + 1) % len(self.workers)], i) for i in lost],
+                                  [len(slices[i]) for i in lost])
+            for i, retry in zip(lost, again):
+                got[i] = retry if retry[0] is not None else (None, f"{got[i][1]}; again on "
+                                                                   f"{self.workers[(i + 1) % len(self.workers)]}: "
+                                                                   f"{retry[1]}")
+        results = {r.config: r for rs, _ in got if rs is not None for r in rs}
+        out = [results[c] for c in todo if c in results]
         if on_result is not None:
             for r in out:  # in the batch's order, whatever the order the workers finished in
                 on_result(r)
+        failed = [(self.workers[i], why) for i, (rs, why) in enumerate(got) if rs is None]
+        if failed:
+            raise TuningError(f"{self.workload.key()}: measurement worker(s) failed: "
+                              + "; ".join(f"{w}: {why}" for w, why in failed)
+                              + "; every result measured before is in the database")
         return out
 
 
