@@ -165,6 +165,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     started = process_start_time()
     start_s = max(0.0, args.main_time - started) if started is not None else 0.0
     workloads = args.workloads
+    if args.gpus is not None or args.scheduler is not None:
+        return _cmd_tune_pool(args, workloads)
     device = _prepare_device(args.device)
     from .autotune import session
     from .autotune.tuner import EarlyStop
@@ -239,6 +241,63 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.json and entries:
         print(f"wrote {args.json}")
     return EXIT_INTERRUPTED if entries and entries[-1]["interrupted"] else 0
+
+
+def _cmd_tune_pool(args: argparse.Namespace, workloads: list[Workload]) -> int:
+    """``tune --gpus`` / ``--scheduler``: the workloads over a pool of measurement workers (``autotune.workers``)."""
+    from .autotune import workers
+    from .autotune.database import atomic_write_text, versions
+    from .autotune.tuner import EarlyStop
+
+    if args.gpus is not None and args.scheduler is not None:
+        raise AlcopError(f"--gpus {args.gpus!r} and --scheduler {args.scheduler!r}: give one (this host's GPUs, "
+                         "or a Dask cluster's workers)")
+    if args.device is not None and args.device.startswith("cuda:"):
+        raise AlcopError(f"--device {args.device!r} with --gpus/--scheduler: the pool pins one worker per GPU; "
+                         "choose GPUs with CUDA_VISIBLE_DEVICES")
+    kind = "cpu" if _prepare_device(args.device) == "cpu" else "cuda"
+    options = workers.MeasureOptions(device=kind, timeout_s=args.timeout, compile_threads=args.batch,
+                                     compile_workers=args.compile_workers)
+    pool: Any
+    if args.scheduler is not None:
+        from .autotune.dask_pool import DaskPool
+
+        pool = DaskPool(args.scheduler, device=kind)
+    else:
+        pool = workers.LocalGpuPool(workers.parse_gpus(args.gpus), device=kind)
+    entries: list[dict[str, Any]] = []
+    early_stop = EarlyStop(patience=args.patience) if args.early_stop else None
+    t0 = time.time()
+    with pool:
+        cal = workers.calibrate(pool, options)
+        print(f"{len(cal.group)} of {len(pool.labels)} worker(s) rank their timings together:")
+        for line in cal.describe():
+            print(f"  {line}")
+
+        def done(w: Workload, result: Any) -> None:
+            entries.append(_tune_summary(w, result, args.trials, dict(result.timings)))
+            b = result.best
+            print(f"{w.key()}: {len(result.trials)} trials, best "
+                  + (f"{b.config} {b.result.time_ms:.4f} ms ({_tflops(w, b.result.time_ms)} TFLOP/s) on "
+                     f"{b.result.measured_on.uuid if b.result.measured_on else '?'}" if b else "(none valid)"),
+                  flush=True)
+            if args.json:
+                atomic_write_text(args.json, json.dumps({
+                    "command": "alcop-tune tune", "workers": cal.to_dict(), "versions": versions(),
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "seconds": time.time() - t0,
+                    "trials": sum(e["trials_run"] for e in entries),
+                    "complete": len(entries) == len(workloads), "workloads": entries}, indent=1) + "\n")
+
+        db = _db(args)
+        print(f"tuning {len(workloads)} workload(s) with {args.tuner}, {args.trials} trials each; records -> "
+              f"{db.location}", flush=True)
+        results = workers.tune_workloads(workloads, pool, db, options=options, calibration=cal, gpu=args.gpu,
+                                         on_done=done, tuner=args.tuner, n_trials=args.trials, batch_size=args.batch,
+                                         seed=args.seed, variant=args.variant, top_k=args.top_k,
+                                         timeout_s=args.timeout, early_stop=early_stop, seeding=args.seeding)
+    trials = sum(len(r.trials) for _, r in results)
+    print(f"{trials} trials in {time.time() - t0:.1f} s ({trials / max(time.time() - t0, 1e-9):.2f} trials/s)")
+    return EXIT_INTERRUPTED if any(r.interrupted for _, r in results) else 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -594,6 +653,13 @@ def _add_tune(sub: Any, common: argparse.ArgumentParser) -> None:
                         "GPU; 0: off)")
     p.add_argument("--json", type=ca.output_file, help="write the best configs, trials run and the time split per "
                    "workload as JSON (rewritten after each workload)")
+    p.add_argument("--gpus", metavar="all|N", type=ca.gpus,
+                   help="measure on every GPU of this host ('all') or the first N: one worker process per GPU, "
+                        "each batch spread over them, several workloads tuned side by side (with --device cpu: "
+                        "N interpreter workers); docs/distributed_tuning.md")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="measure on the workers of this Dask scheduler (tcp://HOST:8786; needs "
+                        "alcop_triton[distributed]); docs/distributed_tuning.md")
 
 
 def _add_bench(sub: Any, common: argparse.ArgumentParser) -> None:

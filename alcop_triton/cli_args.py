@@ -71,6 +71,13 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
+def gpus(text: str) -> str:
+    """``--gpus``: 'all' or a number of GPUs >= 1 (kept as text: the pool resolves 'all' on the host)."""
+    if text.strip().lower() == "all":
+        return "all"
+    return str(positive_int(text))
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a finite number > 0 (seconds)."""
     try:

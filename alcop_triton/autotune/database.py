@@ -59,13 +59,15 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Seque
 from .. import generation
 from ..errors import DatabaseError, ScheduleError
 from ..records import KernelConfig, Workload, check_record, open_jsonl
+from .devices import GpuIdentity
 from .measure import ERROR_KINDS, MeasureResult
 
 SCHEMA = 1
 """Version of the record format (``"schema"`` key; absent means 1, the documented format)."""
 
 _RECORD_KEYS = frozenset({"schema", "impl", "workload", "config", "time_ms", "error", "message", "timer", "gpu",
-                          "device", "cc", "mma", "triton", "torch", "alcop", "date", "torch_ms", "host"})
+                          "device", "cc", "mma", "triton", "torch", "alcop", "date", "torch_ms", "host",
+                          "measured_on"})
 
 
 LAYOUTS = ("nn", "nt", "tn", "tt", "nhwc", "nchw")
@@ -155,6 +157,7 @@ class TuningRecord:
     timer: str = ""
     torch_ms: float | None = None  # torch's time for the same workload in the same run (None: not measured)
     host: str = ""  # the machine measured on ("": a record from before hosts were recorded)
+    measured_on: GpuIdentity | None = None  # the device (UUID, name, SM clock, driver), where it was recorded
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -175,7 +178,8 @@ class TuningRecord:
                    error=result.error.value if result.error is not None else None, gpu=g.name, cc=g.cc,
                    triton=v["triton"], torch=v["torch"], alcop=v["alcop"],
                    date=_dt.date.today().isoformat(), device=device, mma=mma,
-                   message=result.message[:2000], timer=result.timer, host=_CONTROL.sub("", socket.gethostname()))
+                   message=result.message[:2000], timer=result.timer, host=_CONTROL.sub("", socket.gethostname()),
+                   measured_on=result.measured_on)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"workload": self.workload.to_dict(), "config": self.config.to_dict(), "impl": "alcop",
@@ -188,6 +192,8 @@ class TuningRecord:
             d["timer"] = self.timer
         if self.torch_ms is not None:
             d["torch_ms"] = self.torch_ms
+        if self.measured_on is not None:
+            d["measured_on"] = self.measured_on.to_dict()
         if self.host:
             d["host"] = self.host
         # Keys a newer alcop_triton wrote travel on: export, import and copy lose nothing.
@@ -240,9 +246,10 @@ class TuningRecord:
         torch_ms = d.get("torch_ms")
         if torch_ms is not None and not _positive_time(torch_ms):
             raise DatabaseError(f"torch_ms={torch_ms!r}: expected null or a finite time > 0")
+        measured_on = GpuIdentity.from_dict(d["measured_on"]) if d.get("measured_on") is not None else None
         extra = {k: v for k, v in d.items() if k not in _RECORD_KEYS}
         return cls(workload=workload, config=config, time_ms=time_ms, error=error, extra=extra,
-                   torch_ms=float(torch_ms) if torch_ms is not None else None, **strs)
+                   torch_ms=float(torch_ms) if torch_ms is not None else None, measured_on=measured_on, **strs)
 
 
 def _strict_json(v: Any) -> bool:

@@ -170,7 +170,10 @@ def tune(workload: Workload, target: Target, db: TuningStore, *, tuner: str = "a
                 t.warm_start(history)
 
         def store(trial: Trial) -> None:
-            db.add(TuningRecord.from_result(workload, trial.result, target.key, device=target.device_name,
+            # A pool's worker names the device that measured the trial (``workers.py``).
+            on = trial.result.measured_on
+            db.add(TuningRecord.from_result(workload, trial.result, target.key,
+                                            device=on.name if on is not None else target.device_name,
                                             mma=target.mma, vers=vers))
             if on_trial is not None:
                 on_trial(trial)
