@@ -35,6 +35,7 @@ journal, which is slower but still correct.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import datetime as _dt
@@ -516,7 +517,27 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             os.close(fd)  # releases the lock
 
 
-class Database:
+class RecordQueries(abc.ABC):
+    """What every tuning store derives from its ``records()``: the best config of a workload and the
+    workloads it holds (SQLite's ``Database`` and ``db_postgres.PostgresDatabase`` share these)."""
+
+    @abc.abstractmethod
+    def records(self, workload: Workload | None = None, gpu: Any = None, *, op: str | None = None,
+                dtype: str | None = None) -> list[TuningRecord]:
+        """Every valid record, optionally of one workload, GPU, op or dtype."""
+
+    def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
+        """Fastest config measured for exactly this workload on this GPU (failed configs never)."""
+        return best_of(self.records(workload, gpu), workload, gpu)
+
+    def workloads(self, gpu: Any = None) -> list[Workload]:
+        seen: dict[Workload, None] = {}
+        for r in self.records(gpu=gpu):
+            seen.setdefault(r.workload, None)
+        return list(seen)
+
+
+class Database(RecordQueries):
     """SQLite tuning database (see the module docstring); safe to share between processes.
 
     Args:
@@ -800,16 +821,6 @@ class Database:
             out.append(r)
         warn_skipped(str(self.path), skipped)
         return select(out, gpu=gpu) if gpu is not None else out
-
-    def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
-        """Fastest config measured for exactly this workload on this GPU (failed configs never)."""
-        return best_of(self.records(workload, gpu), workload, gpu)
-
-    def workloads(self, gpu: Any = None) -> list[Workload]:
-        seen: dict[Workload, None] = {}
-        for r in self.records(gpu=gpu):
-            seen.setdefault(r.workload, None)
-        return list(seen)
 
     def __len__(self) -> int:
         return int(self._with_conn(lambda conn: conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]))
