@@ -37,7 +37,6 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -102,10 +101,14 @@ def make_spec(seed: int, index: int, device: str) -> dict[str, Any]:
     else:
         groups = r.choice((1, 1, 1, 2))
         cin, cout = r.choice(sz["ch"]) * groups, r.choice(sz["ch"]) * groups
-        kh, kw = r.choice((1, 3, 3, 5)), r.choice((1, 3, 3))
         h, w = r.choice(sz["hw"]), r.choice(sz["hw"])
-        params.update(stride=r.choice((1, 1, 2)), padding=r.choice((0, 1, 1, 2)), dilation=r.choice((1, 1, 2)),
-                      groups=groups)
+        if device == "cuda":  # each (kernel size, stride, padding, dilation, groups) compiles a variant: a few
+            kh = kw = r.choice((1, 3, 3))
+            params.update(stride=r.choice((1, 1, 2)), padding=kh // 2, dilation=1, groups=groups)
+        else:
+            kh, kw = r.choice((1, 3, 3, 5)), r.choice((1, 3, 3))
+            params.update(stride=r.choice((1, 1, 2)), padding=r.choice((0, 1, 1, 2)), dilation=r.choice((1, 1, 2)),
+                          groups=groups)
         pad, dil = params["padding"], params["dilation"]
         h, w = max(h, dil * (kh - 1) + 1 - 2 * pad), max(w, dil * (kw - 1) + 1 - 2 * pad)
         shapes = [[r.choice(sz["batch"]), cin, h, w], [cout, cin // groups, kh, kw], [cout] if r.random() < 0.6 else None]
@@ -255,7 +258,6 @@ class CaseRunner:
         """One call of alcop and of torch on ``ts`` (torch on ``torch_ts`` where given: equal copies), judged.
         ``runner(fn)`` runs alcop's call (on another stream, in a graph) and returns its result and the inputs
         the result must match."""
-        torch = self.torch
         out_a = out_t = None
         shape_probe = None
         if out_layout is not None:
@@ -279,8 +281,10 @@ class CaseRunner:
                 ya, inputs = runner(lambda: self.alcop(spec, ts, out_a))
         except Exception as exc:  # noqa: BLE001
             ea = exc
-        if ea is not None and any(s in str(ea) for s in STICKY):
-            return {"call": label, "kind": "crash", "detail": f"{type(ea).__name__}: {str(ea)[:300]}", "sticky": True}
+        for exc in (ea, et):  # a CUDA error that left the context unusable: this process can judge no more
+            if exc is not None and any(s in str(exc) for s in STICKY):
+                return {"call": label, "kind": "crash", "detail": f"{type(exc).__name__}: {str(exc)[:300]}",
+                        "sticky": True}
         if et is not None:
             if ea is None:
                 return {"call": label, "kind": "type_mismatch",
@@ -456,6 +460,8 @@ class CaseRunner:
                         t.copy_(f)
                 y = fn()
             torch.cuda.current_stream().wait_stream(side)
+            if isinstance(y, torch.Tensor):
+                y.record_stream(torch.cuda.current_stream())  # read there next
             return y, ts
         # torch's call runs after the side stream's writes, on copies of the new values
         return [self.judge(spec, ts, "another stream", out, runner=on_side, torch_ts=fresh)]
@@ -598,8 +604,9 @@ def child(args: argparse.Namespace) -> int:
             os.abort()
         line = runner.run(make_spec(args.seed, index, args.device))
         log.write(json.dumps(line) + "\n")
-        if line.get("sticky"):
-            return 3
+        if line.get("sticky"):  # out at once: a broken CUDA context can abort or hang the interpreter's teardown
+            log.close()
+            os._exit(3)
     return 0
 
 
@@ -631,13 +638,14 @@ def run_chunk(args: argparse.Namespace, first: int, last: int, deadline: float, 
                     proc.wait()
                     break
         rc = proc.returncode
-        done = {r["index"] for r in read_lines(log) if "index" in r}
-        if any("fatal" in r for r in read_lines(log)):
-            raise SystemExit(f"fuzz_fastpath: {[r['fatal'] for r in read_lines(log) if 'fatal' in r][0]}")
+        rows = read_lines(log)
+        if any("fatal" in r for r in rows):
+            raise SystemExit(f"fuzz_fastpath: {[r['fatal'] for r in rows if 'fatal' in r][0]}")
+        done = {r["index"]: r for r in rows if "index" in r}
         missing = next((i for i in range(start, last) if i not in done), None)
         if rc == 0 or missing is None:
             return
-        if rc == 3 and missing is not None and missing - 1 in done:  # a sticky CUDA error, its case already logged
+        if done.get(missing - 1, {}).get("sticky"):  # the child stopped after a CUDA error, its case already logged
             start = missing
             continue
         tail = err_path.read_text(errors="replace")[-600:] if err_path.exists() else ""
@@ -729,6 +737,19 @@ def markdown(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def readme(s: dict[str, Any]) -> str:
+    return "\n".join([
+        "# The fast path's hit fuzzed against torch, with mutations between calls", "",
+        f"`{s['command']}` on {s['device']} (torch {s['torch']}, Triton {s['triton']}, CUDA {s['cuda']}), "
+        f"{s['date'][:10]}: {s['cases']} cases, {s['wrong']} wrong, {s['crashes']} crashes, "
+        f"{s['exception_mismatches']} exception mismatches, {s['raised_where_torch_computed']} raised where torch "
+        f"computed; {s['hits']} fast-path hits, {s['site_hits']} found by the native call-site check, "
+        f"{s['native_runs']} run natively.", "",
+        "What each case does and how it is judged: the docstring of `scripts/fuzz_fastpath.py`. Files: "
+        "`fuzz_fastpath.md` (the summary), `fuzz_fastpath.json` (the same, with every failure), `cases.jsonl` "
+        "(one line per case; a case replays alone with `--first INDEX --cases 1` and the same `--seed`).", ""])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", type=int, default=2500, help="cases in all")
@@ -755,8 +776,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop("TRITON_INTERPRET", None)
     if args.child:
         return child(args)
-    # One kernel cache for every child of the run: a child that replaces a crashed one compiles nothing again.
-    os.environ.setdefault("ALCOP_CACHE_DIR", tempfile.mkdtemp(prefix="alcop_fuzz_fastpath_cache_"))
+    # The children share the kernel caches (alcop's and Triton's, on disk): a child that replaces a crashed one,
+    # and a second run, compile nothing again.
     chunk = args.chunk or (500 if args.device == "cuda" else 50)
     args.case_timeout = args.case_timeout or (180.0 if args.device == "cuda" else 300.0)
     out = Path(args.out)
@@ -770,6 +791,7 @@ def main(argv: list[str] | None = None) -> int:
         s = summarise(read_lines(log), args, time.time() - t0, stopped)
         (out / "fuzz_fastpath.json").write_text(json.dumps(s, indent=1) + "\n")
         (out / "fuzz_fastpath.md").write_text(markdown(s))
+        (out / "README.md").write_text(readme(s))
         return s
 
     end = args.first + args.cases
