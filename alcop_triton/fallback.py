@@ -1,7 +1,9 @@
 """Where alcop steps aside: which inputs it cannot run, the announcement, and torch's equivalents.
 
 Inputs alcop cannot run (a dtype other than float16/bfloat16/float32, a device that is neither CUDA
-nor CPU, a non-strided layout, a GPU without a hardware preset, tensors beyond int32 offsets) are
+nor CPU, a tensor that is not plain strided dense memory (``tensor_kinds``: a sparse, nested, quantized
+or meta tensor, torch's negative or conjugate bit, freed storage, a subclass with its own
+``__torch_function__``), a GPU without a hardware preset, tensors beyond int32 offsets) are
 computed by torch; ``use_torch`` logs the reason once, or raises ``UnsupportedError`` under
 ``ALCOP_STRICT=1``. ``torch_gemm`` and ``torch_conv`` are the custom ops' semantics in torch.
 """
@@ -16,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from . import config as _env
+from . import tensor_kinds
 from .config_choice import device_index, gpu_spec
 from .errors import UnsupportedError
 from .fastpath import note_torch_computed, span
@@ -28,6 +31,7 @@ TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
 
 _LOGGED: set[tuple[str, str]] = set()
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def use_torch(op: str, reason: str) -> None:
@@ -51,12 +55,14 @@ _log_once._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def static_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] = SUPPORTED_DTYPES) -> str | None:
-    """Why alcop cannot run these tensors, from what is known when tracing (dtype, device, layout)."""
+    """Why alcop cannot run these tensors, from what is known when tracing (dtype, device, the kind of
+    tensor: ``tensor_kinds.reason``)."""
     for t in tensors:
         if t is None:
             continue
-        if t.layout != torch.strided:
-            return f"layout {t.layout}: generated kernels address dense strided tensors"
+        kind = tensor_kinds.reason(t)
+        if kind is not None:
+            return kind
         if t.dtype not in dtypes:
             return (f"dtype {dtype_name(t.dtype)}: kernels are generated for "
                     f"{', '.join(dtype_name(d) for d in dtypes)}")
@@ -83,6 +89,10 @@ def runtime_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] 
         return r
     real = [t for t in tensors if t is not None]
     for t in real:
+        if type(t) in _PLAIN_TYPES:  # a fake or functional tensor's storage is not memory to read
+            kind = tensor_kinds.storage_reason(t)
+            if kind is not None:
+                return kind
         if span(t) >= 2 ** 31:
             return f"a tensor of shape {tuple(t.shape)} spans 2**31 elements or more; kernels index with int32"
     dev = real[0].device

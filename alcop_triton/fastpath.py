@@ -48,7 +48,7 @@ from typing import Any, Callable, Hashable, Iterator, Protocol, Sequence
 
 import torch
 
-from . import config, generation
+from . import config, generation, tensor_kinds
 from .build import Launch
 from .config_choice import capture_error
 
@@ -58,6 +58,7 @@ MAX_ENTRIES = 1 << 16
 """Signatures remembered per cache; a full cache starts over (a model has far fewer)."""
 
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_plain = tensor_kinds.plain
 
 
 @dataclass(frozen=True)
@@ -320,7 +321,7 @@ def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]
         if t is None:
             key.append(None)
             continue
-        if type(t) not in _PLAIN_TYPES:
+        if type(t) not in _PLAIN_TYPES or not _plain(t):  # torch's flags, nested, freed storage...: not stored
             return None
         dtype = t.dtype
         fp32 = fp32 or dtype is torch.float32
@@ -362,14 +363,33 @@ _Candidate = tuple[int, "Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...
                    "tuple[int, ...] | None", "str | None", Callable[..., Tensor]]
 """A call site's candidate: the number of arguments; where some are None, ``present`` (the tensors among
 them) and ``vacant`` (whether the same ones are None in a call), else None for both; its guards' check;
-the tensors' 16-byte alignment (None: all aligned); the float32 precision (None: no float32 tensor); the
+the tensors' ``address_bits`` (None: all aligned and live); the float32 precision (None: no float32 tensor); the
 stored entry."""
 _address = torch.Tensor.data_ptr
 _sites: dict[tuple[Any, ...], list[_Candidate]] = {}
 
 
+LIVE_ADDRESS = 1 << 16
+"""No live allocation lies below this address (Linux's ``mmap_min_addr``; CUDA's addresses are far above):
+a tensor there is one whose storage was freed (``untyped_storage().resize_(0)``: address 0 plus its
+offset), or an empty one. A call site's check reads every address anyway, for the alignment."""
+
+
+def address_bits(address: int) -> int:
+    """What a call site's candidate records of a tensor's address: its low four bits (16-byte alignment),
+    or 16 below ``LIVE_ADDRESS``. A freed tensor then matches only a candidate made from such a tensor
+    (an empty one: its shape, which the guard checks, leaves nothing to read)."""
+    return address & 15 if address >= LIVE_ADDRESS else 16
+
+
 def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Callable[..., Tensor] | None:
     """The entry of the first of ``site``'s candidates that ``tensors`` match (a hit on its signature), or None."""
+    try:  # before any guard reads it: torch's guard aborts the process on a nested tensor's strides
+        for t in tensors:
+            if t is not None and t.is_nested:
+                return None
+    except AttributeError:  # not a tensor: no candidate matches it, the call's checks say why
+        return None
     for n, present, vacant, check, align, precision, entry in site:
         if len(tensors) != n:
             continue
@@ -386,10 +406,11 @@ def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> 
         if align is None:
             bits = 0
             for t in given:
-                bits |= _address(t)
-            if not bits & 15:
+                address = _address(t)
+                bits |= address & 15 if address >= LIVE_ADDRESS else 16
+            if not bits:
                 return entry
-        elif tuple(t.data_ptr() & 15 for t in given) == align:
+        elif tuple(address_bits(t.data_ptr()) for t in given) == align:
             return entry
     return None
 
@@ -450,7 +471,7 @@ def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], ent
         _TensorGuards = None
         return
     fp32 = any(t.dtype is torch.float32 for t in present)
-    align = tuple(t.data_ptr() & 15 for t in present)
+    align = tuple(address_bits(t.data_ptr()) for t in present)
     pickers = (None, None) if len(present) == len(tensors) else _pickers(tensors)
     site.append((len(tensors), *pickers, guards.check, None if not any(align) else align,
                  config.fp32_precision() if fp32 else None, entry))

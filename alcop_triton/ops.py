@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from . import argcheck
 from . import autograd  # also registers the custom ops' backward formulas
-from . import custom_ops, fallback
+from . import custom_ops, fallback, tensor_kinds
 from . import fastpath as fast
 from .records import dtype_name
 
@@ -53,6 +53,18 @@ def _shape(t: Tensor) -> tuple[int, ...]:
 
 def _falls_back(op: str, *tensors: Tensor | None) -> bool:
     reason = fallback.static_reason(*tensors)
+    if reason is None:
+        return False
+    fallback.use_torch(op, reason)
+    return True
+
+
+def _foreign(op: str, *tensors: Any) -> bool:
+    """Whether a tensor argument is one alcop leaves to torch whatever its shapes (``tensor_kinds.reason``:
+    nested, sparse, quantized, meta, torch's negative or conjugate bit, a subclass with its own
+    ``__torch_function__``...); asked before any shape is read (a nested tensor has none). Announced as
+    ``_falls_back`` announces."""
+    reason = tensor_kinds.first_reason(*tensors)
     if reason is None:
         return False
     fallback.use_torch(op, reason)
@@ -167,6 +179,8 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
     op = "matmul"
     _need_tensor(op, "input", input)
     _need_tensor(op, "other", other)
+    if _foreign(op, input, other):
+        return torch.matmul(input, other, out=out)
     if input.dim() == 0 or other.dim() == 0:
         raise RuntimeError(f"matmul(): both arguments need to be at least 1-D, but input is {input.dim()}-D and "
                            f"other is {other.dim()}-D")
@@ -251,6 +265,8 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
 
 
 def _mm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> Tensor:
+    if _foreign("mm", input, mat2):
+        return torch.mm(input, mat2, out=out)
     _check_matrices("mm", ("input", "mat2"), input, mat2, 2)
     if _falls_back("mm", input, mat2):
         return torch.mm(input, mat2, out=out)
@@ -266,6 +282,8 @@ def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
 
 
 def _bmm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> Tensor:
+    if _foreign("bmm", input, mat2):
+        return torch.bmm(input, mat2, out=out)
     _check_matrices("bmm", ("input", "mat2"), input, mat2, 3)
     if _falls_back("bmm", input, mat2):
         return torch.bmm(input, mat2, out=out)
@@ -281,6 +299,8 @@ def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, bet
     names = ("mat1", "mat2") if ndim == 2 else ("batch1", "batch2")
     argcheck.parse_numbers(op, beta=beta, alpha=alpha)
     _need_tensor(op, "input", input)
+    if _foreign(op, input, m1, m2):
+        return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
     _check_matrices(op, names, m1, m2, ndim)
     custom_ops.check_same(op, ("input", names[0]), (input, m1))
     shape = _shape(m1)[:-1] + (m2.shape[-1],)
@@ -353,6 +373,9 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
     for name, t in (("bias", bias), ("residual", residual)):
         if t is not None:
             _need_tensor(op, name, t)
+    custom_ops.check_activation(op, activation)
+    if _foreign(op, input, weight, bias, residual):
+        return _torch_linear(input, weight, bias, residual, activation)
     if input.dim() == 0 or weight.dim() == 0:
         raise RuntimeError(f"linear(): both arguments to linear need to be at least 1-D, but input is "
                            f"{input.dim()}-D and weight is {weight.dim()}-D")
@@ -461,6 +484,9 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
     _need_tensor(op, "weight", weight)
     if bias is not None:
         _need_tensor(op, "bias", bias)
+    custom_ops.check_activation(op, activation)
+    if _foreign(op, input, weight, bias):
+        return _torch_conv(input, weight, bias, nd, stride, padding, dilation, groups, activation)
     # Arguments of the wrong type fail before any shape check, as in torch's argument parser.
     strides = _ints(op, "stride", stride, nd, 1)
     dilations = _ints(op, "dilation", dilation, nd, 1)
