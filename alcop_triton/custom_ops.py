@@ -322,7 +322,7 @@ def _conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: S
             pad_left: Sequence[int], pad_right: Sequence[int], dilation: Sequence[int], groups: int,
             activation: str | None = None) -> torch.Tensor:
     shape = _check_conv(x, w, bias, stride, pad_left, pad_right, dilation, groups, activation)
-    out = kconv.empty_output(x, shape)
+    out = kconv.empty_output(x, shape, kconv.torch_output_format(x, w, stride, pad_left, dilation, groups))
     if out.numel() == 0:
         return out
     reason = fallback.runtime_reason(x, w, bias, out)
@@ -369,7 +369,7 @@ def _conv_fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stri
                pad_left: Sequence[int], pad_right: Sequence[int], dilation: Sequence[int], groups: int,
                activation: str | None = None) -> torch.Tensor:
     shape = _check_conv(x, w, bias, stride, pad_left, pad_right, dilation, groups, activation)
-    return kconv.empty_output(x, shape)
+    return kconv.empty_output(x, shape, kconv.torch_output_format(x, w, stride, pad_left, dilation, groups))
 
 
 # ----------------------------------------------------------------------------- DSL kernels by key
