@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_dynamo_tracing = torch.compiler.is_dynamo_compiling
 _STRIDED = torch.strided
 _DISABLED = torch._C._disabled_torch_function_impl
 _TENSOR_TORCH_FUNCTION = torch.Tensor.__torch_function__.__func__  # type: ignore[attr-defined]
@@ -39,7 +40,12 @@ def own_torch_function(cls: type) -> bool:
 
 
 def reason(t: torch.Tensor) -> str | None:
-    """Why alcop must not read ``t``'s memory, from what tracing knows too (no storage check), or None."""
+    """Why alcop must not read ``t``'s memory, from what tracing knows too (no storage check), or None.
+
+    None while Dynamo traces: it cannot trace the flag reads (they return no tensor), and the traced
+    graph's ``torch.ops.alcop`` node runs an implementation that asks again on the real tensors."""
+    if _dynamo_tracing():
+        return None
     cls = type(t)
     if cls is not torch.Tensor and cls is not torch.nn.Parameter and own_torch_function(cls):
         return f"a {cls.__name__} tensor: its own __torch_function__ sees torch's calls"
@@ -50,7 +56,7 @@ def reason(t: torch.Tensor) -> str | None:
     if t.is_quantized:
         return f"a quantized tensor ({t.dtype}): generated kernels read unscaled values"
     if t.is_meta:
-        return "a meta tensor: no memory to read"
+        return "device meta: a meta tensor has no memory to read"
     if t.is_neg() or t.is_conj():
         return "a tensor with torch's negative or conjugate bit: its memory holds the values before the flag"
     if t._is_zerotensor():
