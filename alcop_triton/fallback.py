@@ -31,7 +31,6 @@ TORCH_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
 
 _LOGGED: set[tuple[str, str]] = set()
-_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def use_torch(op: str, reason: str) -> None:
@@ -83,16 +82,15 @@ def _gpu_reason(index: int) -> str | None:
 
 
 def runtime_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] = SUPPORTED_DTYPES) -> str | None:
-    """``static_reason`` plus what only real tensors tell: offsets beyond int32, the GPU's preset."""
+    """``static_reason`` plus what only real tensors tell: offsets beyond int32, the GPU's preset; raises
+    RuntimeError for a tensor whose storage does not cover it."""
     r = static_reason(*tensors, dtypes=dtypes)
     if r is not None:
         return r
     real = [t for t in tensors if t is not None]
+    # Freed storage is an error, not a fallback (``tensor_kinds.check_storage``)
+    tensor_kinds.check_storage("alcop", [f"tensor {i}" for i in range(len(real))], real)
     for t in real:
-        if type(t) in _PLAIN_TYPES:  # a fake or functional tensor's storage is not memory to read
-            kind = tensor_kinds.storage_reason(t)
-            if kind is not None:
-                return kind
         if span(t) >= 2 ** 31:
             return f"a tensor of shape {tuple(t.shape)} spans 2**31 elements or more; kernels index with int32"
     dev = real[0].device

@@ -59,13 +59,14 @@ def _falls_back(op: str, *tensors: Tensor | None) -> bool:
     return True
 
 
-def _foreign(op: str, *tensors: Any) -> bool:
+def _foreign(op: str, names: tuple[str, ...], *tensors: Any) -> bool:
     """Whether a tensor argument is one alcop leaves to torch whatever its shapes (``tensor_kinds.reason``:
     nested, sparse, quantized, meta, torch's negative or conjugate bit, a subclass with its own
     ``__torch_function__``...); asked before any shape is read (a nested tensor has none). Announced as
-    ``_falls_back`` announces."""
+    ``_falls_back`` announces. Storage that does not cover its tensor raises (``tensor_kinds.check_storage``)."""
     reason = tensor_kinds.first_reason(*tensors)
     if reason is None:
+        tensor_kinds.check_storage(op, names, tensors)
         return False
     fallback.use_torch(op, reason)
     return True
@@ -179,7 +180,7 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
     op = "matmul"
     _need_tensor(op, "input", input)
     _need_tensor(op, "other", other)
-    if _foreign(op, input, other):
+    if _foreign(op, ("input", "other"), input, other):
         return torch.matmul(input, other, out=out)
     if input.dim() == 0 or other.dim() == 0:
         raise RuntimeError(f"matmul(): both arguments need to be at least 1-D, but input is {input.dim()}-D and "
@@ -265,7 +266,7 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
 
 
 def _mm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> Tensor:
-    if _foreign("mm", input, mat2):
+    if _foreign("mm", ("input", "mat2"), input, mat2):
         return torch.mm(input, mat2, out=out)
     _check_matrices("mm", ("input", "mat2"), input, mat2, 2)
     if _falls_back("mm", input, mat2):
@@ -282,7 +283,7 @@ def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
 
 
 def _bmm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> Tensor:
-    if _foreign("bmm", input, mat2):
+    if _foreign("bmm", ("input", "mat2"), input, mat2):
         return torch.bmm(input, mat2, out=out)
     _check_matrices("bmm", ("input", "mat2"), input, mat2, 3)
     if _falls_back("bmm", input, mat2):
@@ -299,7 +300,7 @@ def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, bet
     names = ("mat1", "mat2") if ndim == 2 else ("batch1", "batch2")
     argcheck.parse_numbers(op, beta=beta, alpha=alpha)
     _need_tensor(op, "input", input)
-    if _foreign(op, input, m1, m2):
+    if _foreign(op, ("input",) + names, input, m1, m2):
         return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
     _check_matrices(op, names, m1, m2, ndim)
     custom_ops.check_same(op, ("input", names[0]), (input, m1))
@@ -374,7 +375,7 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
         if t is not None:
             _need_tensor(op, name, t)
     custom_ops.check_activation(op, activation)
-    if _foreign(op, input, weight, bias, residual):
+    if _foreign(op, ("input", "weight", "bias", "residual"), input, weight, bias, residual):
         return _torch_linear(input, weight, bias, residual, activation)
     if input.dim() == 0 or weight.dim() == 0:
         raise RuntimeError(f"linear(): both arguments to linear need to be at least 1-D, but input is "
@@ -397,11 +398,14 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
     if bias is not None and bias.dim() > 1 and all(s == 1 for s in bias.shape[:-1]):
         bias = bias.reshape(bias.shape[-1:])  # (1, ..., out_features) is a per-column bias
     if bias is not None and bias.dim() > 1:
-        # A bias that varies along rows is an addend after the product: it joins the residual.
-        if activation is not None:
-            raise ValueError(f"linear(activation={activation!r}): the fused activation takes a bias of shape "
-                             f"(out_features,) = ({weight.shape[0]},), got bias.shape={_shape(bias)}")
         bias_full = _broadcast_to(op, "bias", bias, shape)
+        if activation is not None:
+            # It goes before the activation, where the kernel's epilogue takes one bias per column: the
+            # product is alcop's, the bias, the activation and the residual torch's (as F.linear then
+            # the activation would compute them).
+            y = fallback.TORCH_ACTIVATIONS[activation](alcop.linear(input, weight, None, None, None) + bias_full)
+            return y if residual is None else y + _broadcast_to(op, "residual", residual, shape)
+        # A bias that varies along rows is an addend after the product: it joins the residual.
         residual = bias_full if residual is None else bias_full + _broadcast_to(op, "residual", residual, shape)
         bias = None
     elif bias is not None:
@@ -485,7 +489,7 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
     if bias is not None:
         _need_tensor(op, "bias", bias)
     custom_ops.check_activation(op, activation)
-    if _foreign(op, input, weight, bias):
+    if _foreign(op, ("input", "weight", "bias"), input, weight, bias):
         return _torch_conv(input, weight, bias, nd, stride, padding, dilation, groups, activation)
     # Arguments of the wrong type fail before any shape check, as in torch's argument parser.
     strides = _ints(op, "stride", stride, nd, 1)

@@ -15,13 +15,14 @@ tensor carries changes what those bytes mean, or there are no such bytes:
   dispatcher's business and stay alcop's: their calls go through ``torch.ops.alcop``).
 
 ``reason`` names what makes a tensor one of these (torch computes such calls, or raises its own
-error); ``plain`` is the whole test for a real tensor, storage included: the fast path stores and
+error); ``check_storage`` raises for storage that does not cover its tensor (torch would read it in
+some ops); ``plain`` is the whole test for a real tensor, storage included: the fast path stores and
 replays only calls whose tensors pass it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -75,6 +76,19 @@ def storage_reason(t: torch.Tensor) -> str | None:
         return (f"storage of {have} bytes where the tensor of shape {tuple(t.shape)} needs {needed} "
                 "(freed or shrunk, e.g. by untyped_storage().resize_(0))")
     return None
+
+
+def check_storage(op: str, names: Sequence[str], tensors: Sequence[Any]) -> None:
+    """RuntimeError (torch's type) naming the first real tensor argument whose storage does not cover it.
+    Raised rather than left to torch: torch raises for some ops (``matmul``) but reads the missing
+    memory for others (``addmm``'s input, elementwise ops on the CPU crash the process)."""
+    if _dynamo_tracing():
+        return
+    for name, t in zip(names, tensors):
+        if type(t) in _PLAIN_TYPES and t.layout is _STRIDED and not t.is_nested:
+            r = storage_reason(t)
+            if r is not None:
+                raise RuntimeError(f"{op}(): argument '{name}' has no memory to read: {r}")
 
 
 def plain(t: torch.Tensor) -> bool:
