@@ -72,7 +72,6 @@ def static_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] =
     return None
 
 
-@functools.lru_cache(maxsize=None)
 def not_plain(op: str, names: Sequence[str], *tensors: Any) -> bool:
     """Whether a tensor argument of ``op`` is not a plain strided dense tensor (``tensor_kinds.reason``:
     nested, sparse, quantized, meta, torch's negative or conjugate bit, a subclass with its own
@@ -87,6 +86,7 @@ def not_plain(op: str, names: Sequence[str], *tensors: Any) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=None)
 def _gpu_reason(index: int) -> str | None:
     try:
         gpu_spec(index)
