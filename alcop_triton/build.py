@@ -23,7 +23,7 @@ log = logging.getLogger("alcop_triton")
 DEPENDENT_LAUNCH_CC = (9, 0)
 """Programmatic dependent launch (``griddepcontrol``) exists from Hopper on. Over the ALCOP dense + bmm suite
 on an H100 it took the dispatched kernels from 0.982x to 1.011x cuBLAS (geomean of cuBLAS's time over
-theirs, CUDA graphs; ``benchmarks/results/pdl_h100``): each launch overlaps the tail of the kernel before it."""
+theirs, CUDA graphs; ``docs/decisions.md#d09``): each launch overlaps the tail of the kernel before it."""
 
 INTERPRETER_PROGRAMS = 2
 """Programs of a persistent kernel in the interpreter, which runs them one after another: two still
@@ -312,7 +312,7 @@ class CompiledKernel(Runs):
             # A dim of one element is only ever indexed at 0, so its stride is whatever torch left there (a 1x1
             # weight made channels-last on the GPU has stride 1 there, on the CPU C): passed as a multiple of 16,
             # the address math keeps its divisibility and the loads stay vectorised (a 1x1 stride-2 conv ran
-            # several times slower with a weight whose unit dims had stride 1: results/conv_window_h100).
+            # several times slower with a weight whose unit dims had stride 1: docs/decisions.md#d10).
             scalars += [(f"stride_{t.name}_{d}", x.stride(d) if x.shape[d] != 1 else SIZE1_STRIDE)
                         for d in range(t.ndim) if d != u]
         key = _Key(unit, trips, tma_aligned(all_x), settings.fp32_precision(), tuple((n, env[n]) for n in self.static),

@@ -7,13 +7,18 @@ Commands:
     export          best configs as ``triton.Config(...)`` lines, JSON or JSONL
     import          add JSONL records (another machine's export, benchmarks/data) to the database
     copy            copy records between two databases (SQLite files or postgresql:// URLs)
-    compare-tuners  best-in-k-trials curves of the five tuners, offline, by replaying measurements
-    report          PNG plots: tuning curves, per-shape speedups
+    compare-tuners  best-in-k curves of the five tuners, offline, by replaying measurements
+    report          PNG plots: tuning curves, per-shape speedups (needs the ``plots`` extra)
+    calibrate       measure this GPU's constants for the performance model
 
 The database is ``--db`` or ``$ALCOP_DB``: a SQLite file or a ``postgresql://`` URL (default: a file in the
 user data dir). Without CUDA, kernels run
 in the Triton interpreter (``TRITON_INTERPRET=1`` is set before triton is imported) and CPU
-timings are stored under the GPU key ``interpreter``.
+timings are stored under the GPU key ``interpreter``, where ``bench`` on the same machine finds them.
+
+Each command is a ``cmd_*`` function and its parser a ``_add_*`` function; its arguments are checked
+(``cli_args``: types while parsing, then the command's ``check``) before it starts any work, and a
+user error ends in one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -24,43 +29,50 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
-from .errors import AlcopError
+from . import cli_args as ca
+from .cli_args import UsageError, parse_shape
+from .errors import AlcopError, LoweringError
 from .records import DTYPES, OPS, KernelConfig, Workload
 
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "build_parser", "main", "parse_shape", "suite_workloads"]
+
 EXIT_INTERRUPTED = 130
+EXIT_USAGE = 2
 
 
 def _conv_op(op: str) -> bool:
     return op.startswith("conv")
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
-    """'1024x768x3072' (or with commas) to a tuple of ints."""
-    try:
-        dims = tuple(int(d) for d in text.replace(",", "x").lower().split("x") if d)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: expected ints joined by 'x', e.g. 1024x768x3072") from None
-    if not dims:
-        raise argparse.ArgumentTypeError(f"shape {text!r} is empty")
-    return dims
-
-
 def suite_workloads(path: str | os.PathLike[str], dtype: str, ops: Sequence[str] | None = None) -> list[Workload]:
     """Workloads of an ALCOP suite file (the format of ``tests/data/alcop_suite.json``).
 
     Sections: ``dense`` (matmul, B stored N x K: layout 'nt'), ``bmm`` (B stored N x K), ``conv2d``
-    and ``conv3d`` (channels-last inputs: 'nhwc').
+    and ``conv3d`` (channels-last inputs: 'nhwc'). A file of another form is a ``UsageError`` naming
+    the file and what is wrong.
     """
     with open(path, encoding="utf-8") as f:
-        suite = json.load(f)
+        try:
+            suite = json.load(f)
+        except ValueError as exc:
+            raise UsageError(f"suite file {path}: not JSON ({exc})") from None
+    if not isinstance(suite, dict):
+        raise UsageError(f"suite file {path}: expected a JSON object of sections {', '.join(ca.SUITE_SECTIONS)}")
     sections = {"dense": ("matmul", "shapes_MNK", "nt"), "bmm": ("bmm", "shapes_BMNK", "nt"),
                 "conv2d": ("conv2d", "shapes", "nhwc"), "conv3d": ("conv3d", "shapes", "nhwc")}
     out: list[Workload] = []
     for name, (op, key, layout) in sections.items():
         if name in suite and (not ops or name in ops or op in ops):
-            out += [Workload(op, tuple(s), dtype, layout) for s in suite[name][key]]
+            shapes = suite[name].get(key) if isinstance(suite[name], dict) else None
+            if not isinstance(shapes, list) or not all(isinstance(s, list) for s in shapes):
+                raise UsageError(f"suite file {path}: section {name!r} needs {key!r}: a list of shapes (lists of ints)")
+            for s in shapes:
+                try:
+                    out.append(Workload(op, tuple(s), dtype, layout))
+                except (TypeError, ValueError) as exc:
+                    raise UsageError(f"suite file {path}: section {name!r}: {exc}") from None
     return list(dict.fromkeys(out))
 
 
@@ -69,20 +81,35 @@ def _workloads(args: argparse.Namespace) -> list[Workload]:
     out: list[Workload] = []
     if args.op is not None:
         if args.op not in OPS:
-            raise AlcopError(f"op {args.op!r} is unknown; expected one of {OPS}")
+            raise UsageError(f"op {args.op!r} is unknown; expected one of {', '.join(OPS)}")
         if not args.shapes:
-            raise AlcopError(f"{args.op}: give at least one shape, e.g. 1024x768x3072")
+            raise UsageError(f"{args.op}: give at least one shape, e.g. 1024x768x3072")
         layout = args.layout or ("nhwc" if _conv_op(args.op) else "nn")
-        out += [Workload(args.op, s, args.dtype, layout) for s in args.shapes]
+        for s in args.shapes:
+            try:
+                out.append(Workload(args.op, s, args.dtype, layout))
+            except ValueError as exc:
+                raise UsageError(f"shape {'x'.join(map(str, s))}: {exc}") from None
+    elif args.shapes:
+        raise UsageError(f"shape {'x'.join(map(str, args.shapes[0]))} given without an op; name one of {', '.join(OPS)}")
     if args.suite:
-        out += suite_workloads(args.suite, args.dtype, args.suite_ops.split(",") if args.suite_ops else None)
+        out += suite_workloads(args.suite, args.dtype, args.suite_ops)
     if args.model:
         from .autotune.capture import capture_factory
 
         out += capture_factory(args.model, device=args.capture_device, dtype=args.dtype)
     if not out:
-        raise AlcopError("nothing to do: name an op and shapes, --suite FILE or --model module:callable")
+        raise UsageError("nothing to do: name an op and shapes, --suite FILE or --model module:callable")
     return list(dict.fromkeys(out))
+
+
+def _check_workload_args(args: argparse.Namespace) -> None:
+    """tune's and bench's workload options, device and GPU; sets ``args.workloads``."""
+    ca.check_layout(args.op, args.layout)
+    ca.check_device(args.device)
+    ca.check_gpu(args.gpu)
+    ca.check_model(args.model)
+    args.workloads = _workloads(args)
 
 
 def _db(args: argparse.Namespace) -> Any:
@@ -137,7 +164,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     started = process_start_time()
     start_s = max(0.0, args.main_time - started) if started is not None else 0.0
-    workloads = _workloads(args)
+    workloads = args.workloads
+    if args.gpus is not None or args.scheduler is not None:
+        return _cmd_tune_pool(args, workloads)
     device = _prepare_device(args.device)
     from .autotune import session
     from .autotune.tuner import EarlyStop
@@ -214,13 +243,69 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return EXIT_INTERRUPTED if entries and entries[-1]["interrupted"] else 0
 
 
+def _cmd_tune_pool(args: argparse.Namespace, workloads: list[Workload]) -> int:
+    """``tune --gpus`` / ``--scheduler``: the workloads over a pool of measurement workers (``autotune.workers``)."""
+    from .autotune import workers
+    from .autotune.database import atomic_write_text, versions
+    from .autotune.tuner import EarlyStop
+
+    if args.gpus is not None and args.scheduler is not None:
+        raise AlcopError(f"--gpus {args.gpus!r} and --scheduler {args.scheduler!r}: give one (this host's GPUs, "
+                         "or a Dask cluster's workers)")
+    if args.device is not None and args.device.startswith("cuda:"):
+        raise AlcopError(f"--device {args.device!r} with --gpus/--scheduler: the pool pins one worker per GPU; "
+                         "choose GPUs with CUDA_VISIBLE_DEVICES")
+    kind = "cpu" if _prepare_device(args.device) == "cpu" else "cuda"
+    options = workers.MeasureOptions(device=kind, timeout_s=args.timeout, compile_threads=args.batch,
+                                     compile_workers=args.compile_workers)
+    pool: Any
+    if args.scheduler is not None:
+        from .autotune.dask_pool import DaskPool
+
+        pool = DaskPool(args.scheduler, device=kind)
+    else:
+        pool = workers.LocalGpuPool(workers.parse_gpus(args.gpus), device=kind)
+    entries: list[dict[str, Any]] = []
+    early_stop = EarlyStop(patience=args.patience) if args.early_stop else None
+    t0 = time.time()
+    with pool:
+        cal = workers.calibrate(pool, options)
+        print(f"{len(cal.group)} of {len(pool.labels)} worker(s) rank their timings together:")
+        for line in cal.describe():
+            print(f"  {line}")
+
+        def done(w: Workload, result: Any) -> None:
+            entries.append(_tune_summary(w, result, args.trials, dict(result.timings)))
+            b = result.best
+            print(f"{w.key()}: {len(result.trials)} trials, best "
+                  + (f"{b.config} {b.result.time_ms:.4f} ms ({_tflops(w, b.result.time_ms)} TFLOP/s) on "
+                     f"{b.result.measured_on.uuid if b.result.measured_on else '?'}" if b else "(none valid)"),
+                  flush=True)
+            if args.json:
+                atomic_write_text(args.json, json.dumps({
+                    "command": "alcop-tune tune", "workers": cal.to_dict(), "versions": versions(),
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "seconds": time.time() - t0,
+                    "trials": sum(e["trials_run"] for e in entries),
+                    "complete": len(entries) == len(workloads), "workloads": entries}, indent=1) + "\n")
+
+        db = _db(args)
+        print(f"tuning {len(workloads)} workload(s) with {args.tuner}, {args.trials} trials each; records -> "
+              f"{db.location}", flush=True)
+        results = workers.tune_workloads(workloads, pool, db, options=options, calibration=cal, gpu=args.gpu,
+                                         on_done=done, tuner=args.tuner, n_trials=args.trials, batch_size=args.batch,
+                                         seed=args.seed, variant=args.variant, top_k=args.top_k,
+                                         timeout_s=args.timeout, early_stop=early_stop, seeding=args.seeding)
+    trials = sum(len(r.trials) for _, r in results)
+    print(f"{trials} trials in {time.time() - t0:.1f} s ({trials / max(time.time() - t0, 1e-9):.2f} trials/s)")
+    return EXIT_INTERRUPTED if any(r.interrupted for _, r in results) else 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    workloads = _workloads(args)
     device = _prepare_device(args.device)
     from .autotune import bench, session
 
     target = session.resolve_target(device, args.gpu)
-    rows = bench.run(workloads, target, _db(args), tutorial=not args.no_tutorial, timeout_s=args.timeout)
+    rows = bench.run(args.workloads, target, _db(args), tutorial=not args.no_tutorial, timeout_s=args.timeout)
     print(bench.format_table(rows))
     if args.csv:
         bench.write_csv(rows, args.csv)
@@ -234,7 +319,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _selected_records(args: argparse.Namespace) -> list[Any]:
     db = _db(args)
     if not db.exists():
-        raise AlcopError(f"no tuning database at {db.location}; run `alcop-tune tune ...` or pass --db")
+        raise UsageError(f"no tuning database at {db.location}; run `alcop-tune tune ...` or pass --db")
     records = db.records(op=args.op)
     if args.gpu:
         records = [r for r in records if r.gpu.lower() == args.gpu.lower()]
@@ -375,195 +460,343 @@ def _data_files(paths: Sequence[str]) -> list[Path]:
     for p in map(Path, paths):
         files += sorted([*p.glob("*.jsonl"), *p.glob("*.jsonl.gz")]) if p.is_dir() else [p]
     if not files:
-        raise AlcopError(f"no JSONL measurement files in {list(paths)}")
+        raise UsageError(f"no JSONL measurement files (*.jsonl, *.jsonl.gz) in {', '.join(paths)}")
     return files
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def _load_tasks(paths: Sequence[str]) -> list[Any]:
+    """Replay tasks of the records in these files and directories, with a progress bar over the files.
+
+    A file in which no line is a tuning record (a probe's own rows kept beside the measurement files) is
+    skipped with one line saying so; a records file with some bad lines warns about those lines."""
     from tqdm import tqdm
 
-    from .autotune.replay import compare_tuners, load_tasks
+    from .autotune.database import scan_jsonl, warn_skipped
+    from .autotune.replay import group_tasks
 
-    tasks = load_tasks(_data_files(args.data))
-    if args.workload:
-        tasks = [t for t in tasks if any(s in t.key for s in args.workload)]
+    records: list[Any] = []
+    files = _data_files(paths)
+    with tqdm(files, desc="read", unit="file", dynamic_ncols=True, leave=False) as bar:
+        for f in bar:
+            found, rejected = scan_jsonl(f)
+            if rejected and not found:
+                where, why = rejected[0]
+                bar.write(f"{f}: skipped, not a file of tuning records ({where}: {why})", file=sys.stderr)
+                continue
+            warn_skipped(str(f), rejected)
+            records += found
+    tasks = group_tasks(records)
     if not tasks:
-        raise AlcopError("no (GPU, workload) with records in the given data")
-    tuners = args.tuners.split(",")
+        raise UsageError(f"no tuning records in {', '.join(paths)}")
+    return tasks
+
+
+def _replay(tasks: Sequence[Any], tuners: Sequence[str], *, k_max: int, seeds: int, batch: int, jobs: int) -> Any:
+    """``compare_tuners`` with a progress bar over the tasks (a full data directory takes minutes)."""
+    from tqdm import tqdm
+
+    from .autotune.replay import compare_tuners
+
     with tqdm(total=len(tasks), desc="replay", unit="workload", dynamic_ncols=True) as bar:
         def tick(_: str) -> None:
             bar.update(1)
 
-        comp = compare_tuners(tasks, tuners, k_max=args.k_max, seeds=args.seeds, batch_size=args.batch,
-                              jobs=args.jobs, progress=tick)
-    budgets = [int(b) for b in args.budgets.split(",")]
-    print(comp.table(budgets, per_task=args.per_task))
+        return compare_tuners(tasks, tuners, k_max=k_max, seeds=seeds, batch_size=batch, jobs=jobs, progress=tick)
+
+
+def _check_compare(args: argparse.Namespace) -> None:
+    too_far = [k for k in args.budgets if k > args.k_max]
+    if too_far:
+        raise UsageError(f"--budgets {','.join(map(str, too_far))}: larger than --k-max {args.k_max}")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    tasks = _load_tasks(args.data)
+    if args.workload:
+        tasks = [t for t in tasks if any(s in t.key for s in args.workload)]
+    if not tasks:
+        raise UsageError(f"--workload {' '.join(args.workload)}: no (GPU, workload) in the data matches")
+    comp = _replay(tasks, args.tuners, k_max=args.k_max, seeds=args.seeds, batch=args.batch, jobs=args.jobs)
+    print(comp.table(args.budgets, per_task=args.per_task))
     if args.json:
         comp.save(args.json)
         print(f"wrote {args.json}")
     return 0
 
 
+def _read_json(path: str, what: str) -> Any:
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except ValueError as exc:
+            raise UsageError(f"{path}: not JSON ({exc}); expected {what}") from None
+
+
+def _check_report(args: argparse.Namespace) -> None:
+    if not (args.curves or args.data or args.bench):
+        raise UsageError("nothing to plot: give --curves FILE, --data FILE|DIR ... or --bench FILE")
+    ca.check_plots()  # before a replay of minutes, not after it
+
+
+def _bench_rows(path: str) -> list[dict[str, Any]]:
+    doc = _read_json(path, "the JSON `alcop-tune bench --json` writes")
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("workload"), str) for r in rows):
+        raise UsageError(f"{path}: expected the JSON `alcop-tune bench --json` writes (an object whose 'rows' "
+                         f"are objects with a 'workload')")
+    return rows
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from .autotune import report
-    from .autotune.replay import Comparison, compare_tuners, load_tasks
+    from .autotune.replay import Comparison
+    from .autotune.tuner import TUNERS
 
+    rows = _bench_rows(args.bench) if args.bench else None
+    out = Path(args.out)
     written: list[Path] = []
     comp = None
     if args.curves:
-        comp = Comparison.load(args.curves)
+        _read_json(args.curves, "the curves `alcop-tune compare-tuners --json` saves")
+        try:
+            comp = Comparison.load(args.curves)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{args.curves}: not the curves `alcop-tune compare-tuners --json` saves "
+                             f"({type(exc).__name__}: {exc})") from None
     elif args.data:
-        comp = compare_tuners(load_tasks(_data_files(args.data)), k_max=args.k_max, seeds=args.seeds,
-                              jobs=min(8, os.cpu_count() or 1))
+        comp = _replay(_load_tasks(args.data), TUNERS, k_max=args.k_max, seeds=args.seeds, batch=8,
+                       jobs=min(8, os.cpu_count() or 1))
     if comp is not None:
-        written += report.plot_curves(comp, args.out)
-        (Path(args.out) / "tuning_curves.txt").write_text(comp.table((10, 50), per_task=True) + "\n")
-        written.append(Path(args.out) / "tuning_curves.txt")
-    if args.bench:
-        with open(args.bench, encoding="utf-8") as f:
-            written.append(report.plot_speedups(json.load(f)["rows"], args.out))
-    if not written:
-        raise AlcopError("report: give --curves FILE, --data DIR or --bench FILE")
+        written += report.plot_curves(comp, out)
+        (out / "tuning_curves.txt").write_text(comp.table((10, 50), per_task=True) + "\n")
+        written.append(out / "tuning_curves.txt")
+    if rows is not None:
+        written.append(report.plot_speedups(rows, out))
     for p in written:
         print(f"wrote {p}")
     return 0
 
 
+def _check_calibrate(args: argparse.Namespace) -> None:
+    ca.require_cuda("calibrate")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .model import calibrate
+
+    return calibrate.run(quick=args.quick, dry_run=args.dry_run)
+
+
 # ----------------------------------------------------------------------------------------------
+# Parsers: one function per command. ``check`` runs after parsing and before ``func`` (cli_args).
+
+def _no_check(args: argparse.Namespace) -> None:
+    pass
+
+
+def _command(sub: Any, name: str, func: Callable[[argparse.Namespace], int],
+             check: Callable[[argparse.Namespace], None] = _no_check, **kw: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(name, **kw)
+    p.set_defaults(func=func, check=check)
+    return p
+
 
 def _add_workload_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("op", nargs="?", help=f"operator: {', '.join(OPS)}")
+    p.add_argument("op", nargs="?", choices=OPS, help=f"operator: {', '.join(OPS)}")
     p.add_argument("shapes", nargs="*", type=parse_shape, metavar="SHAPE",
                    help="e.g. 1024x768x3072 (M x N x K); bmm: B x M x N x K; conv2d: N x H x W x CI x CO x KH x KW "
                         "x stride x pad")
     p.add_argument("--dtype", default="float16", choices=DTYPES)
-    p.add_argument("--layout", help="operand layout: 'nn'/'nt'/'tn'/'tt' for GEMMs, 'nhwc'/'nchw' for conv")
-    p.add_argument("--suite", help="suite JSON file (e.g. tests/data/alcop_suite.json)")
-    p.add_argument("--suite-ops", help="comma-separated suite sections: dense,bmm,conv2d,conv3d")
-    p.add_argument("--model", help="torch model factory 'module:callable' returning (model, example_inputs)")
+    p.add_argument("--layout", help=f"operand layout of the op given with shapes: {', '.join(ca.GEMM_LAYOUTS)} for "
+                                    f"GEMMs (default nn), {', '.join(ca.CONV_LAYOUTS)} for conv (default nhwc)")
+    p.add_argument("--suite", type=ca.input_file, help="suite JSON file (e.g. tests/data/alcop_suite.json)")
+    p.add_argument("--suite-ops", type=ca.comma_list(tuple(dict.fromkeys(ca.SUITE_SECTIONS + OPS))),
+                   help="comma-separated suite sections: dense,bmm,conv2d,conv3d")
+    p.add_argument("--model", type=ca.model_factory,
+                   help="torch model factory 'module:callable' returning (model, example_inputs)")
     p.add_argument("--capture-device", default="meta", choices=("meta", "cpu"),
                    help="device the model runs on while its shapes are captured")
-    p.add_argument("--device", help="cuda, cuda:N or cpu (default: cuda if available, else the interpreter)")
+    p.add_argument("--device", type=ca.device_name,
+                   help="cuda, cuda:N or cpu (default: cuda if available, else the interpreter)")
     p.add_argument("--gpu", help="GPU model for the performance model (default: detected; H100 in the interpreter)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds without progress before a config is "
-                                                                 "recorded as timed out")
+    p.add_argument("--timeout", type=ca.positive_float, default=120.0,
+                   help="seconds without progress before a config is recorded as timed out")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_tune(sub: Any, common: argparse.ArgumentParser) -> None:
     from .autotune.space import VARIANTS
     from .autotune.tuner import TUNERS
 
-    parser = argparse.ArgumentParser(prog="alcop-tune", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    db_help = "tuning database: a file or a postgresql:// URL (default: $ALCOP_DB or the user data dir)"
-    parser.add_argument("--db", help=db_help)
-    # Also accepted after the command (`alcop-tune show --db x`); SUPPRESS keeps the global value.
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, help=db_help)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("tune", parents=[common], help="tune workloads and store every measurement")
+    p = _command(sub, "tune", cmd_tune, _check_workload_args, parents=[common],
+                 help="tune workloads and store every measurement")
     _add_workload_args(p)
-    p.add_argument("--trials", type=int, default=50, help="measurement budget per workload")
+    p.add_argument("--trials", type=ca.positive_int, default=50, help="measurement budget per workload")
     p.add_argument("--tuner", default="analytical+xgb", choices=TUNERS)
-    p.add_argument("--batch", type=int, default=8, help="configs compiled in parallel and measured per round")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch", type=ca.positive_int, default=8,
+                   help="configs compiled in parallel and measured per round")
+    p.add_argument("--seed", type=ca.non_negative_int, default=0)
     p.add_argument("--variant", default="full", choices=VARIANTS, help="ablation: restrict pipelining knobs")
-    p.add_argument("--top-k", type=int, help="keep only the analytical model's top K configs")
+    p.add_argument("--top-k", type=ca.positive_int, help="keep only the analytical model's top K configs")
     p.add_argument("--early-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="end a workload before --trials (after at least 32 trials) when the best time has not "
                         "improved by more than 1%% over the last --patience trials and no config of the next batch "
                         "is predicted faster than the best measured one, by the analytical model scaled with its "
                         "most favourable error on this workload (default: on)")
-    p.add_argument("--patience", type=int, default=16, help="trials without progress before early stop is considered")
+    p.add_argument("--patience", type=ca.positive_int, default=16,
+                   help="trials without progress before early stop is considered")
     p.add_argument("--no-seed", dest="seeding", action="store_false",
                    help="do not measure dispatch's configs first (by default the first batches are the config an "
                         "untuned call would run and the best configs of the nearest measured shapes, then the "
                         "tuner's own proposals; --seed is the random seed)")
-    p.add_argument("--compile-workers", type=int, default=None,
+    p.add_argument("--compile-workers", type=ca.non_negative_int, default=None,
                    help="processes compiling each batch ahead of its measurement (default: every spare core on a "
                         "GPU; 0: off)")
-    p.add_argument("--json", help="write the best configs, trials run and the time split per workload as JSON "
-                   "(rewritten after each workload)")
-    p.set_defaults(func=cmd_tune)
+    p.add_argument("--json", type=ca.output_file, help="write the best configs, trials run and the time split per "
+                   "workload as JSON (rewritten after each workload)")
+    p.add_argument("--gpus", metavar="all|N", type=ca.gpus,
+                   help="measure on every GPU of this host ('all') or the first N: one worker process per GPU, "
+                        "each batch spread over them, several workloads tuned side by side (with --device cpu: "
+                        "N interpreter workers); docs/distributed_tuning.md")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="measure on the workers of this Dask scheduler (tcp://HOST:8786; needs "
+                        "alcop_triton[distributed]); docs/distributed_tuning.md")
 
-    p = sub.add_parser("bench", parents=[common], help="alcop vs torch vs Triton tutorial 03 configs")
+
+def _add_bench(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = _command(sub, "bench", cmd_bench, _check_workload_args, parents=[common],
+                 help="alcop vs torch vs Triton tutorial 03 configs")
     _add_workload_args(p)
-    p.add_argument("--csv", help="write rows as CSV")
-    p.add_argument("--json", help="write rows as JSON (input of `report --bench`)")
+    p.add_argument("--csv", type=ca.output_file, help="write rows as CSV")
+    p.add_argument("--json", type=ca.output_file, help="write rows as JSON (input of `report --bench`)")
     p.add_argument("--no-tutorial", action="store_true", help="skip the 16 tutorial-03 configs")
-    p.set_defaults(func=cmd_bench)
 
+
+def _add_show_export(sub: Any, common: argparse.ArgumentParser) -> None:
     for name, helptext, func in (("show", "database contents", cmd_show),
                                  ("export", "best configs as triton.Config lines, JSON or JSONL", cmd_export)):
-        p = sub.add_parser(name, parents=[common], help=helptext)
+        p = _command(sub, name, func, parents=[common], help=helptext)
         p.add_argument("--gpu", help="only this GPU (e.g. H100)")
         p.add_argument("--op", choices=OPS, help="only this op")
-        p.add_argument("--top", type=int, default=1, help="configs per workload")
+        p.add_argument("--top", type=ca.positive_int, default=1, help="configs per workload")
         p.add_argument("--all", action="store_true", help="every record, not only the best")
         if name == "export":
             p.add_argument("--format", default="triton", choices=("triton", "json", "jsonl"))
-            p.add_argument("-o", "--output", help="file to write (atomically); default stdout")
-        p.set_defaults(func=func)
+            p.add_argument("-o", "--output", type=ca.output_file, help="file to write (atomically); default stdout")
 
-    p = sub.add_parser("import", parents=[common], help="add JSONL records to the database")
-    p.add_argument("files", nargs="+")
-    p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("copy", help="copy records between two databases (SQLite files or postgresql:// URLs)")
+def _add_import(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = _command(sub, "import", cmd_import, parents=[common], help="add JSONL records to the database")
+    p.add_argument("files", nargs="+", help="JSONL files (.jsonl or .jsonl.gz); a file that cannot be read is "
+                                            "reported and the others are imported")
+
+
+def _add_copy(sub: Any) -> None:
+    p = _command(sub, "copy", cmd_copy,
+                 help="copy records between two databases (SQLite files or postgresql:// URLs)")
     p.add_argument("src", help="database to read: a SQLite file or a postgresql:// URL")
     p.add_argument("dst", help="database to add to (created if absent; records it holds already are skipped)")
-    p.set_defaults(func=cmd_copy)
 
-    p = sub.add_parser("compare-tuners", help="best-in-k curves of the tuners, replayed offline")
-    p.add_argument("data", nargs="+", help="JSONL files or directories of them (e.g. benchmarks/data)")
-    p.add_argument("--tuners", default=",".join(TUNERS), help=f"comma-separated subset of {','.join(TUNERS)}")
-    p.add_argument("--k-max", type=int, default=50)
-    p.add_argument("--seeds", type=int, default=5, help="seeds averaged for the randomised tuners")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--budgets", default="10,50", help="k values in the table")
+
+def _add_compare(sub: Any) -> None:
+    from .autotune.tuner import TUNERS
+
+    p = _command(sub, "compare-tuners", cmd_compare, _check_compare,
+                 help="best-in-k curves of the tuners, replayed offline")
+    p.add_argument("data", nargs="+", type=ca.input_path,
+                   help="JSONL files or directories of them (e.g. benchmarks/data)")
+    p.add_argument("--tuners", type=ca.comma_list(TUNERS), default=list(TUNERS),
+                   help=f"comma-separated subset of {','.join(TUNERS)}")
+    p.add_argument("--k-max", type=ca.positive_int, default=50)
+    p.add_argument("--seeds", type=ca.positive_int, default=5, help="seeds averaged for the randomised tuners")
+    p.add_argument("--batch", type=ca.positive_int, default=8)
+    p.add_argument("--budgets", type=ca.int_list, default=[10, 50], help="k values in the table (each <= --k-max)")
     p.add_argument("--workload", action="append", help="only tasks whose key contains this (repeatable)")
     p.add_argument("--per-task", action="store_true", help="also print numbers per workload")
-    p.add_argument("--json", help="save the curves (input of `report --curves`)")
-    p.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="workloads replayed in parallel")
-    p.set_defaults(func=cmd_compare)
+    p.add_argument("--json", type=ca.output_file, help="save the curves (input of `report --curves`)")
+    p.add_argument("--jobs", type=ca.positive_int, default=min(8, os.cpu_count() or 1),
+                   help="workloads replayed in parallel")
 
-    p = sub.add_parser("report", help="PNG plots of tuning curves and speedups")
-    p.add_argument("--curves", help="JSON saved by `compare-tuners --json`")
-    p.add_argument("--data", nargs="*", help="or: replay these JSONL files/directories now")
-    p.add_argument("--k-max", type=int, default=50)
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--bench", help="JSON saved by `bench --json`")
-    p.add_argument("--out", default="alcop_report", help="output directory")
-    p.set_defaults(func=cmd_report)
 
-    # Listed for --help; main() hands its arguments to the calibration command's own parser.
-    sub.add_parser("calibrate", help="measure this GPU's constants for the performance model", add_help=False)
+def _add_report(sub: Any) -> None:
+    p = _command(sub, "report", cmd_report, _check_report,
+                 help="PNG plots of tuning curves and speedups (pip install 'alcop_triton[plots]')")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--curves", type=ca.input_file, help="JSON saved by `compare-tuners --json`")
+    source.add_argument("--data", nargs="+", type=ca.input_path, help="or: replay these JSONL files/directories now")
+    p.add_argument("--k-max", type=ca.positive_int, default=50, help="with --data")
+    p.add_argument("--seeds", type=ca.positive_int, default=5, help="with --data")
+    p.add_argument("--bench", type=ca.input_file, help="JSON saved by `bench --json`")
+    p.add_argument("--out", type=ca.output_dir, default="alcop_report", help="output directory")
+
+
+def _add_calibrate(sub: Any) -> None:
+    p = _command(sub, "calibrate", cmd_calibrate, _check_calibrate,
+                 help="measure this GPU's constants for the performance model (needs a CUDA GPU)",
+                 description="Measure the current GPU (bandwidths, tensor-core rates, latencies) and store a "
+                             "calibrated spec, which the performance model prefers from then on.")
+    p.add_argument("--quick", action="store_true", help="smaller buffers and matrices (a few seconds)")
+    p.add_argument("--dry-run", action="store_true", help="measure and print, but do not write the spec file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ca.Parser(prog="alcop-tune", description=(__doc__ or "").split("\n\n")[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    db_help = "tuning database: a SQLite file or a postgresql:// URL (default: $ALCOP_DB or the user data dir)"
+    parser.add_argument("--db", help=db_help)
+    # Also accepted after the command (`alcop-tune show --db x`); SUPPRESS keeps the global value.
+    common = ca.Parser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, help=db_help)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_tune(sub, common)
+    _add_bench(sub, common)
+    _add_show_export(sub, common)
+    _add_import(sub, common)
+    _add_copy(sub)
+    _add_compare(sub)
+    _add_report(sub)
+    _add_calibrate(sub)
     return parser
 
 
+def _error_line(prog: str, exc: BaseException) -> str:
+    return f"{prog}: error: " + " ".join(str(exc).split("\n"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; user errors (a bad argument or file, a refused database, a missing device or
+    dependency) end in one line on stderr and exit status 2, internal errors keep their traceback."""
     main_time = time.time()  # the end of the process's start (interpreter, imports): tune's time split
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["calibrate"]:
-        from .model import calibrate
-        return calibrate.main(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.main_time = main_time
-    if args.db:
-        # Children and dispatch in this process see the same database.
-        from .autotune.db_postgres import is_postgres_url
-
-        os.environ["ALCOP_DB"] = args.db if is_postgres_url(args.db) else str(Path(args.db).expanduser())
+    prog = "alcop-tune"
     try:
+        args = build_parser().parse_args(argv)
+        prog = f"alcop-tune {args.command}"
+        args.main_time = main_time
+        args.check(args)
+        if args.db:
+            # Children and dispatch in this process see the same database.
+            from .autotune.db_postgres import is_postgres_url
+
+            os.environ["ALCOP_DB"] = args.db if is_postgres_url(args.db) else str(Path(args.db).expanduser())
         return int(args.func(args))
     except KeyboardInterrupt:
         print("interrupted; measured records are kept", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except LoweringError:
+        raise  # alcop's own failure: its traceback is the report
+    except BrokenPipeError:
+        # The reader went away (`alcop-tune export | head`): stop quietly, and point stdout at devnull
+        # so that the interpreter's final flush does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except UsageError as exc:
+        print(_error_line(exc.prog or prog, exc), file=sys.stderr)
+        return EXIT_USAGE
     except (AlcopError, ValueError, OSError) as exc:
-        print(f"alcop-tune {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        # alcop's user errors, and what the system or a value read from the user's files refused;
+        # their messages name the argument, file or value (other exception types are bugs).
+        print(_error_line(prog, exc), file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -663,7 +663,7 @@ def _split_reduce(n: SplitReduce, c: Ctx) -> None:
         return
     # One program adding 64 partials makes 63 round trips through L2 after the main loop, which every
     # other program of the tile has left: on a conv weight gradient's 9 tiles x 64 slices that tail
-    # took 40% of the kernel (benchmarks/probes/wgrad_parts.py). In two levels it is 7 + 7.
+    # took 40% of the kernel (docs/decisions.md#d11). In two levels it is 7 + 7.
     w.line(f"# rewrite (split-K in two levels): the last of each group of {SPLIT_GROUP} slices to arrive adds the "
            "group's partials in")
     w.line(f"# slice order into the group's first slot; the last group to finish adds the {groups} group sums "

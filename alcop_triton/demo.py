@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
                tt.do_bench(lambda: at.matmul(x, y), return_mode="median"),
                tt.do_bench(lambda: torch.matmul(x, y), return_mode="median"))
     return 0 if err <= 1e-2 else 1
+
+
+def small_mlp() -> tuple[Any, tuple[Any, ...]]:
+    """A model factory for ``alcop-tune tune --model alcop_triton.demo:small_mlp``: a two-layer MLP and an
+    example input, small enough to tune in the interpreter. Your own factory has the same form."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+    return model, (torch.randn(4, 32),)
 
 
 if __name__ == "__main__":

@@ -237,7 +237,7 @@ def padded_run(extents: tuple[str, ...], width: int | None) -> tuple[int, int] |
     every outer axis (scalars, as in ``run_extent``) and a vector of the innermost, masked past its
     extent, instead of every lane splitting the flat index into all axes by division (the weight
     gradient's main loop spent 30-42% of its time there on four of five layers;
-    ``benchmarks/probes/wgrad_parts.py``).
+    ``docs/decisions.md#d13``).
     Taken while at least ``PADDED_RUN_USE`` of the padded positions are real."""
     inner = extents[-1] if extents else ""
     if len(extents) < 2 or not inner.isdigit() or not width or int(inner) % width == 0:

@@ -35,7 +35,7 @@ DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
 MAX_SPLIT_K = 64
 TAIL_BLOCK = 64
 """The wave tail's square tile (``TAIL_CONFIG``): the smallest that Hopper's warpgroup MMA runs on one
-warpgroup. Measured on the H100 (``benchmarks/results/wave_tail_h100``): with a hand-written kernel it
+warpgroup. Measured on the H100 (``docs/decisions.md#d17``): with a hand-written kernel it
 spread a short last wave over the SMs best of 64 x 64, 64 x 128 and 128 x 64; with alcop's kernels no
 other of seven tail configs was better by more than 4% on any shape (``tail_configs/``)."""
 """Largest split-K factor a config may have. The tuning space offers up to 8 (``Knobs.split_k``), where a

@@ -275,7 +275,7 @@ class Schedule:
     def tail_schedule(self, cfg: KernelConfig = TAIL_CONFIG) -> Schedule:
         """The schedule of the wave tail's launch: these steps with ``cfg``'s tile, depths, warps, copies and
         split-K factor (buffers, inlining, grouping and axes as here); the library's is ``TAIL_CONFIG``, others
-        serve measurements of the choice (``benchmarks/probes/wave_tail_configs.py``)."""
+        serve measurements of the choice (``docs/decisions.md#d17``)."""
         steps: list[Step] = []
         for st in self.steps:
             if isinstance(st, Tile):

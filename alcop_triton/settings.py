@@ -72,9 +72,14 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir("alcop_triton", appauthor=False))
 
 
+def db_location() -> str | None:
+    """``ALCOP_DB`` as given: a SQLite file path or a ``postgresql://`` URL; None where unset (or empty)."""
+    return os.environ.get("ALCOP_DB") or None
+
+
 def db_path() -> Path | None:
-    """``ALCOP_DB``: the tuning database's path, None where unset (or empty)."""
-    env = os.environ.get("ALCOP_DB")
+    """``ALCOP_DB`` as a file path (``~`` expanded), None where unset (or empty)."""
+    env = db_location()
     return Path(env).expanduser() if env else None
 
 
@@ -152,7 +157,7 @@ def fp32_precision() -> str:
     remainder and three tensor-core products added (the remainders' product dropped). Not IEEE arithmetic,
     but on the H100 it measured 2-5x closer to a float64 product than IEEE and than cuBLAS's float32 GEMM,
     gave torch's infinities and NaNs for an infinite operand element, and ran at 0.76-1.49x cuBLAS where
-    IEEE runs at 0.20-0.89x (``benchmarks/results/fp32_h100/README.md``).
+    IEEE runs at 0.20-0.89x (``docs/decisions.md#d12``).
     """
     if allow_tf32():
         return "tf32"

@@ -300,17 +300,75 @@ def render(results: Path, headline: Path | None = None) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+README_BEGIN, README_END = "<!-- headline:begin -->", "<!-- headline:end -->"
+
+
+def readme_block(results: Path, headline: Path | None = None) -> str:
+    """The README's short headline table: the suite's geomeans and the host time of a repeated call, from the
+    headline run's reports (the same files as the results page's first sections)."""
+    head = headline if headline is not None else results / "headline"
+    out = [README_BEGIN]
+    suite = head / "suite" / "report.json"
+    if suite.is_file():
+        r = json.loads(suite.read_text())
+        run = r["run"]
+        out += [f"{run['device']}, torch {run['torch']}, Triton {run['triton']}, {run['date']}; configs as "
+                "dispatched (the GPU's shipped table, else transfer), nothing tuned in the run. Ratio = torch time / alcop time, "
+                "geomean (> 1: alcop faster). **eager**: " + r["timers"]["eager"] + "; **graph**: "
+                + r["timers"]["graph"] + ".", "",
+                "| workloads | timer | alcop vs torch | faster than torch |", "|---|---|---|---|"]
+        names = {"alcop": "ALCOP suite GEMMs", "heldout": "held-out GEMMs", "conv2d": "ALCOP suite conv2d",
+                 "models": "model GEMMs"}
+        for set_, s in r["summary"].items():
+            for timer in ("eager", "graph"):
+                a = s["timers"].get(timer, {}).get("alcop")
+                if not a or not a.get("n"):
+                    continue
+                out.append(f"| {names.get(set_, set_)} ({s['workloads']}) | {timer} | **{_x(a['geomean'])}** "
+                           f"(min {_x(a['min'])}) | {a['faster']} / {a['n']} |")
+        out.append("")
+    over = head / "overhead" / "overhead.json"
+    if over.is_file():
+        r = json.loads(over.read_text())
+        rows = [s for s in r["summary"] if not s["requires_grad"] and s["alcop_us"] is not None
+                and s["torch_us"] is not None]
+        if rows:
+            m = r["meta"]
+            out += [f"Host time of a repeated call ({m['device']}, {m['date']}; time.perf_counter_ns around each "
+                    "call, median, `benchmarks/overhead.py`): "
+                    + ", ".join(f"{s['op']} {s['alcop_us']:.1f} µs against torch's {s['torch_us']:.1f}" for s in rows)
+                    + ".", ""]
+    out.append(README_END)
+    return "\n".join(out)
+
+
+def with_readme_block(text: str, block: str) -> str:
+    """``text`` with the part between the headline markers replaced by ``block`` (unchanged without markers)."""
+    if README_BEGIN not in text or README_END not in text:
+        return text
+    head, rest = text.split(README_BEGIN, 1)
+    return head + block + rest.split(README_END, 1)[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--readme", default=str(ROOT / "README.md"),
+                    help="README whose headline block (between its markers) is rewritten too")
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--headline", default=None, help="the headline run's directory (default: RESULTS/headline)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "results.md"))
     ap.add_argument("--check", action="store_true", help="exit 1 if the page differs from the results")
     a = ap.parse_args(argv)
-    page, out = render(Path(a.results), Path(a.headline) if a.headline else None), Path(a.out)
+    results, headline = Path(a.results), Path(a.headline) if a.headline else None
+    page, out = render(results, headline), Path(a.out)
+    readme = Path(a.readme)
+    readme_text = readme.read_text() if readme.is_file() else ""
+    new_readme = with_readme_block(readme_text, readme_block(results, headline))
     if a.check:
-        return int(not out.is_file() or out.read_text() != page)
+        return int(not out.is_file() or out.read_text() != page or new_readme != readme_text)
     out.write_text(page)
+    if new_readme != readme_text:
+        readme.write_text(new_readme)
     return 0
 
 

@@ -129,7 +129,7 @@ def weight_grad_chunk(row: int | None) -> int:
     """BLOCK_K of the weight-gradient kernel for output rows ``row`` wide: 64, or 32 where 64-wide chunks
     cannot run inside one (padded) row and 32-wide ones can (``loop_ir.run_extent``, ``padded_run``),
     so the reduction's (n, *o) are scalars per chunk instead of divisions per lane. On the H100
-    (``benchmarks/probes/wgrad_configs.py``) 28-wide rows ran 1.26x faster in runs of 32 than flat in
+    (``docs/decisions.md#d20``) 28-wide rows ran 1.26x faster in runs of 32 than flat in
     chunks of 64 (128 channels), 1.28x (512); 56-wide ones 1.52x in runs of 64 (with split-K's sum in
     two levels)."""
     def runs(width: int) -> bool:
@@ -144,7 +144,7 @@ def weight_grad_config(view: tuple[int, int, int, int], sms: int,
     output tiles over a long reduction, so split-K until about eight programs per SM (at most
     MAX_SPLIT_K, at least 8 chunks per program; the split sums in two levels past 8, so deep splits
     cost little); 128-wide tiles and 8 warps from 512 output channels, 64 and 4 below. On five suite
-    layers (``benchmarks/probes/wgrad_configs.py``, H100) it picks the fastest of six configs on four
+    layers (``docs/decisions.md#d21``, H100) it picks the fastest of six configs on four
     and is within 2% on the fifth."""
     b, m, n, k = view
     wide = m >= 512
@@ -174,7 +174,7 @@ batch chunks (their products summed in float32, in chunk order: deterministic)."
 IM2COL_MAX_ROWS = 8192
 """Longest reduction (N * output positions) that ``weight_grad_by_gemm`` takes: beyond it the im2col
 copy costs more than the GEMM saves over the DSL kernel, which reads X in place (H100, batch 64,
-``benchmarks/probes/conv_bwd.py``: the GEMM route won at 3,136 rows, 93.8 against 139 µs, and lost
+``docs/decisions.md#d22``: the GEMM route won at 3,136 rows, 93.8 against 139 µs, and lost
 at 12,544 to 200,704 rows by 1.1-3x; at 3.2M rows the copy alone is 3.7 GB)."""
 
 
@@ -241,7 +241,7 @@ def input_grad_config(view: tuple[int, int, int, int], sms: int,
     """The phased input-gradient kernel's config for its GEMM view (phases, N * Q, C, J * CO): 128-row tiles,
     as wide as the input's channels up to 256 (8 warps from 128 columns, 3 stages at 256), half as wide
     while that leaves fewer programs than half the SMs. Its reduction is short (a few taps of the output
-    channels), so wide tiles amortise the pipeline's start. On the H100 (``benchmarks/probes/dx_phases.py``)
+    channels), so wide tiles amortise the pipeline's start. On the H100 (``docs/decisions.md#d23``)
     it picks the fastest of four fixed configs on each of the six layers it was made from; the 7x7,
     512-channel layer (64 programs at 256 columns) ran 1.23x faster at 128."""
     b, m, n, _ = view

@@ -3,7 +3,7 @@ the Gluon kernel is ``conv_window_kernel.py``).
 
 The implicit-GEMM kernel of ``conv.py`` fuses (n, oh, ow) into its M tile, so a tile's rows span several
 output rows, and Triton's pipeliner cannot copy such a window as one TMA box (a multi-row box reshaped for
-the dot raced in Triton 3.6: ``benchmarks/results/conv_tma_h100``). This kernel is written in Gluon, where
+the dot raced in Triton 3.6: ``docs/decisions.md#d18``). This kernel is written in Gluon, where
 the kernel owns its shared-memory ring, its barriers and its MMA waits, so the box can be the whole tile:
 
 * the output tile is a BI x BD x BH x BW block of output positions (BI images' BD x BH x BW blocks; BD = 1
@@ -26,7 +26,7 @@ the stride-1 convolution of the input's strided view. ``boxes`` picks the box sh
 padded). Elsewhere, CPU tensors in Triton's interpreter included, a ``"box"`` config runs as its ``"tma"``
 twin of the implicit-GEMM kernel (the same arithmetic), so a table's record stays usable on any device.
 
-Measured on the H100 (``benchmarks/results/conv_window_h100/README.md``, kernel time under CUDA graphs, one
+Measured on the H100 (``docs/decisions.md#d24``, kernel time under CUDA graphs, one
 suite run, dispatch from the shipped table): the ALCOP conv2d suite at 1.042x cuDNN's speed (geomean; 0.866x
 before), ResNet-50's convolutions at 0.954x, the conv3d suite at 0.816x (0.680x before).
 """

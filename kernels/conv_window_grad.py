@@ -17,7 +17,7 @@ Where this kernel cannot run (``why_not``) the backward takes that kernel or the
 
 The input gradient (``input_grad_by_boxes``) is the forward's box kernel with ``TRANS_W``: a convolution of
 dY whose weight boxes are read as they lie, at the flipped tap; a strided convolution's runs one launch per
-input phase, stored into dX's phase view. Measured on the H100 (``benchmarks/results/conv_boxes_h100``,
+input phase, stored into dX's phase view. Measured on the H100 (``docs/decisions.md#d25``,
 CUDA graphs, one suite run): the suite's conv2d backward at 0.827x cuDNN (0.576x before), conv3d's 0.867x.
 """
 
@@ -119,7 +119,7 @@ def tile(co: int, c: int, taps: int, chunks: int, sms: int) -> tuple[int, int, i
     channels are fewer; BN divides ``c``), as many stages as ``SMEM_BYTES`` holds up to 4, and the slices
     that minimise a small model's time: the main loop over whole waves of resident programs (or the
     GPU's rate, once every SM is busy) plus the time to add the slices' partial sums. Its rates were
-    fitted to the slicings measured on the suite's layers (``benchmarks/results/conv_boxes_h100/wgrad``)."""
+    fitted to the slicings measured on the suite's layers (``docs/decisions.md#d26``)."""
     bm = 128 if co >= 128 else 64
     bn = next(b for b in ((256, 128, 64, 32, 16) if bm == 128 else (128, 64, 32, 16)) if c % b == 0)
     stage_bytes = POSITIONS * (bm + bn) * 2

@@ -103,7 +103,7 @@ PAD_MIN_K = 512
 """Below this reduction length unaligned operands are used as they are, however large the product: each
 output tile runs only a few reduction steps, so the pipelining that aligned rows enable has little to
 overlap, while the copies add two kernels and a trip of both operands through memory. Measured on the
-H100 (benchmarks/results/odd_sizes_h100, CUDA graphs): without the copies 257x263x271 ran 1.19x cuBLAS
+H100 (docs/decisions.md#d27, CUDA graphs): without the copies 257x263x271 ran 1.19x cuBLAS
 against 0.66x with them, a 384x197x64x197 bmm 0.99x against 0.42x, 4099x257x263 1.05x against 0.98x;
 from K = 761 up the copies won every shape (777x1234x555 too: 1.60x against 0.12x)."""
 
@@ -120,8 +120,8 @@ reads fastest (``_turn_b``): the copy reads and writes B once, which only a prod
 TURN_MIN_MACS = 1 << 30
 """Fewest multiply-adds for which ``_turn_b`` copies B: the copy is a second launch and a preparation on
 every call, which cost an eager call after a synchronisation about 50 us more host time on the H100
-(1024x768x768 IEEE, whose kernel the copy made 14 us faster: ``benchmarks/results/host_cold_h100/
-6_final_code``); from 512x3072x1024 (1.6e9) up the kernel saved 85 us and more."""
+(1024x768x768 IEEE, whose kernel the copy made 14 us faster: ``docs/decisions.md#d28``); from 512x3072x1024 (1.6e9)
+up the kernel saved 85 us and more."""
 
 
 def _turns(dtype: str, rows: int, n: int, k: int, b_layout: str | None) -> bool:
@@ -131,7 +131,7 @@ def _turns(dtype: str, rows: int, n: int, k: int, b_layout: str | None) -> bool:
     With TF32 the kernel's dot runs on Hopper's TF32 warpgroup MMA, which reads both operands K-major
     from shared memory: B stored K x N left Triton a kernel 3.8x slower than B stored N x K. Without
     TF32 (torch's default) the dot is IEEE fused multiply-adds, which read B fastest the other way:
-    N-contiguous 1.8x faster than K-contiguous. Measured on the H100 (``benchmarks/results/fp32_h100``,
+    N-contiguous 1.8x faster than K-contiguous. Measured on the H100 (``docs/decisions.md#d29``,
     CUDA-graph timer): 2048^3 with TF32 ran 201 us with B stored K x N and 88 us copying it first (cuBLAS
     53); 512x3072x1024 with TF32 63 -> 49 us; 2048^3 IEEE 768 us with B stored N x K, 423 us stored K x N.
     Only for products of ``TURN_MIN_ROWS`` rows and ``TURN_MIN_MACS`` multiply-adds or more (and

@@ -130,7 +130,7 @@ def box_blocks(m_axes: tuple[str, ...]) -> tuple[str, ...]:
     """The M tile as a box of its axes: ``BLOCK_M`` positions along the innermost (a run of one output
     row), one entry of each outer one. Boxes spanning rows (BH x BW, reshaped into the tile's rows)
     read the same data, but on the H100 (Triton 3.6) pipelined copies of them raced: outputs differed
-    between runs of one kernel, normwise errors up to 1e-2 (``benchmarks/probes/tma_reshape.py``);
+    between runs of one kernel, normwise errors up to 1e-2 (``docs/decisions.md#d18``);
     a block that differs from the tile by unit dims only, as here and in batched GEMMs, was exact."""
     return ("1",) * (len(m_axes) - 1) + ("BLOCK_M",)
 
@@ -148,7 +148,7 @@ def window_blocks(k: Kernel, o: Operand) -> tuple[tuple[str, ...] | None, str]:
     if o.role != "a":
         # A weight tile at a window tap is a (co, c) box of a 4-D tensor, reshaped and transposed for the
         # dot: on the H100 (Triton 3.6) such tiles came out wrong even with 4 warps (normwise error 1.3e-3
-        # to 3.7e-3, against 1.7e-5 from the 2-D weight matrix; benchmarks/probes/conv_weight_tma.py).
+        # to 3.7e-3, against 1.7e-5 from the 2-D weight matrix; docs/decisions.md#d19).
         return None, "only A tiles (a convolution's input) are copied as windows; B tiles by pointers"
     tile = "m"
     taxes, kaxes = k.axes[tile], k.axes["k"]

@@ -13,6 +13,9 @@ Layout (TVM autotvm style, one concern per file):
     dispatch.py    best_config(workload, gpu_spec): DB -> shipped table -> nearest -> analytical
     replay.py      tuners against recorded measurements; best-in-k comparisons
     session.py     one tuning run end to end (used by the CLI and ALCOP_AUTOTUNE=1)
+    workers.py     several GPUs: a worker per GPU (LocalGpuPool), batches and workloads spread over them
+    dask_pool.py   the workers of a Dask scheduler on many hosts (the ``distributed`` extra)
+    devices.py     the device a measurement names (GpuIdentity) and the workers' calibration kernel
     timing.py      the run's time split: start, space, model, compile, measure, other
     capture.py     GEMM/conv workloads of a torch model; bench.py, report.py: CLI helpers
 """

@@ -6,7 +6,9 @@ All three go through the same isolated measurer (same correctness check, same ti
 * ``tutorial``: alcop's kernel restricted to the 16 ``triton.Config``s of Triton's
   ``03-matrix-multiplication.py`` (no register pipelining), i.e. what that tutorial's
   ``@triton.autotune`` would pick for this shape; the best of them is reported;
-* ``alcop``: the config ``dispatch`` picks (tuning DB, shipped table, nearest shape, model).
+* ``alcop``: the config ``session.decide`` picks: what ``tune`` stored for this device (the
+  interpreter's records on a CPU machine), else dispatch's choice (tuning DB, shipped table,
+  nearest shape, model).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..records import KernelConfig, Workload
 from .database import Database, atomic_write_text, versions
 from .dispatch import Dispatcher
 from .measure import DEFAULT_FACTORY, MeasureResult, ProcessMeasurer, resolve_factory
-from .session import Target
+from .session import Target, decide
 
 
 def _t(bm: int, bn: int, bk: int, stages: int, warps: int) -> KernelConfig:
@@ -82,7 +84,7 @@ def run(workloads: Sequence[Workload], target: Target, db: Database, *, tutorial
     dispatcher = Dispatcher(db)
     rows: list[dict[str, Any]] = []
     for w in tqdm(workloads, desc="bench", unit="workload", dynamic_ncols=True):
-        decision = dispatcher.decide(w, target.spec)
+        decision = decide(dispatcher, w, target)
         with ProcessMeasurer(w, target.device, timeout_s=timeout_s) as m:
             alcop = m.measure([decision.config])[0]
             tut = _best(m.measure(list(TUTORIAL_03))) if tutorial else None

@@ -35,6 +35,7 @@ journal, which is slower but still correct.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import datetime as _dt
@@ -59,13 +60,15 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Seque
 from .. import generation
 from ..errors import DatabaseError, ScheduleError
 from ..records import KernelConfig, Workload, check_record, open_jsonl
+from .devices import GpuIdentity
 from .measure import ERROR_KINDS, MeasureResult
 
 SCHEMA = 1
 """Version of the record format (``"schema"`` key; absent means 1, the documented format)."""
 
 _RECORD_KEYS = frozenset({"schema", "impl", "workload", "config", "time_ms", "error", "message", "timer", "gpu",
-                          "device", "cc", "mma", "triton", "torch", "alcop", "date", "torch_ms", "host"})
+                          "device", "cc", "mma", "triton", "torch", "alcop", "date", "torch_ms", "host",
+                          "measured_on"})
 
 
 LAYOUTS = ("nn", "nt", "tn", "tt", "nhwc", "nchw")
@@ -155,6 +158,7 @@ class TuningRecord:
     timer: str = ""
     torch_ms: float | None = None  # torch's time for the same workload in the same run (None: not measured)
     host: str = ""  # the machine measured on ("": a record from before hosts were recorded)
+    measured_on: GpuIdentity | None = None  # the device (UUID, name, SM clock, driver), where it was recorded
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -175,7 +179,8 @@ class TuningRecord:
                    error=result.error.value if result.error is not None else None, gpu=g.name, cc=g.cc,
                    triton=v["triton"], torch=v["torch"], alcop=v["alcop"],
                    date=_dt.date.today().isoformat(), device=device, mma=mma,
-                   message=result.message[:2000], timer=result.timer, host=_CONTROL.sub("", socket.gethostname()))
+                   message=result.message[:2000], timer=result.timer, host=_CONTROL.sub("", socket.gethostname()),
+                   measured_on=result.measured_on)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"workload": self.workload.to_dict(), "config": self.config.to_dict(), "impl": "alcop",
@@ -188,6 +193,8 @@ class TuningRecord:
             d["timer"] = self.timer
         if self.torch_ms is not None:
             d["torch_ms"] = self.torch_ms
+        if self.measured_on is not None:
+            d["measured_on"] = self.measured_on.to_dict()
         if self.host:
             d["host"] = self.host
         # Keys a newer alcop_triton wrote travel on: export, import and copy lose nothing.
@@ -240,9 +247,10 @@ class TuningRecord:
         torch_ms = d.get("torch_ms")
         if torch_ms is not None and not _positive_time(torch_ms):
             raise DatabaseError(f"torch_ms={torch_ms!r}: expected null or a finite time > 0")
+        measured_on = GpuIdentity.from_dict(d["measured_on"]) if d.get("measured_on") is not None else None
         extra = {k: v for k, v in d.items() if k not in _RECORD_KEYS}
         return cls(workload=workload, config=config, time_ms=time_ms, error=error, extra=extra,
-                   torch_ms=float(torch_ms) if torch_ms is not None else None, **strs)
+                   torch_ms=float(torch_ms) if torch_ms is not None else None, measured_on=measured_on, **strs)
 
 
 def _strict_json(v: Any) -> bool:
@@ -446,15 +454,15 @@ def best_of(records: Sequence[TuningRecord], workload: Workload, gpu: Any) -> Ra
 def default_db_path() -> Path:
     """``$ALCOP_DB`` if set, else ``<user data dir>/alcop_triton/tuning.sqlite``. A PostgreSQL URL there is no
     path: ``store.open_database`` opens either kind."""
-    env = os.environ.get("ALCOP_DB")
+    from .. import settings
+
+    env = settings.db_location()
     if env:
         if env.startswith(("postgresql://", "postgres://")):
             raise DatabaseError("ALCOP_DB names a PostgreSQL server, not a file: open it with "
                                 "alcop_triton.autotune.store.open_database()")
         return Path(env).expanduser()
-    from ..settings import data_dir
-
-    return data_dir() / "tuning.sqlite"
+    return settings.data_dir() / "tuning.sqlite"
 
 
 _DDL = """
@@ -509,7 +517,27 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             os.close(fd)  # releases the lock
 
 
-class Database:
+class RecordQueries(abc.ABC):
+    """What every tuning store derives from its ``records()``: the best config of a workload and the
+    workloads it holds (SQLite's ``Database`` and ``db_postgres.PostgresDatabase`` share these)."""
+
+    @abc.abstractmethod
+    def records(self, workload: Workload | None = None, gpu: Any = None, *, op: str | None = None,
+                dtype: str | None = None) -> list[TuningRecord]:
+        """Every valid record, optionally of one workload, GPU, op or dtype."""
+
+    def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
+        """Fastest config measured for exactly this workload on this GPU (failed configs never)."""
+        return best_of(self.records(workload, gpu), workload, gpu)
+
+    def workloads(self, gpu: Any = None) -> list[Workload]:
+        seen: dict[Workload, None] = {}
+        for r in self.records(gpu=gpu):
+            seen.setdefault(r.workload, None)
+        return list(seen)
+
+
+class Database(RecordQueries):
     """SQLite tuning database (see the module docstring); safe to share between processes.
 
     Args:
@@ -793,16 +821,6 @@ class Database:
             out.append(r)
         warn_skipped(str(self.path), skipped)
         return select(out, gpu=gpu) if gpu is not None else out
-
-    def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
-        """Fastest config measured for exactly this workload on this GPU (failed configs never)."""
-        return best_of(self.records(workload, gpu), workload, gpu)
-
-    def workloads(self, gpu: Any = None) -> list[Workload]:
-        seen: dict[Workload, None] = {}
-        for r in self.records(gpu=gpu):
-            seen.setdefault(r.workload, None)
-        return list(seen)
 
     def __len__(self) -> int:
         return int(self._with_conn(lambda conn: conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]))

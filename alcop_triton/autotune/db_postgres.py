@@ -46,7 +46,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .. import generation
 from ..errors import DatabaseError
 from ..records import Workload
-from .database import SCHEMA, Database, RankedConfig, TuningRecord, best_of
+from .database import SCHEMA, Database, RecordQueries, TuningRecord
 
 SCHEMES = ("postgresql://", "postgres://")
 """URL prefixes that select this backend (libpq's two spellings)."""
@@ -132,7 +132,7 @@ def _secrets_of(url: str) -> list[str]:
 def default_mirror_path(url: str) -> Path:
     """The local mirror of the server database ``url`` names: one file per server database (user, host,
     port, database name, options), whatever password reaches it."""
-    from ..config import data_dir
+    from ..settings import data_dir
 
     digest = hashlib.sha256(redact_url(url).encode()).hexdigest()[:16]
     return data_dir() / "mirrors" / f"postgres-{digest}.sqlite"
@@ -151,7 +151,7 @@ class _BeforeCommit(Exception):
     """A write failed before its transaction committed: nothing was stored, so retrying is safe."""
 
 
-class PostgresDatabase:
+class PostgresDatabase(RecordQueries):
     """The tuning database on a PostgreSQL server (see the module docstring); safe to share between
     threads and processes. Opening connects to nothing; the first read or write does.
 
@@ -488,16 +488,6 @@ class PostgresDatabase:
         with self._state_lock:
             self._synced_at = time.monotonic()
         return self.mirror.records(workload, gpu, op=op, dtype=dtype)
-
-    def best(self, workload: Workload, gpu: Any) -> RankedConfig | None:
-        """Fastest config measured for exactly this workload on this GPU (failed configs never)."""
-        return best_of(self.records(workload, gpu), workload, gpu)
-
-    def workloads(self, gpu: Any = None) -> list[Workload]:
-        seen: dict[Workload, None] = {}
-        for r in self.records(gpu=gpu):
-            seen.setdefault(r.workload, None)
-        return list(seen)
 
     def __len__(self) -> int:
         """Rows on the server (damaged ones included, as SQLite's count does)."""

@@ -28,7 +28,6 @@ import statistics
 import threading
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 from .. import generation, settings
@@ -55,13 +54,13 @@ PATCH_MIN_GAIN = (0.03, 0.005)
 to send a workload to alcop: the larger of the two. The fraction is the timer's run-to-run spread (a
 smaller gain may not be one). The 5 µs: an alcop call costs the host more than a torch call when the
 CPU's caches are cold, as in a model's forward pass (ResNet-50 at batch 64 on an H100 host: about 13 µs
-more per convolution, ``benchmarks/results/resnet_patch_h100``), and a host-bound model pays it on every
+more per convolution, ``docs/decisions.md#d01``), and a host-bound model pays it on every
 call; a kernel that saves less does not pay for its call there. Direct calls always run alcop."""
 
 TORCH_UNLESS_MEASURED: frozenset[str] = frozenset({"float32"})
 """Dtypes whose workloads patch mode leaves to torch until records measure alcop's config against it.
 float32 has no shipped table, and alcop's float32 kernels measured slower than cuBLAS on every shape of
-``benchmarks/results/fp32_h100`` but one: 0.20-0.82x IEEE (Triton's fused multiply-add dot), 0.60-1.00x
+``docs/decisions.md#d02`` but one: 0.20-0.82x IEEE (Triton's fused multiply-add dot), 0.60-1.00x
 with TF32. Direct calls run alcop's kernel all the same."""
 
 
@@ -351,7 +350,7 @@ class Dispatcher:
         return Decision(best.config, "tuned", f"{best.result.time_ms:.4g} ms") if best is not None else None
 
 
-_shared: dict[Path | None, Dispatcher] = {}
+_shared: dict[str | None, Dispatcher] = {}
 
 
 def _forget_decisions() -> None:
@@ -364,7 +363,7 @@ generation.on_bump(_forget_decisions)  # e.g. the database gained a record: deci
 
 def dispatcher() -> Dispatcher:
     """The process-wide Dispatcher of the current ``$ALCOP_DB`` (one per value, created on first use)."""
-    env = settings.db_path()
+    env = settings.db_location()
     d = _shared.get(env)
     if d is None:
         d = _shared.setdefault(env, Dispatcher())

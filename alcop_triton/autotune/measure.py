@@ -38,11 +38,12 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from ..errors import AlcopError, OutOfResources, PipelineError, ScheduleError, TuningError, UnsupportedError
 from ..records import KernelConfig, Workload
+from .devices import GpuIdentity
 
 
 class ErrorKind(str, enum.Enum):
@@ -91,20 +92,27 @@ class MeasureResult:
     error: ErrorKind | None = None
     message: str = ""
     timer: str = ""  # "cuda_graph" | "do_bench" | "perf_counter" | "replay"
+    # The device that measured it, where a pool of workers did (``workers.py``); None: this host's device.
+    measured_on: GpuIdentity | None = field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"config": self.config.to_dict(), "time_ms": self.time_ms,
-                "error": self.error.value if self.error is not None else None,
-                "message": self.message, "timer": self.timer}
+        d = {"config": self.config.to_dict(), "time_ms": self.time_ms,
+             "error": self.error.value if self.error is not None else None,
+             "message": self.message, "timer": self.timer}
+        if self.measured_on is not None:
+            d["measured_on"] = self.measured_on.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "MeasureResult":
+        on = d.get("measured_on")
         return cls(KernelConfig.from_dict(d["config"]), d["time_ms"],
-                   ErrorKind(d["error"]) if d["error"] is not None else None, d["message"], d["timer"])
+                   ErrorKind(d["error"]) if d["error"] is not None else None, d["message"], d["timer"],
+                   GpuIdentity.from_dict(on) if on is not None else None)
 
 
 OnResult = Callable[[MeasureResult], None]
@@ -507,7 +515,7 @@ def helper_context(device: str) -> Any:
     workers). On a GPU: children forked from one server process that imported torch, triton and the
     kernels' runner once (``forkserver``, those preloaded). A spawned child imports them itself: about
     5 s on the H100's host, 7 s when a tuning run's 15 helpers import at once
-    (``benchmarks/results/tune_speed_fast_h100``), and the first compile waited for it. The interpreter
+    (``docs/decisions.md#d03``), and the first compile waited for it. The interpreter
     (a CPU device) spawns: its children must set ``TRITON_INTERPRET`` before triton is imported, which
     the server has done without it. Either way a child starts by taking ``child_setup()`` of the moment
     it was made (``take_setup``): a forkserver's child would otherwise have the environment and

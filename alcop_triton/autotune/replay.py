@@ -45,10 +45,14 @@ class Task:
 
 def load_tasks(paths: Iterable[str | os.PathLike[str]]) -> list[Task]:
     """Group the valid records of JSONL files by (GPU, MMA path, workload); corrupt lines are skipped."""
+    return group_tasks(r for p in paths for r in read_jsonl(p))
+
+
+def group_tasks(records: Iterable[TuningRecord]) -> list[Task]:
+    """Records grouped by (GPU, MMA path, workload), as tasks in a stable order."""
     groups: dict[tuple[GpuKey, str, Workload], list[TuningRecord]] = {}
-    for p in paths:
-        for r in read_jsonl(p):
-            groups.setdefault((r.gpu_key, r.mma, r.workload), []).append(r)
+    for r in records:
+        groups.setdefault((r.gpu_key, r.mma, r.workload), []).append(r)
     return [Task(g, w, tuple(rs), mma) for (g, mma, w), rs in
             sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2].key()))]
 

@@ -1,4 +1,8 @@
-"""PNG plots for ``alcop-tune report`` (matplotlib, Agg backend: no display needed)."""
+"""PNG plots for ``alcop-tune report`` (matplotlib, Agg backend: no display needed).
+
+matplotlib is an optional dependency (``pip install 'alcop_triton[plots]'``): it is imported only when a
+plot is drawn, and its absence is an ImportError that says how to install it.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,20 @@ _STYLE = {"analytical+xgb": ("tab:red", "-"), "xgb": ("tab:blue", "--"), "analyt
           "random": ("tab:gray", ":"), "grid": ("tab:brown", ":")}
 
 
+PLOTS_EXTRA = "pip install 'alcop_triton[plots]'"
+
+
+def require_matplotlib() -> None:
+    """Raise ImportError, saying how to install it, if matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"the plots of `alcop-tune report` need matplotlib, which is not installed "
+                          f"({exc}); install it with {PLOTS_EXTRA}") from None
+
+
 def _plt() -> Any:
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..records import KernelConfig, Workload
-from .database import GpuKey, TuningRecord, gpu_key, versions
-from .dispatch import Dispatcher
+from .database import GpuKey, TuningRecord, best_of, gpu_key, versions
+from .dispatch import Decision, Dispatcher
 from .measure import INTERPRETER_GPU, ErrorKind, MeasureResult, Measurer, ProcessMeasurer
 from .precompile import DEFAULT_COMPILER, CompilePool, PrecompilingMeasurer, default_workers
 from .space import ConfigSpace
@@ -64,6 +64,23 @@ def resolve_target(device: str | None = None, gpu: str | None = None) -> Target:
         return Target(device, spec, gpu_key(spec), torch.cuda.get_device_name(index), spec.mma)
     spec = hardware.get_spec(gpu or "H100")
     return Target(device, spec, GpuKey(*INTERPRETER_GPU), "cpu (triton interpreter)", "")
+
+
+def decide(dispatcher: Dispatcher, workload: Workload, target: Target) -> Decision:
+    """The config to run ``workload`` with on ``target``, as ``alcop-tune bench`` measures it: what
+    ``tune`` stored for this target, else dispatch's choice for the target's spec.
+
+    On a GPU the two are one query (the records' key is the spec's). In the interpreter they differ:
+    ``tune`` stores CPU timings under ``target.key`` ("interpreter"), which dispatch, asked about the
+    spec, never reads (they must not rank kernels for a real GPU); here they are read first, so a bench
+    on the machine that tuned runs the tuned config.
+    """
+    if target.key != gpu_key(target.spec) and dispatcher.db.exists():
+        found = best_of(dispatcher.db.records(workload, target.key), workload, target.key)
+        if found is not None:
+            return Decision(found.config, "db", f"{found.time_ms:.4g} ms over {found.count} run(s) on {target.key.name}",
+                            found.time_ms)
+    return dispatcher.decide(workload, target.spec)
 
 
 def _history(db: TuningStore, workload: Workload, target: Target, vers: dict[str, str]) -> list[MeasureResult]:
@@ -153,7 +170,10 @@ def tune(workload: Workload, target: Target, db: TuningStore, *, tuner: str = "a
                 t.warm_start(history)
 
         def store(trial: Trial) -> None:
-            db.add(TuningRecord.from_result(workload, trial.result, target.key, device=target.device_name,
+            # A pool's worker names the device that measured the trial (``workers.py``).
+            on = trial.result.measured_on
+            db.add(TuningRecord.from_result(workload, trial.result, target.key,
+                                            device=on.name if on is not None else target.device_name,
                                             mma=target.mma, vers=vers))
             if on_trial is not None:
                 on_trial(trial)

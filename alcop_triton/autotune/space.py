@@ -147,7 +147,7 @@ Rule = tuple[str, Callable[[Any], Any]]
 SCALAR_LOADS_MAX = 80
 """Most operand elements per thread and reduction chunk (``BLOCK_K * (BLOCK_M + BLOCK_N) / threads``) for a
 GEMM whose rows 16-byte loads cannot read (``_shape_rules``): the largest measured to run well (16x64x128
-with 4 warps on 257x263x271, 1.19x cuBLAS, ``benchmarks/results/odd_sizes_pack_h100``); 128 and 192 did not."""
+with 4 warps on 257x263x271, 1.19x cuBLAS, ``docs/decisions.md#d04``); 128 and 192 did not."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -176,14 +176,14 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
     rules += [
         ("split-K slices shorter than two chunks", lambda c: (c.split_k > 1) & (trips(c) < 2)),
         # The register prologue would sit inside the flattened tile loop; on the GPU the register
-        # level loses to shared-only pipelining anyway (benchmarks/results/pipeline_variants.md).
+        # level loses to shared-only pipelining anyway (docs/decisions.md#d05).
         ("register prefetch in a persistent tile loop", lambda c: c.persistent & (c.reg_stages > 1))]
     if batch != 1 or workload.op not in ("matmul", "linear") or spec is None or _cc_tuple(spec.cc) < (9, 0):
         # the tail launch overlaps the first by programmatic dependent launch (sm90) and splits rows of one batch
         rules.append(("wave tail outside one-batch GEMMs on sm90", lambda c: c.wave_tail))
     else:
         rules += [("wave tail without TMA", lambda c: c.wave_tail & (c.async_copy != "tma")),
-                  # the register level does not pay on sm90 (benchmarks/results/pipeline_variants.md): twins of
+                  # the register level does not pay on sm90 (docs/decisions.md#d05): twins of
                   # shared-only configs keep the space, and the model's time ranking it, near its old size
                   ("wave tail with register prefetch", lambda c: c.wave_tail & ((c.reg_stages > 1) | (c.reg_split > 1))),
                   # whole waves of one tile per SM, or less than one (records.wave_tail_rows is 0):
@@ -192,7 +192,7 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
                    lambda c: c.wave_tail & ((tiles(c) <= sms) | (tiles(c) % sms == 0)))]
     if conv:
         # Measured on the H100: persistent convolutions lose on every layer of the conv grid
-        # (benchmarks/results/conv_variants.md), by 20-70x where the model ranked them first (a
+        # (docs/decisions.md#d06), by 20-70x where the model ranked them first (a
         # conv3d 3x3x3 layer: 62 ms against 0.9 ms with one program per tile).
         rules.append(("persistent convolution", lambda c: c.persistent))
     if spec is not None:
@@ -217,7 +217,7 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
         # predicate in registers, so a tile that aligned shapes run well can spill here, and dispatch's
         # nearest shapes are aligned ones: 4099x257x263 ran at 0.15x cuBLAS on a 128x128x64 tile with 4
         # warps (128 loads per thread per chunk) and 1.06x on 64x128x64 with 8 (48;
-        # benchmarks/results/odd_sizes_scalar_h100); 1000^3, before its rows were known aligned, spilled
+        # docs/decisions.md#d04); 1000^3, before its rows were known aligned, spilled
         # at 192 (docs/gemm_shapes.md). TMA configs stay: they run as their pointer twins (build falls
         # back), and their measurements on the neighbours are what dispatch scores them by.
         rules.append(("more element loads per thread than registers hold",

@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any, Iterable, Protocol, runtime_checkable
 
 from ..records import Workload
+from .. import settings
 from .database import Database, RankedConfig, TuningRecord, default_db_path
 from .db_postgres import PostgresDatabase, is_postgres_url
 
@@ -67,7 +68,7 @@ def open_database(location: str | os.PathLike[str] | None = None) -> TuningStore
     PostgreSQL backend, anything else is a SQLite file path. None: ``$ALCOP_DB``, else the SQLite file
     in the user data dir. Opening connects to nothing; the first read or write does."""
     if location is None:
-        location = os.environ.get("ALCOP_DB") or None
+        location = settings.db_location()
     if isinstance(location, str) and is_postgres_url(location):
         return PostgresDatabase(location)
     return Database(location if location is not None else default_db_path())

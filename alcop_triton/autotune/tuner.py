@@ -71,7 +71,7 @@ near the best (a pipeline one stage deeper, a reduction chunk twice as long) is 
 needs. Replayed on the four recorded H100 grids (``alcop-tune compare-tuners``, 5 seeds, analytical+xgb),
 best within 50 trials over the grids' best: 98.5/99.8/98.4/98.5% without these slots, 99.1/99.9/99.1/99.0%
 with four of eight (ablation, dense + bmm, mma.sync ablation, ALCOP space); 10 trials unchanged, and from 20
-trials on never lower than with two or three slots (``benchmarks/results/tuners.md``)."""
+trials on never lower than with two or three slots (``docs/decisions.md#d07``)."""
 LOCAL_FROM = 2
 """How many of the fastest measured configs the local slots look around."""
 LOCAL_AFTER = 16
@@ -112,7 +112,7 @@ class EarlyStop:
             measures at least ``min_trials - 16`` of its tuner's own).
 
     The defaults come from replaying ``analytical+xgb`` with a budget of 50 on the recorded H100 grids
-    (``benchmarks/early_stop_replay.py``; its report is ``benchmarks/results/early_stop_replay/``):
+    (``benchmarks/early_stop_replay.py``; the decision and its numbers: ``docs/decisions.md#d08``):
     38 instead of 50 trials on average, for a best time 0.2 % slower on average (4.6 % on the worst
     workload); a patience of 16 from trial 16 on saved more trials but lost up to 7 % on a workload.
     """

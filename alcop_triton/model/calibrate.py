@@ -1,4 +1,4 @@
-"""Measure the current GPU and store a calibrated ``GPUSpec``: ``python -m alcop_triton.model.calibrate``.
+"""Measure the current GPU and store a calibrated ``GPUSpec``: ``alcop-tune calibrate``.
 
 Microbenchmarks (torch and small Triton kernels):
 
@@ -24,6 +24,7 @@ import subprocess
 import sys
 from typing import Any, Callable
 
+from ..errors import UnsupportedError
 from ..settings import tf32
 from .hardware import GPUSpec, _key, _PRESETS, save_calibrated, spec_from_properties
 
@@ -172,6 +173,8 @@ def calibrate(quick: bool = False) -> tuple[GPUSpec, dict[str, Any]]:
     """Measure the current GPU; return the calibrated spec and the raw measurements."""
     import torch
 
+    if not torch.cuda.is_available():
+        raise UnsupportedError("calibrate: measures the GPU this process runs on, and torch sees no CUDA device here")
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     key = _key(props.name)
     spec = spec_from_properties(props, _PRESETS.get(key))
@@ -206,8 +209,20 @@ def calibrate(quick: bool = False) -> tuple[GPUSpec, dict[str, Any]]:
     return spec, m
 
 
+def run(quick: bool = False, dry_run: bool = False) -> int:
+    """``alcop-tune calibrate``: measure, print the measurements as JSON and (unless ``dry_run``) store the spec."""
+    spec, measurements = calibrate(quick=quick)
+    print(json.dumps(measurements, indent=2))
+    if not dry_run:
+        print(f"wrote {save_calibrated(spec, measurements)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m alcop_triton.model.calibrate", description=__doc__.splitlines()[0])
+    """The module's own entry: the Triton matmul probe ``calibrate`` runs in a fresh process (see
+    ``_triton_matmul_in_subprocess``); otherwise the same as ``alcop-tune calibrate``."""
+    ap = argparse.ArgumentParser(prog="python -m alcop_triton.model.calibrate",
+                                 description=f"{__doc__.splitlines()[0]} (same as `alcop-tune calibrate`)")
     ap.add_argument("--quick", action="store_true", help="smaller buffers and matrices (a few seconds)")
     ap.add_argument("--dry-run", action="store_true", help="measure and print, but do not write the cache file")
     ap.add_argument("--triton-matmul-probe", type=int, metavar="N", help=argparse.SUPPRESS)
@@ -215,11 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.triton_matmul_probe:
         print(measure_triton_matmul(args.triton_matmul_probe))
         return 0
-    spec, measurements = calibrate(quick=args.quick)
-    print(json.dumps(measurements, indent=2))
-    if not args.dry_run:
-        print(f"wrote {save_calibrated(spec, measurements)}")
-    return 0
+    return run(quick=args.quick, dry_run=args.dry_run)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ workload is what tuning needs) plus a smaller uncentred part (so absolute times 
 As a script, the fit data and the fit are reproducible from the repository::
 
     python -m alcop_triton.model.fit derive --out benchmarks/data/h100_wgmma_fit.jsonl.gz
-    python -m alcop_triton.model.fit fit benchmarks/data/h100_wgmma_fit.jsonl.gz --out benchmarks/results/fit_h100
+    python -m alcop_triton.model.fit fit benchmarks/data/h100_wgmma_fit.jsonl.gz --out OUT
 
 ``derive`` draws the fit set from the committed H100 wgmma measurements (``FIT_SOURCES``): plain Triton kernels (no
 register prefetch, not persistent) of ``FIT_SHAPES`` matmul shapes, a seeded sample of at most

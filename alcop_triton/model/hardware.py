@@ -5,7 +5,7 @@ A ``GPUSpec`` carries two kinds of numbers:
 * hardware facts (SM count, shared memory, registers, L2 size) and measured rates (DRAM and L2
   bandwidth, tensor-core throughput on both MMA paths, memory latencies); the presets hold what
   was measured on this project's machines or the datasheet where nothing was measured, and
-  ``python -m alcop_triton.model.calibrate`` replaces them with measurements of the local GPU;
+  ``alcop-tune calibrate`` replaces them with measurements of the local GPU;
 * a few efficiency constants of the analytical model (``compute_eff``, ``iter_overhead_cycles``,
   ...) that describe how Triton-generated code uses that hardware. They have sensible defaults
   for Triton 3.6 and are fitted to measurements by ``alcop_triton.model.fit.fit_constants``.
@@ -68,7 +68,7 @@ class GPUSpec:
     # fitted to ~7000 plain Triton 3.6 fp16 matmul timings on an H100 (15 shapes, all tiles/stages);
     # those timings were not kept: `python -m alcop_triton.model.fit` re-derives such a set from the
     # committed measurements (benchmarks/data/h100_wgmma_fit.jsonl.gz) and refits it
-    # (benchmarks/results/fit_h100.md).
+    # (docs/decisions.md#d14).
     compute_eff: float = 0.97           # steady-state fraction of tc_* a Triton main loop reaches
     single_issuer_util: float = 0.95    # tensor-core utilisation with one MMA issuer per SM sub-partition
     iter_overhead_cycles: float = 45.0  # per main-loop iteration: barrier/mbarrier wait, loop control
@@ -186,7 +186,7 @@ def _load_calibrated(name: str) -> GPUSpec | None:
         return GPUSpec.from_dict(doc["spec"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"calibration file {path} is unreadable ({e}); delete it or rerun "
-                         f"`python -m alcop_triton.model.calibrate`") from e
+                         f"`alcop-tune calibrate`") from e
 
 
 def save_calibrated(spec: GPUSpec, measurements: dict[str, Any]) -> Path:
@@ -203,7 +203,7 @@ def save_calibrated(spec: GPUSpec, measurements: dict[str, Any]) -> Path:
 def get_spec(name: str | GPUSpec, *, mma: str | None = None, use_calibration: bool = True) -> GPUSpec:
     """The spec of a GPU by name ("H100", "h100", "NVIDIA H100 80GB HBM3" all work).
 
-    A calibration file written by ``python -m alcop_triton.model.calibrate`` for this GPU is
+    A calibration file written by ``alcop-tune calibrate`` for this GPU is
     preferred over the preset unless ``use_calibration`` is False. ``mma`` overrides the MMA path
     ("wgmma" or "mma_sync"). A ``GPUSpec`` passes through (with ``mma`` applied).
     """
@@ -218,7 +218,7 @@ def get_spec(name: str | GPUSpec, *, mma: str | None = None, use_calibration: bo
             if key not in _PRESETS:
                 raise UnsupportedError(
                     f"GPU {name!r} has no preset (known: {preset_names()}); run "
-                    f"`python -m alcop_triton.model.calibrate` on it to measure one")
+                    f"`alcop-tune calibrate` on it to measure one")
             found = _PRESETS[key]
         spec = found
     return spec.with_mma(mma) if mma is not None else spec
@@ -270,5 +270,5 @@ def detect(device: int | None = None) -> GPUSpec:
     key = _key(props.name)
     if key not in _PRESETS:
         raise UnsupportedError(f"detect(): GPU {props.name!r} has no preset; run "
-                               f"`python -m alcop_triton.model.calibrate` once to measure it")
+                               f"`alcop-tune calibrate` once to measure it")
     return spec_from_properties(props, _PRESETS[key]).with_mma(default_mma(cc))
