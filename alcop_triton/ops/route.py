@@ -23,8 +23,8 @@ torch before anything reads its shape or strides (``fallback.not_plain``, which 
 (``fallback.static_reason``), the config (``choose_config``), the kernel and its launch
 (``fastpath.launch_kernel``). Such tensors never reach rule 3's guards either: the call-site check
 skips nested tensors before any guard reads their strides, and tells freed storage by its address
-(``address_bits``); rule 4 gives them no signature (``tensor_kinds.plain``). The stored entries, their signatures and the recording of a first call
-are ``fastpath``'s.
+(``address_bits``); rule 4 gives them no signature (``tensor_kinds.plain``). The stored entries, their
+signatures and the recording of a first call are ``fastpath``'s.
 """
 
 from __future__ import annotations
