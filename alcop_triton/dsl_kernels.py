@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import choose_config, fallback, settings, te
+from . import choose_config, fallback, settings, te, tensor_kinds
 from .build import CompiledKernel, build
 from .errors import UnsupportedError
 from .fastpath import launch_kernel
@@ -197,6 +197,15 @@ def _own_choice(spec: DslKernel, out: te.Tensor, env: dict[str, Any], device: to
 def run_dsl(key: str, tensors: Sequence[torch.Tensor], op: str = "dsl_call") -> torch.Tensor:
     """Run the registered DSL kernel ``key`` on real tensors (the impl of ``alcop::dsl_call``)."""
     spec, inputs, out_te = dsl_te(key)
+    # A DSL kernel has no torch function to leave torch's lazy flags to: they are applied here (a copy).
+    # Any other tensor that is not plain strided memory (nested, sparse, freed storage...) is refused.
+    tensors = [tensor_kinds.resolved(t) if isinstance(t, torch.Tensor) else t for t in tensors]
+    for ph, t in zip(inputs, tensors):
+        if type(t) in (torch.Tensor, torch.nn.Parameter):
+            kind = tensor_kinds.reason(t) or tensor_kinds.storage_reason(t)
+            if kind is not None:
+                raise RuntimeError(f"{op} ({key}): argument {ph.name!r}: {kind}; a DSL kernel reads plain "
+                                   "strided tensors")
     env = size_env(f"{op}[{key}]", inputs, tensors)
     out = dsl_output(spec, out_te, env, tensors[0])
     if out.numel() == 0:

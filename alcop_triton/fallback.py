@@ -1,7 +1,9 @@
 """Where alcop steps aside: which inputs it cannot run, the announcement, and torch's equivalents.
 
-Inputs alcop cannot run (anything that is not a plain strided dense tensor, a dtype other than
-float16/bfloat16/float32, a device that is neither CUDA nor CPU, a GPU without a hardware preset, tensors beyond int32 offsets) are
+Inputs alcop cannot run (a tensor that is not plain strided dense memory (``tensor_kinds``: a sparse,
+nested, quantized or meta tensor, torch's negative or conjugate bit, freed storage, a subclass with its own
+``__torch_function__``), a dtype other than float16/bfloat16/float32, a device that is neither CUDA nor
+CPU, a GPU without a hardware preset, tensors beyond int32 offsets) are
 computed by torch; ``use_torch`` logs the reason once, or raises ``UnsupportedError`` under
 ``ALCOP_STRICT=1``. ``torch_gemm`` and ``torch_conv`` are the custom ops' semantics in torch.
 """
@@ -15,9 +17,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from . import settings
+from . import settings, tensor_kinds
 from .choose_config import device_index, gpu_spec
-from .dense import not_dense_reason
 from .errors import UnsupportedError
 from .fastpath import note_torch_computed, span
 from .records import dtype_name
@@ -53,14 +54,14 @@ _log_once._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 def static_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] = SUPPORTED_DTYPES) -> str | None:
     """Why alcop cannot run these tensors, from what is known when tracing: first whether each is a plain
-    strided dense tensor (``dense.not_dense_reason``, asked before anything reads a stride), then dtype
+    strided dense tensor (``tensor_kinds.reason``, asked before anything reads a stride), then dtype
     and device."""
     for t in tensors:
         if t is None:
             continue
-        reason = not_dense_reason(t)
-        if reason is not None:
-            return reason
+        kind = tensor_kinds.reason(t)
+        if kind is not None:
+            return kind
         if t.dtype not in dtypes:
             return (f"dtype {dtype_name(t.dtype)}: kernels are generated for "
                     f"{', '.join(dtype_name(d) for d in dtypes)}")
@@ -69,6 +70,20 @@ def static_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] =
         if t.device.type == "cuda" and settings.interpret():
             return "a CUDA tensor while TRITON_INTERPRET=1: the interpreter runs kernels on CPU tensors only"
     return None
+
+
+def not_plain(op: str, names: Sequence[str], *tensors: Any) -> bool:
+    """Whether a tensor argument of ``op`` is not a plain strided dense tensor (``tensor_kinds.reason``:
+    nested, sparse, quantized, meta, torch's negative or conjugate bit, a subclass with its own
+    ``__torch_function__``...): then announced (``use_torch``), and the caller has torch compute the call.
+    The front ends ask it first, before any shape is read (a nested tensor has none). Storage that does
+    not cover its tensor raises RuntimeError naming the argument (``tensor_kinds.check_storage``)."""
+    reason = tensor_kinds.first_reason(*tensors)
+    if reason is None:
+        tensor_kinds.check_storage(op, names, tensors)
+        return False
+    use_torch(op, reason)
+    return True
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,11 +96,14 @@ def _gpu_reason(index: int) -> str | None:
 
 
 def runtime_reason(*tensors: torch.Tensor | None, dtypes: Sequence[torch.dtype] = SUPPORTED_DTYPES) -> str | None:
-    """``static_reason`` plus what only real tensors tell: offsets beyond int32, the GPU's preset."""
+    """``static_reason`` plus what only real tensors tell: offsets beyond int32, the GPU's preset; raises
+    RuntimeError for a tensor whose storage does not cover it."""
     r = static_reason(*tensors, dtypes=dtypes)
     if r is not None:
         return r
     real = [t for t in tensors if t is not None]
+    # Freed storage is an error, not a fallback (``tensor_kinds.check_storage``)
+    tensor_kinds.check_storage("alcop", [f"tensor {i}" for i in range(len(real))], real)
     for t in real:
         if span(t) >= 2 ** 31:
             return f"a tensor of shape {tuple(t.shape)} spans 2**31 elements or more; kernels index with int32"

@@ -7,7 +7,7 @@ through it). The call's *signature* is one tuple: the op and its non-tensor para
 shape, strides, dtype, device, 16-byte alignment and whether it requires grad (in grad mode), the
 ``ALCOP_STRICT`` setting, whether patch mode is on in the calling thread and, for float32 inputs, their
 precision (``settings.fp32_precision``: torch's TF32 switch and ``ALCOP_FP32``); tensors that are not
-plain dense ones (``dense.not_dense_reason``) have none. The first call of a signature runs the op's
+plain dense ones over live storage (``tensor_kinds.plain``) have none. The first call of a signature runs the op's
 direct route (argument checks, fallback policy, config choice, binding, compilation) while this module
 records the launches it makes (``launch_kernel``, ``prepare``); if they account for the whole result
 (each kernel tensor is a view of an input or of the output, nothing was computed by torch) the route
@@ -48,7 +48,7 @@ import torch
 from . import generation, settings
 from .build import Launch
 from .choose_config import capture_error
-from .dense import PLAIN_TYPES
+from .tensor_kinds import PLAIN_TYPES, plain
 
 Tensor = torch.Tensor
 
@@ -316,11 +316,10 @@ def _key(op: Hashable, tensors: Sequence[Tensor | None], params: tuple[Any, ...]
         if t is None:
             key.append(None)
             continue
-        # Not a plain dense tensor (``dense.not_dense_reason``): no signature, so never a hit or a stored
-        # entry; the cold route sends it to torch. The checks that cost nothing here: the exact type and
-        # the negation bit (a sparse layout has no strides: reading them raises, and the caller takes that
-        # as no signature).
-        if type(t) not in PLAIN_TYPES or t.is_neg():
+        # Not a plain strided dense tensor over live storage (``tensor_kinds.plain``: torch's flags,
+        # nested, sparse, freed storage...): no signature, so never a hit or a stored entry; the cold
+        # route sends it to torch (or raises, for freed storage).
+        if type(t) not in PLAIN_TYPES or not plain(t):
             return None
         dtype = t.dtype
         fp32 = fp32 or dtype is torch.float32

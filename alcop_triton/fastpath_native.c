@@ -1,14 +1,16 @@
-/* The fast path's hit in C: the call-site check (fastpath._site_hit_py) and a stored call's output
+/* The fast path's hit in C: the call-site check (ops.route._site_hit_py) and a stored call's output
  * allocation and launch (fastpath._plain_run over runtime.prebind's launch), without their bytecode.
  *
  * An eager call that finds the CPU's caches cold (as one after a synchronisation does) pays for every
  * frame and bytecode of its Python: on the H100's hosts the Python hit cost a few microseconds more
  * than these functions, which call the same Python and C callables in the same order and return the
- * same results. fastpath.py and runtime.py hold the references, the layouts and the fallbacks.
+ * same results. ops/route.py, fastpath.py and runtime.py hold the references, the layouts and the fallbacks.
  *
  * site_hit(site, tensors) -> the entry of the first candidate that tensors match, or None.
  *   site: list of candidates (n, present, vacant, check, align, precision, entry)
- *   tensors: tuple of the call's tensor arguments (None where absent)
+ *   tensors: tuple of the call's tensor arguments (None where absent); a nested one matches nothing
+ *   (torch's tensor guard aborts the process reading its strides), nor one at an address below
+ *   LIVE_ADDRESS unless its candidate's was (freed storage: see ops.route.address_bits)
  * run(state, tensors) -> the output: allocated, then written by one direct launch of a compiled kernel.
  *   state: (new, shape, stride, launch, current_device, index, stream_of, hooks, address, memo, encode,
  *           scratch_address, nbytes, c_launch, g0, g1, g2, function, coop, pdl, metadata)
@@ -19,6 +21,11 @@
 
 static PyObject *address_fn = NULL;   /* Tensor.data_ptr */
 static PyObject *precision_fn = NULL; /* config.fp32_precision */
+static PyObject *nested_name = NULL;  /* "is_nested" */
+
+/* No live allocation lies below it (Linux's mmap_min_addr; CUDA's addresses are far above): a tensor
+ * there is one whose storage was freed (data pointer 0 plus its offset). ops.route.LIVE_ADDRESS. */
+#define LIVE_ADDRESS (1ULL << 16)
 
 /* Whether obj is truthy: 1, 0, or -1 with an exception set. Steals the reference. */
 static int truth(PyObject *obj) {
@@ -29,8 +36,8 @@ static int truth(PyObject *obj) {
     return r;
 }
 
-/* 1 if the tensors of `given` have the candidate's alignment (`align`: None = all 16-byte aligned,
- * else a tuple of each address's low four bits), 0 if not, -1 with an exception set. */
+/* 1 if the tensors of `given` have the candidate's alignment (`align`: None = all 16-byte aligned and
+ * live, else a tuple of each address's ops.route.address_bits), 0 if not, -1 with an exception set. */
 static int aligned(PyObject *given, PyObject *align) {
     Py_ssize_t n = PyTuple_GET_SIZE(given);
     if (align != Py_None && PyTuple_GET_SIZE(align) != n)
@@ -40,7 +47,8 @@ static int aligned(PyObject *given, PyObject *align) {
         PyObject *p = PyObject_CallOneArg(address_fn, PyTuple_GET_ITEM(given, j));
         if (p == NULL)
             return -1;
-        unsigned long long low = PyLong_AsUnsignedLongLongMask(p) & 15;
+        unsigned long long address = PyLong_AsUnsignedLongLongMask(p);
+        unsigned long long low = address < LIVE_ADDRESS ? 16 : address & 15;
         Py_DECREF(p);
         if (PyErr_Occurred())
             return -1;
@@ -96,6 +104,22 @@ static PyObject *site_hit(PyObject *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     PyObject *site = args[0], *tensors = args[1];
+    /* One flag per tensor before any guard reads it: torch's guard aborts on a nested tensor's strides. */
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(tensors); j++) {
+        PyObject *t = PyTuple_GET_ITEM(tensors, j);
+        if (t == Py_None)
+            continue;
+        PyObject *nested = PyObject_GetAttr(t, nested_name);
+        if (nested == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                return NULL;
+            PyErr_Clear(); /* not a tensor: no candidate matches it, the call's checks say why */
+            Py_RETURN_NONE;
+        }
+        Py_DECREF(nested);
+        if (nested != Py_False)
+            Py_RETURN_NONE;
+    }
     /* The list may change while a candidate's callables run (another thread adds one): index it afresh. */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(site); i++) {
         PyObject *c = PyList_GET_ITEM(site, i);
@@ -124,6 +148,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_INCREF(precision);
     Py_XSETREF(address_fn, address);
     Py_XSETREF(precision_fn, precision);
+    if (nested_name == NULL && (nested_name = PyUnicode_InternFromString("is_nested")) == NULL)
+        return NULL;
     Py_RETURN_NONE;
 }
 

@@ -1,6 +1,6 @@
 """Patch mode: route torch's matrix products and convolutions through alcop.
 
-    alcop_triton.enable()            # from here on, in this thread
+    alcop_triton.enable()            # from here on, in this thread (or asyncio task)
     y = model(x)                     # nn.Linear / nn.Conv2d / x @ w ... run alcop kernels
     alcop_triton.disable()
 
@@ -13,15 +13,20 @@ Routed: ``torch.matmul``/``Tensor.matmul``/``@``, ``torch.mm``/``Tensor.mm``, ``
 too; a ConvNd with a non-zeros ``padding_mode`` pads with torch and convolves through alcop). A
 convolution whose backward will run stays torch's (``GRAD_TO_TORCH``).
 
-How: while patch mode is on in some thread, those attributes of ``torch``, ``torch.nn.functional`` and
-``torch.Tensor`` are thin wrappers; in a thread with patch mode on they call the drop-in, in every
-other thread torch's own function. The ``forward`` of ``nn.Conv1d``/``2d``/``3d`` is replaced as well
+How: while patch mode is on in some context (a thread, an asyncio task), those attributes of ``torch``,
+``torch.nn.functional`` and ``torch.Tensor`` are thin wrappers; in a context with patch mode on they call
+the drop-in, in every other torch's own function. They also call torch's own function for what the
+drop-in does not take: an argument with a ``__torch_function__`` of its own (a tensor subclass that
+intercepts), ``tensor @ obj`` for an ``obj`` that is no tensor (NotImplemented, so ``obj.__rmatmul__``
+runs), more positional arguments than the drop-in has (the deprecated ``addmm(beta, input, alpha, mat1,
+mat2)``). The ``forward`` of ``nn.Conv1d``/``2d``/``3d`` is replaced as well
 (``CONV_MODULES``): torch's calls ``_conv_forward``, which calls ``F.convNd``; patch mode's makes the
 functional call itself, one Python call fewer, and a call site left to torch calls torch's function (or
 cuDNN's op, where that is torch's call) with no Python call of alcop's at all (``_conv_module_forward``).
-The originals are put back by the first call of one of them after the last thread left patch mode (a
+The originals are put back by the first call of one of them after the last context left patch mode (a
 block entered around every forward pass would otherwise rewrite torch's classes twice per pass: see
-``_set``). Which thread is in patch mode is the fast path's per-thread mode (``fastpath.set_routing``),
+``_set``); a thread or task that ends with patch mode on leaves it. Which context is in patch mode is the
+fast path's mode, a context variable (``fastpath.set_routing``),
 which the drop-ins read on every call anyway: so a routed call costs the wrapper's checks and nothing
 more, and a drop-in called directly in that thread is patch mode's call as well (where the records
 leave its workload to torch, torch runs it).
@@ -32,7 +37,8 @@ reference to a routed function before patch mode began (``from torch import matm
 torch's (one taken while the wrappers outlive a block is a wrapper, and follows patch mode).
 ``torch.compile`` traces through the wrappers of functions (``torch.matmul``, ``F.linear``,
 ``F.conv2d``...: they become ``torch.ops.alcop`` nodes); Tensor methods and the ``@`` operator it
-traces as torch's own ops, whatever the class attribute says. Entering patch mode the first time
+traces as torch's own ops, whatever the class attribute says. A trace follows patch mode as the
+tracing thread last set it (Dynamo reads no context variable: ``_state``). Entering patch mode the first time
 imports ``torch._dynamo`` (see ``_install``).
 """
 
@@ -40,14 +46,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
+import weakref
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, cast
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import generation, ops
+from . import generation, ops, tensor_kinds
 from .fastpath import _ROUTING, _compiler, _dispatch_modes, _dynamo_tracing, _transforms, set_routing, unrouted
 from .fastpath import _counters as _fastpath_counters
 from .fastpath import _mode as _fastpath_mode
@@ -77,16 +87,36 @@ conv_boxes_h100/suite_final``). The drop-ins themselves, called directly, still 
 alcop's kernels."""
 
 
-class _State(threading.local):
-    enabled = False  # enable() is in effect in this thread
-    blocks = 0       # patched() blocks open in this thread
-    on = False       # either: this thread's routed calls go to alcop
+class _Activation:
+    """Alive while some context has patch mode on through it: the ``_Patch`` that turned patch mode on in a
+    context holds it, and so does every copy of that context (an asyncio task started meanwhile); when the
+    last of them turned patch mode off, or ended (a thread that exited, a finished task), it is freed and
+    ``_live`` drops."""
+    __slots__ = ("__weakref__",)
 
 
-_state = _State()
-_lock = threading.Lock()
-_threads_on = 0  # threads with patch mode on: the wrappers are installed while it is above zero, and after
-# it drops to zero until a wrapper is called (``_put_back``). What ``_install`` put in place, empty when
+@dataclass(frozen=True)
+class _Patch:
+    """Patch mode in one context: ``enable()`` in effect, ``patched()`` blocks open, and while either
+    holds, the activation that keeps the wrappers installed."""
+    enabled: bool = False
+    blocks: int = 0
+    activation: _Activation | None = None
+
+
+# Per context, not per thread: an asyncio task's ``patched()`` block routes that task's calls while
+# another task's block is open, as the fast path's mode (a context variable too) routes them.
+_patch: ContextVar[_Patch] = ContextVar("alcop_patch", default=_Patch())
+
+
+class _Traced(threading.local):
+    on = False  # patch mode as this thread last set it: what a torch.compile trace follows (see _wrapper)
+
+
+_state = _Traced()
+_lock = threading.RLock()  # reentrant: an activation's finaliser may run in a collection inside the lock
+_live = 0  # activations alive: the wrappers are installed while it is above zero, and after it drops
+# to zero until a wrapper is called (``_put_back``). What ``_install`` put in place, empty when
 # torch's own functions are: (owner, attribute, torch's function, its wrapper)
 _in_place: tuple[tuple[Any, str, Any, Any], ...] = ()
 # (owner id, attribute) -> (torch's function, its wrapper): the wrapper made once, the original put back
@@ -96,6 +126,8 @@ _module_wrappers: dict[int, tuple[Any, Callable[..., Any], Callable[..., Any]]] 
 
 
 _grad_enabled = torch.is_grad_enabled
+_has_torch_function = torch._C._has_torch_function
+_function_modes = torch._C._len_torch_function_stack
 
 
 _to_torch: dict[Callable[..., Any], dict[int, tuple[torch.Size, torch.dtype, bool]]] = {}
@@ -161,7 +193,9 @@ def _forget_sites() -> None:
 generation.on_bump(_forget_sites)
 
 
-def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callable[..., Any]:
+def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: bool = False) -> Callable[..., Any]:
+    # ``operator``: ``original`` is ``Tensor.__matmul__``, which returns NotImplemented for an operand that
+    # is no tensor, so that Python calls the operand's ``__rmatmul__``: such a call goes to it.
     # Every routed call runs this, in a model's forward pass among other ops that leave the CPU's
     # caches cold: each lookup below costs there, so the to-torch check reads one dict of this route
     # and two tensor properties, no tuple is built and no helper called; and it comes first, before
@@ -170,6 +204,9 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
     sites = _to_torch.setdefault(route, {})
     grad_to_torch = route in GRAD_TO_TORCH  # the convolutions
     tensor = torch.Tensor
+    # More positional arguments than the drop-in takes: a form of torch's own (the deprecated
+    # ``addmm(beta, input, alpha, mat1, mat2)``), which torch's function parses.
+    arity = sum(p.kind is p.POSITIONAL_OR_KEYWORD for p in inspect.signature(route).parameters.values())
 
     @functools.wraps(original)
     def routed(*args: Any, **kwargs: Any) -> Any:
@@ -179,7 +216,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
         # whatever eager calls at the same site decided.
         if _dynamo_tracing() or _compiler._is_compiling_flag:
             return route(*args, **kwargs) if _state.on else original(*args, **kwargs)
-        if not _threads_on:  # the wrappers outlived patch mode's last block: torch's functions go back
+        if not _live:  # the wrappers outlived patch mode's last block: torch's functions go back
             _put_back()
             return original(*args, **kwargs)
         if sites and not kwargs and len(args) > 1:
@@ -189,6 +226,14 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
                 if type(a) is tensor and seen[1] is a.dtype and seen[0] == a.shape:
                     _fastpath_counters.to_torch += 1
                     return original(*args)
+        if len(args) > arity or (operator and not isinstance(args[1], tensor)):
+            return original(*args, **kwargs)
+        # An argument with a __torch_function__ of its own (a tensor subclass's) asked to see the call:
+        # torch's function gives it that. (One C check; a torch function mode, such as ``torch.device``'s
+        # block, also makes it true, and patch mode routes under those.)
+        if (_has_torch_function(args) or (kwargs and _has_torch_function(tuple(kwargs.values())))) \
+                and _intercepted(args, kwargs):
+            return original(*args, **kwargs)
         # A convolution that will train goes to torch's function whoever calls it: checked before the
         # thread's state and mode, which that answer does not depend on.
         if grad_to_torch and _grad_enabled():
@@ -223,6 +268,19 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any]) -> Callabl
     return routed
 
 
+def _intercepted(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether an argument has a ``__torch_function__`` of its own (a tensor subclass's or another
+    object's), with torch function modes aside."""
+    if not _function_modes():
+        return True
+    for a in (*args, *kwargs.values()):
+        cls = type(a)
+        if cls is not torch.Tensor and cls is not torch.nn.Parameter and hasattr(cls, "__torch_function__") \
+                and (not isinstance(a, torch.Tensor) or tensor_kinds.own_torch_function(cls)):
+            return True
+    return False
+
+
 def _conv_module_forward(cls: type[nn.Module], original: Callable[..., Any], torch_fn: Callable[..., Any],
                          functional: Callable[..., Any]) -> Callable[..., Any]:
     """``cls.forward`` in patch mode, over torch's (``original``): the call ``F.convNd``'s wrapper
@@ -241,7 +299,7 @@ def _conv_module_forward(cls: type[nn.Module], original: Callable[..., Any], tor
     cudnn_conv = cast(Callable[..., Any], _cudnn_conv)  # called only at sites _runs_as_cudnn found it at
 
     def forward(self: Any, input: Any) -> Any:
-        if not _threads_on:  # as in the functional wrapper
+        if not _live:  # as in the functional wrapper
             _put_back()
             return original(self, input)
         if type(self)._conv_forward is not own_conv_forward or self.padding_mode != "zeros":
@@ -293,7 +351,7 @@ def _install() -> None:
         made = _wrappers.get(key)
         original = made[0] if made is not None and current is made[1] else current  # ours still in place
         if made is None or made[0] is not original:  # made anew if someone else replaced torch's
-            made = _wrappers[key] = (original, _wrapper(original, route))
+            made = _wrappers[key] = (original, _wrapper(original, route, name == "__matmul__"))
         if current is not made[1]:
             setattr(owner, name, made[1])
         placed.append((owner, name, *made))
@@ -316,7 +374,7 @@ def _put_back() -> None:
     someone else replaced since stays theirs)."""
     global _in_place
     with _lock:
-        if _threads_on:
+        if _live:
             return
         for owner, name, original, wrapper in _in_place:
             if getattr(owner, name) is wrapper:
@@ -324,49 +382,72 @@ def _put_back() -> None:
         _in_place = ()
 
 
+def _activate() -> _Activation:
+    """A new activation (``_live`` counts it until it is freed); the wrappers installed for the first."""
+    global _live
+    activation = _Activation()
+    with _lock:
+        _live += 1
+        if _live == 1:
+            _install()
+    weakref.finalize(activation, _release)
+    return activation
+
+
+def _release() -> None:
+    global _live
+    with _lock:
+        _live -= 1
+
+
 def _set(enabled: bool, blocks: int) -> None:
-    """Set this thread's state; install the wrappers for its first thread.
+    """Set this context's state; install the wrappers for the first activation.
 
     Leaving patch mode does not put torch's functions back: the first call of one of them after the
-    last thread left does (``_put_back``). Setting a class attribute (``torch.Tensor.matmul``,
+    last activation was freed does (``_put_back``). Setting a class attribute (``torch.Tensor.matmul``,
     ``nn.Conv2d.forward``) invalidates what CPython cached about the class and its subclasses, which,
     done on entering and leaving a block around every forward pass, cost a host-bound ResNet-50 pass
     about 1% more (0.970x eager against 0.981x with the wrappers left in place, ``benchmarks/results/
     patch_linger_h100``); a block entered again finds the wrappers still in place."""
-    global _threads_on
-    was, now = _state.on, enabled or blocks > 0
-    _state.enabled, _state.blocks = enabled, blocks
-    if was == now:
-        return
-    with _lock:
-        _threads_on += 1 if now else -1
-        if now and _threads_on == 1:
-            _install()
+    state = _patch.get()
+    now = enabled or blocks > 0
+    activation = state.activation if now else None
+    if now and activation is None:
+        activation = _activate()
+    _patch.set(_Patch(enabled, max(blocks, 0), activation))
+    if (state.activation is not None) != now:
         _state.on = now
         set_routing(now)
 
 
 def enable() -> None:
-    """Route torch's products and convolutions through alcop in this thread until ``disable()``."""
-    _set(True, _state.blocks)
+    """Route torch's products and convolutions through alcop in this context until ``disable()``: in this
+    thread, or in this asyncio task and the tasks it starts from here on (each runs in a copy of its
+    context). A thread or task that ends with patch mode on leaves it (its context is gone); the
+    wrappers are put back by the next call of a routed function after the last such context."""
+    state = _patch.get()
+    _set(True, state.blocks)
 
 
 def disable() -> None:
     """Undo ``enable()`` (a ``patched()`` block still open keeps its routing); a no-op when not enabled."""
-    _set(False, _state.blocks)
+    state = _patch.get()
+    _set(False, state.blocks)
 
 
 def is_enabled() -> bool:
-    """Whether ``enable()`` is in effect in this thread."""
-    return _state.enabled
+    """Whether ``enable()`` is in effect in this context (thread or asyncio task)."""
+    return _patch.get().enabled
 
 
 @contextlib.contextmanager
 def patched() -> Iterator[None]:
-    """Route torch's products and convolutions through alcop inside the block (nested blocks and
-    ``enable()`` combine: routing lasts until the last of them ends)."""
-    _set(_state.enabled, _state.blocks + 1)
+    """Route torch's products and convolutions through alcop inside the block, in this context (thread or
+    asyncio task; nested blocks and ``enable()`` combine: routing lasts until the last of them ends)."""
+    state = _patch.get()
+    _set(state.enabled, state.blocks + 1)
     try:
         yield
     finally:
-        _set(_state.enabled, _state.blocks - 1)
+        state = _patch.get()
+        _set(state.enabled, state.blocks - 1)

@@ -118,10 +118,36 @@ def memory_format_of(x: Any) -> Any:
     return fmt or torch.contiguous_format
 
 
-def empty_output(x: Any, shape: Sequence[int]) -> Any:
-    """An uninitialised (N, C_out, *spatial) output, stored channels-last when the input ``x`` is."""
+# torch's convolution backends whose output is channels-last when the input or the weight is
+# (``_determine_backend_memory_format`` in ATen's Convolution.cpp); the others' is contiguous.
+_CHANNELS_LAST_BACKENDS = frozenset({"Cudnn", "Miopen", "Mkldnn", "Slow2d", "SlowDilated2d", "Mps"})
+
+
+def torch_output_format(x: Any, w: Any, stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                        groups: int) -> Any:
+    """The memory format of torch's convolution output for ``x`` and ``w`` (batched), which the drop-ins
+    follow: channels-last when either operand's strides suggest it (``suggest_memory_format``) and
+    torch's backend for the call keeps that (cuDNN, oneDNN, the CPU's 2-D kernels), else contiguous (e.g.
+    a channels-last-3d input on a CPU kernel without oneDNN, CUDA's depthwise kernels)."""
     import torch
-    return torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=memory_format_of(x))
+    from torch._prims_common import suggest_memory_format
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+    if fmt is None or (suggest_memory_format(x) != fmt and suggest_memory_format(w) != fmt):
+        return torch.contiguous_format
+    nd = x.dim() - 2
+    try:
+        backend = torch._C._select_conv_backend(x, w, None, list(stride), list(padding), list(dilation), False,
+                                                [0] * nd, groups)
+    except (AttributeError, RuntimeError, TypeError):  # a torch without it (or another signature): cuDNN's rule
+        return fmt
+    return fmt if backend.name in _CHANNELS_LAST_BACKENDS else torch.contiguous_format
+
+
+def empty_output(x: Any, shape: Sequence[int], memory_format: Any = None) -> Any:
+    """An uninitialised (N, C_out, *spatial) output in ``memory_format`` (default: channels-last when the
+    input ``x`` is)."""
+    import torch
+    return torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=memory_format or memory_format_of(x))
 
 
 def conv(x: Any, w: Any, bias: Any, stride: tuple[int, ...], pad_left: tuple[int, ...], pad_right: tuple[int, ...],

@@ -11,7 +11,8 @@ formulas and its kernel launch; ``route.py`` decides, per call, which way it run
 stored entry, autograd, the registered op, torch); ``checks.py`` holds the checks the families share.
 
 Inputs alcop does not handle fall back to torch (logged once per reason; ``ALCOP_STRICT=1`` raises
-``UnsupportedError``): anything that is not a plain strided dense tensor, dtypes other than
+``UnsupportedError``): anything that is not a plain strided dense tensor (``tensor_kinds``; freed
+storage raises RuntimeError, as in torch), dtypes other than
 float16/bfloat16/float32, devices other than CUDA and CPU, CUDA tensors while ``TRITON_INTERPRET=1``.
 CPU tensors run in Triton's interpreter, which is slow: it exists for testing.
 """

@@ -95,6 +95,9 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
     need_tensor(op, "weight", weight)
     if bias is not None:
         need_tensor(op, "bias", bias)
+    check_activation(op, activation)
+    if fallback.not_plain(op, ("input", "weight", "bias"), input, weight, bias):
+        return _torch_conv(input, weight, bias, nd, stride, padding, dilation, groups, activation)
     # Arguments of the wrong type fail before any shape check, as in torch's argument parser.
     strides = _ints(op, "stride", stride, nd, 1)
     dilations = _ints(op, "dilation", dilation, nd, 1)
@@ -147,7 +150,6 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
                                f"{[x.shape[2 + j] + pad_left[j] + pad_right[j] for j in range(nd)]}. Kernel size: "
                                f"{list(ks)} (dilation {list(dilations)}). Kernel size can't be greater than actual "
                                "input size")
-    check_activation(op, activation)
     if _falls_back(op, input, weight, bias):
         return _torch_conv(input, weight, bias, nd, stride, padding, dilation, groups, activation)
     y = alcop.conv(x, weight, bias, strides, pad_left, pad_right, dilations, groups, activation)
@@ -230,7 +232,7 @@ def _conv_kernel(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, st
             pad_left: Sequence[int], pad_right: Sequence[int], dilation: Sequence[int], groups: int,
             activation: str | None = None) -> torch.Tensor:
     shape = _check_conv(x, w, bias, stride, pad_left, pad_right, dilation, groups, activation)
-    out = kconv.empty_output(x, shape)
+    out = kconv.empty_output(x, shape, kconv.torch_output_format(x, w, stride, pad_left, dilation, groups))
     if out.numel() == 0:
         return out
     reason = fallback.runtime_reason(x, w, bias, out)
@@ -277,7 +279,7 @@ def _conv_fake(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stri
                pad_left: Sequence[int], pad_right: Sequence[int], dilation: Sequence[int], groups: int,
                activation: str | None = None) -> torch.Tensor:
     shape = _check_conv(x, w, bias, stride, pad_left, pad_right, dilation, groups, activation)
-    return kconv.empty_output(x, shape)
+    return kconv.empty_output(x, shape, kconv.torch_output_format(x, w, stride, pad_left, dilation, groups))
 
 
 # ----------------------------------------------------------------------------- 3. autograd formulas

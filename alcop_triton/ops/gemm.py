@@ -88,6 +88,8 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
     op = "matmul"
     need_tensor(op, "input", input)
     need_tensor(op, "other", other)
+    if fallback.not_plain(op, ("input", "other"), input, other):
+        return torch.matmul(input, other, out=out)
     if input.dim() == 0 or other.dim() == 0:
         raise RuntimeError(f"matmul(): both arguments need to be at least 1-D, but input is {input.dim()}-D and "
                            f"other is {other.dim()}-D")
@@ -169,6 +171,8 @@ def mm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
 
 
 def _mm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> Tensor:
+    if fallback.not_plain("mm", ("input", "mat2"), input, mat2):
+        return torch.mm(input, mat2, out=out)
     _check_matrices("mm", ("input", "mat2"), input, mat2, 2)
     if _falls_back("mm", input, mat2):
         return torch.mm(input, mat2, out=out)
@@ -184,6 +188,8 @@ def bmm(input: Tensor, mat2: Tensor, *, out: Tensor | None = None) -> Tensor:
 
 
 def _bmm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> Tensor:
+    if fallback.not_plain("bmm", ("input", "mat2"), input, mat2):
+        return torch.bmm(input, mat2, out=out)
     _check_matrices("bmm", ("input", "mat2"), input, mat2, 3)
     if _falls_back("bmm", input, mat2):
         return torch.bmm(input, mat2, out=out)
@@ -196,6 +202,8 @@ def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, bet
     names = ("mat1", "mat2") if ndim == 2 else ("batch1", "batch2")
     checks.parse_numbers(op, beta=beta, alpha=alpha)
     need_tensor(op, "input", input)
+    if fallback.not_plain(op, ("input",) + names, input, m1, m2):
+        return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
     _check_matrices(op, names, m1, m2, ndim)
     check_same(op, ("input", names[0]), (input, m1))
     shape = shape_of(m1)[:-1] + (m2.shape[-1],)
@@ -266,6 +274,9 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
     for name, t in (("bias", bias), ("residual", residual)):
         if t is not None:
             need_tensor(op, name, t)
+    check_activation(op, activation)
+    if fallback.not_plain(op, ("input", "weight", "bias", "residual"), input, weight, bias, residual):
+        return _torch_linear(input, weight, bias, residual, activation)
     if input.dim() == 0 or weight.dim() == 0:
         raise RuntimeError(f"linear(): both arguments to linear need to be at least 1-D, but input is "
                            f"{input.dim()}-D and weight is {weight.dim()}-D")
@@ -273,7 +284,6 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
         raise RuntimeError(f"linear(): weight must be 2-D (out_features, in_features) or 1-D (in_features,), got "
                            f"weight.shape={shape_of(weight)}")
     check_same(op, ("input", "weight", "bias", "residual"), (input, weight, bias, residual))
-    check_activation(op, activation)
     if weight.dim() == 1:
         if bias is not None:
             raise RuntimeError(f"linear(): a 1-D weight {shape_of(weight)} gives a matrix-vector product, which takes "
@@ -287,11 +297,14 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
     if bias is not None and bias.dim() > 1 and all(s == 1 for s in bias.shape[:-1]):
         bias = bias.reshape(bias.shape[-1:])  # (1, ..., out_features) is a per-column bias
     if bias is not None and bias.dim() > 1:
-        # A bias that varies along rows is an addend after the product: it joins the residual.
-        if activation is not None:
-            raise ValueError(f"linear(activation={activation!r}): the fused activation takes a bias of shape "
-                             f"(out_features,) = ({weight.shape[0]},), got bias.shape={shape_of(bias)}")
         bias_full = broadcast_to(op, "bias", bias, shape)
+        if activation is not None:
+            # It goes before the activation, where the kernel's epilogue takes one bias per column: the
+            # product is alcop's, the bias, the activation and the residual torch's (as F.linear then
+            # the activation would compute them).
+            y = TORCH_ACTIVATIONS[activation](alcop.linear(input, weight, None, None, None) + bias_full)
+            return y if residual is None else y + broadcast_to(op, "residual", residual, shape)
+        # A bias that varies along rows is an addend after the product: it joins the residual.
         residual = bias_full if residual is None else bias_full + broadcast_to(op, "residual", residual, shape)
         bias = None
     elif bias is not None:

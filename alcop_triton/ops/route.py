@@ -17,11 +17,14 @@ by name. ``call`` takes the first rule that applies:
 8. a first call                        -> ``direct``, recorded (``fastpath``): a repeat replays its launches,
                                           or in patch mode calls ``torch`` where the records prefer torch
 
-``direct`` is the op's own front end: argument checks, then tensors that are not plain strided dense
-tensors go to torch before anything reads their strides (``fallback.static_reason``, which asks
-``dense.not_dense_reason`` first), then the config (``choose_config``), the kernel and its launch
-(``fastpath.launch_kernel``). The stored entries, their signatures and the recording of a first call
-are ``fastpath``'s.
+``direct`` is the op's own front end: first, a tensor that is not a plain strided dense tensor goes to
+torch before anything reads its shape or strides (``fallback.not_plain``, which asks
+``tensor_kinds.reason``; freed storage raises), then torch's argument checks, the remaining fallbacks
+(``fallback.static_reason``), the config (``choose_config``), the kernel and its launch
+(``fastpath.launch_kernel``). Such tensors never reach rule 3's guards either: the call-site check
+skips nested tensors before any guard reads their strides, and tells freed storage by its address
+(``address_bits``); rule 4 gives them no signature (``tensor_kinds.plain``). The stored entries, their
+signatures and the recording of a first call are ``fastpath``'s.
 """
 
 from __future__ import annotations
@@ -179,7 +182,8 @@ def _first_autograd_call(key: tuple[Any, ...], tensors: tuple[Tensor | None, ...
 # all of a call's tensors in one call (about 0.3 µs for two). So a signature that was hit once gets a
 # *candidate* at its call site, i.e. under the part of the signature that is not per tensor (op,
 # parameters, ALCOP_STRICT, patch mode, grad mode): its guards, which arguments were None, the 16-byte
-# alignment of each tensor (guards do not read addresses; None: all aligned) and the float32 precision
+# alignment of each tensor (guards do not read addresses; None: all aligned and live: ``address_bits``)
+# and the float32 precision
 # where a tensor is float32. A later call checks its site's candidates in order and takes the first that matches: what a
 # candidate checks is what its signature holds (its tensors' types exactly, where the signature also
 # takes an nn.Parameter as a tensor), so a match is a hit on that signature. A call no candidate
@@ -202,13 +206,32 @@ _Candidate = tuple[int, "Callable[[tuple[Tensor | None, ...]], tuple[Tensor, ...
                    "tuple[int, ...] | None", "str | None", Callable[..., Tensor]]
 """A call site's candidate: the number of arguments; where some are None, ``present`` (the tensors among
 them) and ``vacant`` (whether the same ones are None in a call), else None for both; its guards' check;
-the tensors' 16-byte alignment (None: all aligned); the float32 precision (None: no float32 tensor); the
-stored entry."""
+the tensors' ``address_bits`` (None: all aligned and live); the float32 precision (None: no float32 tensor);
+the stored entry."""
 _sites: dict[tuple[Any, ...], list[_Candidate]] = {}
+
+
+LIVE_ADDRESS = 1 << 16
+"""No live allocation lies below this address (Linux's ``mmap_min_addr``; CUDA's addresses are far above):
+a tensor there is one whose storage was freed (``untyped_storage().resize_(0)``: address 0 plus its
+offset), or an empty one. A call site's check reads every address anyway, for the alignment."""
+
+
+def address_bits(address: int) -> int:
+    """What a call site's candidate records of a tensor's address: its low four bits (16-byte alignment),
+    or 16 below ``LIVE_ADDRESS``. A freed tensor then matches only a candidate made from such a tensor
+    (an empty one: its shape, which the guard checks, leaves nothing to read)."""
+    return address & 15 if address >= LIVE_ADDRESS else 16
 
 
 def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Callable[..., Tensor] | None:
     """The entry of the first of ``site``'s candidates that ``tensors`` match (a hit on its signature), or None."""
+    try:  # before any guard reads it: torch's guard aborts the process on a nested tensor's strides
+        for t in tensors:
+            if t is not None and t.is_nested:
+                return None
+    except AttributeError:  # not a tensor: no candidate matches it, the call's checks say why
+        return None
     for n, present, vacant, check, align, precision, entry in site:
         if len(tensors) != n:
             continue
@@ -225,10 +248,11 @@ def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> 
         if align is None:
             bits = 0
             for t in given:
-                bits |= _address(t)
-            if not bits & 15:
+                address = _address(t)
+                bits |= address & 15 if address >= LIVE_ADDRESS else 16
+            if not bits:
                 return entry
-        elif tuple(t.data_ptr() & 15 for t in given) == align:
+        elif tuple(address_bits(t.data_ptr()) for t in given) == align:
             return entry
     return None
 
@@ -261,7 +285,7 @@ def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], ent
         _TensorGuards = None
         return
     fp32 = any(t.dtype is torch.float32 for t in present)
-    align = tuple(t.data_ptr() & 15 for t in present)
+    align = tuple(address_bits(t.data_ptr()) for t in present)
     pickers = (None, None) if len(present) == len(tensors) else _pickers(tensors)
     site.append((len(tensors), *pickers, guards.check, None if not any(align) else align,
                  fp32_precision() if fp32 else None, entry))

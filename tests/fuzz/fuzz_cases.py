@@ -10,6 +10,9 @@ Two kinds of case, both drawn with hypothesis:
   deliberately invalid argument. ``run_op_case`` runs alcop and torch on equal inputs: results
   are judged against torch's float64 result, exceptions by type (alcop's must be an instance of
   torch's).
+* ``kind_cases()``: an op case one of whose tensors is not plain strided memory (``KINDS``: torch's
+  negative bit, freed storage, sparse, an efficient zero tensor, an intercepting subclass), judged by
+  ``run_kind_case`` at a call site warmed with plain tensors.
 * ``name_cases()``: a hostile string (code payloads, path separators, fullwidth letters that
   NFKC-fold onto generated names, keywords, random unicode) used as a size var, tensor, axis,
   reduce axis or kernel name. ``run_name_case`` builds and runs the kernel: the name is either
@@ -77,11 +80,44 @@ class TensorSpec:
         if lay == "channels_last" and len(shape) in (4, 5):
             fmt = torch.channels_last if len(shape) == 4 else torch.channels_last_3d
             return torch.randn(shape, generator=g).to(dt).contiguous(memory_format=fmt)
+        if lay in KINDS:
+            return KINDS[lay](torch.randn(shape, generator=g).to(dt))
         return torch.randn(shape, generator=g).to(dt)
 
     def __repr__(self) -> str:
         dt = f" {self.dtype}" if self.dtype else ""
         return f"T{list(self.shape)}{'' if self.layout == 'contiguous' else ' ' + self.layout}{dt}"
+
+
+class Intercepting(torch.Tensor):
+    """A subclass with a ``__torch_function__`` of its own (it lets torch compute)."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _negative_bit(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a tensor with torch's negative bit (its memory holds ``-t``)."""
+    return torch.complex(torch.zeros_like(t.float()), -t.float()).conj().imag.to(t.dtype) \
+        if t.dtype != torch.float32 else torch.complex(torch.zeros_like(t), -t).conj().imag
+
+
+def _freed(t: torch.Tensor) -> torch.Tensor:
+    t.untyped_storage().resize_(0)
+    return t
+
+
+KINDS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "negative_bit": _negative_bit,
+    "freed": _freed,
+    "sparse": lambda t: t.to_sparse(),
+    "zero": lambda t: torch._efficientzerotensor(t.shape, dtype=t.dtype),
+    "subclass": lambda t: t.as_subclass(Intercepting),
+}
+"""Tensors that are not plain strided memory (``kind_cases``): torch's negative bit (float16's is
+resolved by the cast, so float16 gets none), freed storage, a sparse tensor, an efficient zero tensor,
+an intercepting subclass."""
 
 
 @dataclass(frozen=True)
@@ -253,6 +289,37 @@ def op_cases(draw: Any, ops_: tuple[str, ...] = OPS) -> OpCase:
     dtype = draw(st.sampled_from(tuple(DTYPES)))
     case = draw(_conv_case(op, dtype) if op.startswith("conv") else _gemm_case(op, dtype))
     return _mutate(draw, case) if draw(st.integers(0, 7)) == 0 else case
+
+
+@st.composite
+def kind_cases(draw: Any, ops_: tuple[str, ...] = OPS) -> OpCase:
+    """An ``op_cases`` case without ``out=``, one of whose tensors is of one of ``KINDS``."""
+    case = draw(op_cases(ops_))
+    slots = [i for i, a in enumerate(case.args) if isinstance(a, TensorSpec)]
+    i = draw(st.sampled_from(slots))
+    a = case.args[i]
+    args = list(case.args)
+    args[i] = TensorSpec(a.shape, draw(st.sampled_from(tuple(KINDS))), a.seed, a.dtype)
+    return OpCase(case.op, case.dtype, tuple(args), tuple((k, v) for k, v in case.kwargs if k != "out"))
+
+
+def run_kind_case(case: OpCase) -> Outcome:
+    """``run_op_case`` of ``case`` at a warm call site: the same call with plain tensors first, twice
+    (a stored signature, then a call-site candidate), then ``case`` itself, twice (a first call, a repeat)."""
+    plain = OpCase(case.op, case.dtype, tuple(TensorSpec(a.shape, "contiguous", a.seed, a.dtype)
+                                              if isinstance(a, TensorSpec) and a.layout in KINDS else a
+                                              for a in case.args), case.kwargs)
+    run_op_case(plain), run_op_case(plain)
+    if any(isinstance(a, TensorSpec) and a.layout == "freed" and 0 not in a.shape for a in case.args):
+        # Not run through torch: torch reads freed memory in some ops (addmm's input on the CPU crashes
+        # the process). alcop must raise torch's RuntimeError, at the first call and the repeat.
+        for _ in range(2):
+            ya, ea, _ = _call(getattr(ops, case.op), case, None)
+            if not isinstance(ea, RuntimeError):
+                return Outcome("wrong", repr(case), f"freed storage: alcop gave {type(ea).__name__ if ea else ya!r}")
+        return Outcome("raised_alike", repr(case), "RuntimeError")
+    first = run_op_case(case)
+    return first if first.kind not in ("ok", "raised_alike", "documented") else run_op_case(case)
 
 
 # ----------------------------------------------------------------------------- judging

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 from fuzz_cases import (EMPTY_DTYPE_REASON, HOSTILE_NAMES, OVERLAP_REASON, PAYLOAD, RECORD_SHAPES, ROLES, NameCase, OpCase,
-                        OutSpec, TensorSpec, bad_records, name_cases, op_cases, run_name_case, run_op_case, valid_record)
+                        OutSpec, TensorSpec, bad_records, kind_cases, name_cases, op_cases, run_kind_case, run_name_case,
+                        run_op_case, valid_record)
 from hypothesis import HealthCheck, Phase, given, settings
 
 from alcop_triton import cli, ops
@@ -33,6 +34,15 @@ CI = settings(max_examples=40, derandomize=True, deadline=None, database=None, p
 @given(case=op_cases())
 def test_ops_match_torch(case: OpCase) -> None:
     o = run_op_case(case)
+    assert o.kind in ("ok", "raised_alike", "documented"), f"{o.kind}: {o.case}: {o.detail}"
+
+
+@settings(CI, max_examples=30)
+@given(case=kind_cases())
+def test_tensor_kinds_match_torch(case: OpCase) -> None:
+    """Flags, freed storage, sparse and zero tensors, intercepting subclasses: torch's result or exception
+    type, at a call site that has a candidate for the plain tensors."""
+    o = run_kind_case(case)
     assert o.kind in ("ok", "raised_alike", "documented"), f"{o.kind}: {o.case}: {o.detail}"
 
 

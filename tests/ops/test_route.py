@@ -10,7 +10,7 @@ import torch
 from conftest import assert_close, f64, randn
 
 import alcop_triton as at
-from alcop_triton import dense, fastpath, generation
+from alcop_triton import fastpath, generation, tensor_kinds
 from alcop_triton.kernels import matmul as kmatmul
 from alcop_triton.ops import conv, gemm, route
 from alcop_triton.records import KernelConfig
@@ -38,7 +38,7 @@ def test_a_negated_view_is_never_served_by_a_stored_entry(fallbacks: list[tuple[
         at.matmul(a, b)
     assert fastpath.stats().hits == 2
     neg = torch._neg_view(a.clone())  # same shape, strides, dtype and device; values read negated
-    assert neg.is_neg() and dense.not_dense_reason(neg) is not None
+    assert neg.is_neg() and tensor_kinds.reason(neg) is not None
     assert fastpath.signature("matmul", (neg, b), ()) is None
     a64, b64 = f64(a, b)
     assert_close(at.matmul(neg, b), -(a64 @ b64))
@@ -47,12 +47,12 @@ def test_a_negated_view_is_never_served_by_a_stored_entry(fallbacks: list[tuple[
 
 
 def test_the_predicate_names_why() -> None:
-    assert dense.not_dense_reason(randn(2, 2)) is None
-    assert dense.not_dense_reason(torch.nn.Parameter(randn(2, 2))) is None
-    assert dense.not_dense_reason(randn(2, 2).conj()) is None  # a real tensor has no conjugate bit
-    assert "layout" in str(dense.not_dense_reason(randn(2, 2).to_sparse()))
-    assert "meta" in str(dense.not_dense_reason(torch.empty(2, 2, device="meta")))
-    assert "negated" in str(dense.not_dense_reason(torch._neg_view(randn(2, 2))))
+    assert tensor_kinds.reason(randn(2, 2)) is None
+    assert tensor_kinds.reason(torch.nn.Parameter(randn(2, 2))) is None
+    assert tensor_kinds.reason(randn(2, 2).conj()) is None  # a real tensor has no conjugate bit
+    assert "layout" in str(tensor_kinds.reason(randn(2, 2).to_sparse()))
+    assert "meta" in str(tensor_kinds.reason(torch.empty(2, 2, device="meta")))
+    assert "negative" in str(tensor_kinds.reason(torch._neg_view(randn(2, 2))))
 
 
 def test_a_sparse_operand_goes_to_torch(fallbacks: list[tuple[str, str]]) -> None:
