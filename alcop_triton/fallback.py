@@ -86,6 +86,16 @@ def not_plain(op: str, names: Sequence[str], *tensors: Any) -> bool:
     return True
 
 
+def falls_back(op: str, *tensors: Any) -> bool:
+    """Whether ``static_reason`` leaves ``op`` on these tensors to torch: then announced (``use_torch``),
+    and the caller has torch compute the call."""
+    reason = static_reason(*tensors)
+    if reason is None:
+        return False
+    use_torch(op, reason)
+    return True
+
+
 @functools.lru_cache(maxsize=None)
 def _gpu_reason(index: int) -> str | None:
     try:

@@ -82,9 +82,9 @@ CONV_MODULES: tuple[tuple[type[nn.Module], str], ...] = (
 GRAD_TO_TORCH: frozenset[Callable[..., Any]] = frozenset({ops.conv1d, ops.conv2d, ops.conv3d})
 """Drop-ins whose calls patch mode leaves to torch when autograd will run their backward (grad mode on and
 a tensor argument requiring grad): alcop's convolution gradients measured slower than cuDNN's on 19 of the
-ALCOP suite's 20 conv2d layers, 0.83x geomean under CUDA graphs and 0.70x eagerly (``benchmarks/results/
-conv_boxes_h100/suite_final``). The drop-ins themselves, called directly, still differentiate through
-alcop's kernels."""
+ALCOP suite's 20 conv2d layers, 0.83x geomean under CUDA graphs and 0.70x eagerly
+(``docs/decisions.md#d15``). The drop-ins themselves, called directly, still differentiate through alcop's
+kernels."""
 
 
 class _Activation:
@@ -407,8 +407,8 @@ def _set(enabled: bool, blocks: int) -> None:
     last activation was freed does (``_put_back``). Setting a class attribute (``torch.Tensor.matmul``,
     ``nn.Conv2d.forward``) invalidates what CPython cached about the class and its subclasses, which,
     done on entering and leaving a block around every forward pass, cost a host-bound ResNet-50 pass
-    about 1% more (0.970x eager against 0.981x with the wrappers left in place, ``benchmarks/results/
-    patch_linger_h100``); a block entered again finds the wrappers still in place."""
+    about 1% more (0.970x eager against 0.981x with the wrappers left in place, ``docs/decisions.md#d16``);
+    a block entered again finds the wrappers still in place."""
     state = _patch.get()
     now = enabled or blocks > 0
     activation = state.activation if now else None

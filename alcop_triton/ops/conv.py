@@ -33,14 +33,6 @@ Tensor = torch.Tensor
 
 # ----------------------------------------------------------------------------- 1. drop-ins and front end
 
-def _falls_back(op: str, *tensors: Tensor | None) -> bool:
-    reason = fallback.static_reason(*tensors)
-    if reason is None:
-        return False
-    fallback.use_torch(op, reason)
-    return True
-
-
 def _ints(op: str, name: str, v: Any, nd: int, low: int) -> tuple[int, ...]:
     """An int or a sequence of 1 or nd ints, each >= low (torch's rules and exception types)."""
     # numpy ints and one-element integer tensors count, as in torch; a sequence is never an index
@@ -150,7 +142,7 @@ def _conv(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, nd: in
                                f"{[x.shape[2 + j] + pad_left[j] + pad_right[j] for j in range(nd)]}. Kernel size: "
                                f"{list(ks)} (dilation {list(dilations)}). Kernel size can't be greater than actual "
                                "input size")
-    if _falls_back(op, input, weight, bias):
+    if fallback.falls_back(op, input, weight, bias):
         return _torch_conv(input, weight, bias, nd, stride, padding, dilation, groups, activation)
     y = alcop.conv(x, weight, bias, strides, pad_left, pad_right, dilations, groups, activation)
     return y if batched else y.squeeze(0)

@@ -37,14 +37,6 @@ Tensor = torch.Tensor
 
 # ----------------------------------------------------------------------------- 1. drop-ins and front ends
 
-def _falls_back(op: str, *tensors: Tensor | None) -> bool:
-    reason = fallback.static_reason(*tensors)
-    if reason is None:
-        return False
-    fallback.use_torch(op, reason)
-    return True
-
-
 def _gemm(alcop: Any, op: str, a: Tensor, b: Tensor, bias: Tensor | None, residual: Tensor | None,
           activation: str | None, alpha: float, beta: float, shape: tuple[int, ...], out: Tensor | None,
           inputs: Sequence[Tensor]) -> Tensor:
@@ -106,7 +98,7 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
                            f"{shape_of(other)} do not broadcast ({shape_of(a)[:-2]} vs {shape_of(b)[:-2]})")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     shape = batch + ((m,) if input.dim() > 1 else ()) + ((n,) if other.dim() > 1 else ())
-    if _falls_back(op, input, other):
+    if fallback.falls_back(op, input, other):
         return torch.matmul(input, other, out=out)
     if b.dim() == 2:
         a2, b2 = (a if a.dim() == 2 else a.reshape(math.prod(shape_of(a)[:-1]), k)), b
@@ -174,7 +166,7 @@ def _mm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> T
     if fallback.not_plain("mm", ("input", "mat2"), input, mat2):
         return torch.mm(input, mat2, out=out)
     _check_matrices("mm", ("input", "mat2"), input, mat2, 2)
-    if _falls_back("mm", input, mat2):
+    if fallback.falls_back("mm", input, mat2):
         return torch.mm(input, mat2, out=out)
     shape = (input.shape[0], mat2.shape[1])
     return _gemm(alcop, "mm", input, mat2, None, None, None, 1.0, 1.0, shape, out, (input, mat2))
@@ -191,7 +183,7 @@ def _bmm(alcop: Any, input: Tensor, mat2: Tensor, out: Tensor | None = None) -> 
     if fallback.not_plain("bmm", ("input", "mat2"), input, mat2):
         return torch.bmm(input, mat2, out=out)
     _check_matrices("bmm", ("input", "mat2"), input, mat2, 3)
-    if _falls_back("bmm", input, mat2):
+    if fallback.falls_back("bmm", input, mat2):
         return torch.bmm(input, mat2, out=out)
     shape = (input.shape[0], input.shape[1], mat2.shape[2])
     return _gemm(alcop, "bmm", input, mat2, None, None, None, 1.0, 1.0, shape, out, (input, mat2))
@@ -208,7 +200,7 @@ def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, bet
     check_same(op, ("input", names[0]), (input, m1))
     shape = shape_of(m1)[:-1] + (m2.shape[-1],)
     residual = broadcast_to(op, "input", input, shape)
-    if _falls_back(op, input, m1, m2):
+    if fallback.falls_back(op, input, m1, m2):
         return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
     empty = math.prod(shape) == 0  # torch returns an empty result without reading the scalars' values
     if not empty:
@@ -311,7 +303,7 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
         bias = broadcast_to(op, "bias", bias, (weight.shape[0],))
     if residual is not None:
         residual = broadcast_to(op, "residual", residual, shape)
-    if _falls_back(op, input, weight, bias, residual):
+    if fallback.falls_back(op, input, weight, bias, residual):
         return _torch_linear(input, weight, bias, residual, activation)
     return alcop.linear(input, weight, bias, residual, activation)
 
