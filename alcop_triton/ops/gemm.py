@@ -98,7 +98,7 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
                            f"{shape_of(other)} do not broadcast ({shape_of(a)[:-2]} vs {shape_of(b)[:-2]})")
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     shape = batch + ((m,) if input.dim() > 1 else ()) + ((n,) if other.dim() > 1 else ())
-    if fallback.falls_back(op, input, other):
+    if fallback.falls_back(op, input, other) or (out is not None and _torch_refuses_folded_out(input, other, out)):
         return torch.matmul(input, other, out=out)
     if b.dim() == 2:
         a2, b2 = (a if a.dim() == 2 else a.reshape(math.prod(shape_of(a)[:-1]), k)), b
@@ -107,6 +107,21 @@ def _matmul(alcop: Any, input: Tensor, other: Tensor, out: Tensor | None = None)
     else:
         a2, b2 = fastpath.prepare(_fold_batch, a, b)
     return _gemm(alcop, op, a2, b2, None, None, None, 1.0, 1.0, shape, out, (input, other))
+
+
+def _torch_refuses_folded_out(input: Tensor, other: Tensor, out: Tensor) -> bool:
+    """Whether torch.matmul raises for this ``out=``: where it folds the batch dims of a >= 3-D input into
+    the rows of one product (``other`` 1-D or 2-D), it writes through ``out`` viewed the same way, and an
+    ``out`` that cannot be so viewed (a transposed one) is a RuntimeError there. torch then gives the error."""
+    if input.dim() < 3 or other.dim() > 2:
+        return False
+    if tuple(out.shape) != tuple(input.shape[:-1]) + tuple(other.shape[-1:] if other.dim() == 2 else ()):
+        return False  # torch resizes such an out first; the drop-in does as torch does
+    try:
+        out.view(-1, other.shape[-1]) if other.dim() == 2 else out.view(-1)
+    except RuntimeError:
+        return True
+    return False
 
 
 def _two_batch_dims_in_place(a: Tensor, b: Tensor) -> bool:

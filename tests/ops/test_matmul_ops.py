@@ -263,3 +263,30 @@ def test_permuted_heads_are_read_in_place_also_while_tracing(fake: bool) -> None
         cases = operands()
     for a, b, in_place in cases:
         assert ops.gemm._two_batch_dims_in_place(a, b) == in_place
+
+
+@pytest.mark.parametrize("sa,sb", [((2, 3, 64), (64, 7)), ((2, 3, 16), (16,)), ((4, 2, 3, 16), (16, 7)),
+                                   ((2, 3, 16), (2, 16, 7)), ((3, 16), (16, 7))])
+def test_matmul_out_layouts_as_torch(sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
+    """torch.matmul folds a >= 3-D input's batch dims into rows when ``other`` is 1-D or 2-D and writes through
+    ``out`` viewed that way: a transposed ``out`` is its RuntimeError there, and computes elsewhere."""
+    a, b = torch.randn(*sa), torch.randn(*sb)
+    ref = torch.matmul(a, b)
+
+    def transposed_out() -> torch.Tensor:
+        if ref.dim() < 2:
+            return torch.full(ref.shape, float("nan"))
+        return torch.full((*ref.shape[:-2], ref.shape[-1], ref.shape[-2]), float("nan")).transpose(-1, -2)
+
+    try:
+        torch.matmul(a, b, out=transposed_out())
+        torch_raises = False
+    except RuntimeError:
+        torch_raises = True
+    out = transposed_out()
+    if torch_raises:
+        with pytest.raises(RuntimeError):
+            ops.matmul(a, b, out=out)
+    else:
+        assert ops.matmul(a, b, out=out) is out
+        torch.testing.assert_close(out.double(), a.double() @ b.double(), rtol=1e-4, atol=1e-4)
