@@ -229,6 +229,21 @@ def fuzz_section(r: Report) -> list[str]:
             f"{r['raised_like_torch']} raised as torch does, {r['wrong_results']} wrong results.", ""]
 
 
+def fuzz_fastpath_section(r: Report) -> list[str]:
+    out = [f"{r['what']}; {r['device']}, torch {r['torch']}, Triton {r['triton']}, alcop_triton {r['alcop_triton']}, "
+           f"{r['date'][:10]}; native hit built: {r['native']}. Timer: none (correctness only)"
+           + ("; the run stopped at its time budget." if r.get("stopped_by_budget") else "."), "",
+           "| cases | calls | matched torch | wrong | crashes | exception type differs | fast-path hits (call site, native) |",
+           "|---|---|---|---|---|---|---|",
+           f"| {r['cases']} | {r['calls']} | {r['ok']} | {r['wrong']} | {r['crashes']} | {r['exception_mismatches']} | "
+           f"{r['hits']} ({r['site_hits']}, {r['native_runs']}) |", ""]
+    if r.get("failures"):
+        out += ["Failures:", ""]
+        out += [f"- `{f['case']}`: {f['kind']}" for f in r["failures"]]
+        out.append("")
+    return out
+
+
 def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
@@ -271,6 +286,9 @@ HARNESSES: tuple[Harness, ...] = (
             "python benchmarks/early_stop_replay.py benchmarks/results/early_stop_replay --seeding", render=early_stop_section),
     Harness("Building the shipped table", "build_table/build_table.json",
             "python benchmarks/build_table.py benchmarks/results/build_table", render=build_table_section),
+    Harness("The fast path fuzzed on a GPU, with mutations between calls", "fuzz_fastpath/fuzz_fastpath.json",
+            "python scripts/fuzz_fastpath.py --device cuda --cases 2500 --out benchmarks/results/fuzz_fastpath",
+            render=fuzz_fastpath_section),
     Harness("Drop-ins fuzzed against torch", "fuzz/fuzz_summary.json",
             "TRITON_INTERPRET=1 python scripts/fuzz.py --cases 5000 --out benchmarks/results/fuzz", render=fuzz_section),
 )
