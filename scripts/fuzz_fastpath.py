@@ -262,7 +262,9 @@ class CaseRunner:
         shape_probe = None
         if out_layout is not None:
             try:
-                shape_probe = self.reference(spec, [None if t is None else t.detach() for t in ts]).shape
+                # on meta tensors: the shape without reading any memory (an operand's may be freed)
+                shape_probe = self.reference(spec, [None if t is None else self.torch.empty_strided(
+                    t.shape, t.stride(), dtype=t.dtype, device="meta") for t in ts]).shape
             except Exception:  # noqa: BLE001 - the call itself will raise; judged below
                 shape_probe = (1,)
             out_a = self.poisoned(list(shape_probe), out_layout, ts[-1].dtype if spec["op"] != "conv2d" else ts[0].dtype)
@@ -270,15 +272,22 @@ class CaseRunner:
         tt = torch_ts if torch_ts is not None else ts
         ya = yt = ea = et = None
         inputs = ts
-        try:
-            yt = self.reference(spec, tt, out_t)
-        except Exception as exc:  # noqa: BLE001
-            et = exc
+        if freed and self.device == "cuda":
+            # torch's CUDA kernels read freed storage at address 0 (an illegal access that poisons the context),
+            # so torch is not run: the call must be refused, as torch's CPU ops refuse it.
+            et = RuntimeError("freed storage")
+        else:
+            try:
+                yt = self.reference(spec, tt, out_t)
+            except Exception as exc:  # noqa: BLE001
+                et = exc
         try:
             if runner is None:
                 ya = self.alcop(spec, ts, out_a)
             else:
                 ya, inputs = runner(lambda: self.alcop(spec, ts, out_a))
+            if self.device == "cuda":
+                self.torch.cuda.synchronize()  # a fault of alcop's launch surfaces here, attributed to alcop
         except Exception as exc:  # noqa: BLE001
             ea = exc
         for exc in (ea, et):  # a CUDA error that left the context unusable: this process can judge no more
