@@ -517,6 +517,14 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             os.close(fd)  # releases the lock
 
 
+def measurement_rows(records: TuningRecord | Iterable[TuningRecord]) -> list[tuple[Any, ...]]:
+    """Records as rows of the ``measurements`` table, in its column order (SQLite and PostgreSQL alike):
+    the indexed columns, then the whole record as JSON."""
+    recs = [records] if isinstance(records, TuningRecord) else list(records)
+    return [(r.gpu, r.cc, r.workload.op, "x".join(map(str, r.workload.shape)), r.workload.dtype,
+             r.workload.layout, r.alcop, r.triton, r.torch, r.time_ms, r.error, r.to_json()) for r in recs]
+
+
 class RecordQueries(abc.ABC):
     """What every tuning store derives from its ``records()``: the best config of a workload and the
     workloads it holds (SQLite's ``Database`` and ``db_postgres.PostgresDatabase`` share these)."""
@@ -754,9 +762,7 @@ class Database(RecordQueries):
 
     def add(self, records: TuningRecord | Iterable[TuningRecord]) -> int:
         """Append measurements (one transaction); returns how many were written."""
-        recs = [records] if isinstance(records, TuningRecord) else list(records)
-        rows = [(r.gpu, r.cc, r.workload.op, "x".join(map(str, r.workload.shape)), r.workload.dtype,
-                 r.workload.layout, r.alcop, r.triton, r.torch, r.time_ms, r.error, r.to_json()) for r in recs]
+        rows = measurement_rows(records)
         if not rows:
             return 0
 

@@ -46,7 +46,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .. import generation
 from ..errors import DatabaseError
 from ..records import Workload
-from .database import SCHEMA, Database, RecordQueries, TuningRecord
+from .database import SCHEMA, Database, RecordQueries, TuningRecord, measurement_rows
 
 SCHEMES = ("postgresql://", "postgres://")
 """URL prefixes that select this backend (libpq's two spellings)."""
@@ -337,9 +337,7 @@ class PostgresDatabase(RecordQueries):
 
     def add(self, records: TuningRecord | Iterable[TuningRecord]) -> int:
         """Store measurements in one server transaction (all or none); returns how many."""
-        recs = [records] if isinstance(records, TuningRecord) else list(records)
-        rows = [(r.gpu, r.cc, r.workload.op, "x".join(map(str, r.workload.shape)), r.workload.dtype,
-                 r.workload.layout, r.alcop, r.triton, r.torch, r.time_ms, r.error, r.to_json()) for r in recs]
+        rows = measurement_rows(records)
         if not rows:
             return 0
         psycopg = _psycopg()
