@@ -257,9 +257,13 @@ class Dispatcher:
         key = (workload, gpu_key(gpu_spec), mma_of(gpu_spec))
         hit = self._cache.get(key)
         if hit is None:
+            started = generation.current()
             hit = self._decide(workload, gpu_spec)
             with self._lock:
-                self._cache[key] = hit
+                # A bump while deciding (a server database's background refresh brought records) made this
+                # answer stale: it is returned once but not remembered, so the next call decides again.
+                if generation.current() == started:
+                    self._cache[key] = hit
         return hit
 
     def torch_ms(self, workload: Workload, gpu_spec: Any) -> float | None:
