@@ -4,7 +4,8 @@
 variable                     read by
 ===========================  ============================================================================
 ``ALCOP_CACHE_DIR``          ``cache_dir``: where generated kernels live
-``ALCOP_DB``                 ``db_path``: the tuning database (default: the user's data directory)
+``ALCOP_DB``                 ``db_location`` (a SQLite path or a ``postgresql://`` URL), ``db_path``:
+                             the tuning database (default: a file in the user's data directory)
 ``ALCOP_DEBUG``              ``debug_level``
 ``ALCOP_STRICT``             ``strict``: raise instead of clamping or falling back (a key of every cache
                              whose content depends on it: the fast path's signatures, compiled kernels)
