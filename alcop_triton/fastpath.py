@@ -357,7 +357,8 @@ def native() -> Any | None:
                 logging.getLogger("alcop_triton").info("the fast path's hit runs in Python: %s: %s",
                                                        type(exc).__name__, exc)
             else:
-                _NATIVE.configure(_address, lambda: settings.fp32_precision())  # read as the Python check does
+                _NATIVE.configure(_address, lambda: settings.fp32_precision(),  # read as the Python check does
+                                  torch.Tensor.storage_offset, torch.Tensor.element_size)
     return _NATIVE or None
 
 def note_applied(apply: Callable[..., Tensor], replayer: Replayer, inputs: tuple[Any, ...], out: Tensor) -> None:

@@ -14,18 +14,51 @@
  * run(state, tensors) -> the output: allocated, then written by one direct launch of a compiled kernel.
  *   state: (new, shape, stride, launch, current_device, index, stream_of, hooks, address, memo, encode,
  *           scratch_address, nbytes, c_launch, g0, g1, g2, function, coop, pdl, metadata)
- * configure(address, precision): Tensor.data_ptr and config.fp32_precision, for site_hit.
+ * configure(address, precision, offset, itemsize): Tensor.data_ptr, config.fp32_precision,
+ *   Tensor.storage_offset and Tensor.element_size, for site_hit.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 static PyObject *address_fn = NULL;   /* Tensor.data_ptr */
+static PyObject *offset_fn = NULL;    /* Tensor.storage_offset */
+static PyObject *itemsize_fn = NULL;  /* Tensor.element_size */
 static PyObject *precision_fn = NULL; /* config.fp32_precision */
 static PyObject *nested_name = NULL;  /* "is_nested" */
 
 /* No live allocation lies below it (Linux's mmap_min_addr; CUDA's addresses are far above): a tensor
- * there is one whose storage was freed (data pointer 0 plus its offset). ops.route.LIVE_ADDRESS. */
+ * whose storage starts there is one whose storage was freed (data pointer 0 plus its offset), or an
+ * empty one. ops.route.LIVE_ADDRESS. */
 #define LIVE_ADDRESS (1ULL << 16)
+/* Below it a data pointer may be a freed view's offset in bytes: the storage's start is computed.
+ * ops.route.BASE_CHECKED_BELOW. */
+#define BASE_CHECKED_BELOW (1ULL << 44)
+
+/* A Python int result of fn(t) as a C integer; -1 with an exception set. */
+static long long int_of(PyObject *fn, PyObject *t) {
+    PyObject *r = PyObject_CallOneArg(fn, t);
+    if (r == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    return v;
+}
+
+/* ops.route.address_bits of tensor t at data pointer `address`: 0..15, or 16 for storage that
+ * starts below LIVE_ADDRESS (freed or empty); -1 with an exception set. */
+static long long address_bits(PyObject *t, unsigned long long address) {
+    if (address < BASE_CHECKED_BELOW) {
+        long long offset = int_of(offset_fn, t), size;
+        if (offset == -1 && PyErr_Occurred())
+            return -1;
+        size = int_of(itemsize_fn, t);
+        if (size == -1 && PyErr_Occurred())
+            return -1;
+        if (address - (unsigned long long)offset * (unsigned long long)size < LIVE_ADDRESS)
+            return 16;
+    }
+    return (long long)(address & 15);
+}
 
 /* Whether obj is truthy: 1, 0, or -1 with an exception set. Steals the reference. */
 static int truth(PyObject *obj) {
@@ -48,13 +81,15 @@ static int aligned(PyObject *given, PyObject *align) {
         if (p == NULL)
             return -1;
         unsigned long long address = PyLong_AsUnsignedLongLongMask(p);
-        unsigned long long low = address < LIVE_ADDRESS ? 16 : address & 15;
         Py_DECREF(p);
         if (PyErr_Occurred())
             return -1;
+        long long low = address_bits(PyTuple_GET_ITEM(given, j), address);
+        if (low < 0)
+            return -1;
         if (align == Py_None)
-            bits |= low;
-        else if (low != PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(align, j)))
+            bits |= (unsigned long long)low;
+        else if ((unsigned long long)low != PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(align, j)))
             return 0;
     }
     return bits == 0;
@@ -141,13 +176,17 @@ static PyObject *site_hit(PyObject *self, PyObject *const *args, Py_ssize_t narg
 }
 
 static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *address, *precision;
-    if (!PyArg_ParseTuple(args, "OO", &address, &precision))
+    PyObject *address, *precision, *offset, *itemsize;
+    if (!PyArg_ParseTuple(args, "OOOO", &address, &precision, &offset, &itemsize))
         return NULL;
     Py_INCREF(address);
     Py_INCREF(precision);
+    Py_INCREF(offset);
+    Py_INCREF(itemsize);
     Py_XSETREF(address_fn, address);
     Py_XSETREF(precision_fn, precision);
+    Py_XSETREF(offset_fn, offset);
+    Py_XSETREF(itemsize_fn, itemsize);
     if (nested_name == NULL && (nested_name = PyUnicode_InternFromString("is_nested")) == NULL)
         return NULL;
     Py_RETURN_NONE;
@@ -316,7 +355,7 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 static PyMethodDef methods[] = {
     {"site_hit", (PyCFunction)(void (*)(void))site_hit, METH_FASTCALL, "The entry of the first matching candidate, or None."},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL, "A stored call's output, allocated and written by its launch."},
-    {"configure", configure, METH_VARARGS, "configure(address, precision)"},
+    {"configure", configure, METH_VARARGS, "configure(address, precision, offset, itemsize)"},
     {NULL, NULL, 0, NULL},
 };
 

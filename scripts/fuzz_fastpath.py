@@ -29,6 +29,7 @@ and ``.md`` (the summary, rewritten after each chunk and when ``--budget-s`` run
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime as dt
 import json
 import os
@@ -37,6 +38,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -767,7 +769,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="cuda, or cpu (Triton's interpreter, tiny sizes, no stream or graph mutations)")
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fuzz_fastpath"), help="output directory")
     p.add_argument("--seed", type=int, default=45, help="the run's seed (each case's is derived from it and its index)")
-    p.add_argument("--chunk", type=int, default=0, help="cases per child process (default: 500 on cuda, 50 on cpu)")
+    p.add_argument("--chunk", type=int, default=0, help="cases per child process (default: 500 on cuda, 50 on cpu; "
+                   "with --jobs, cases / jobs / 4 at most)")
+    p.add_argument("--jobs", type=int, default=1, help="chunks run at once, each in its own child process (one GPU "
+                   "takes several: a case spends most of its time compiling on the CPU)")
     p.add_argument("--budget-s", type=float, default=0, help="stop starting cases after this many seconds (0: none)")
     p.add_argument("--case-timeout", type=float, default=0, help="a child that finishes no case in this long is "
                    "killed, its case a crash (default: 180 s on cuda, 300 s on cpu)")
@@ -787,33 +792,57 @@ def main(argv: list[str] | None = None) -> int:
         return child(args)
     # The children share the kernel caches (alcop's and Triton's, on disk): a child that replaces a crashed one,
     # and a second run, compile nothing again.
+    if args.jobs < 1:
+        p.error(f"argument --jobs: {args.jobs} is not a positive number of chunks")
     chunk = args.chunk or (500 if args.device == "cuda" else 50)
+    if args.jobs > 1 and not args.chunk:  # small chunks: the jobs finish together, a crash restarts little
+        chunk = max(1, min(chunk, -(-args.cases // (args.jobs * 4))))
     args.case_timeout = args.case_timeout or (180.0 if args.device == "cuda" else 300.0)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "cases.jsonl"
     log.unlink(missing_ok=True)
+    parts = out / "chunks"  # one log per chunk (the jobs write side by side), merged into cases.jsonl
+    if parts.exists():
+        for old in parts.iterdir():
+            old.unlink()
+    parts.mkdir(exist_ok=True)
     t0 = time.time()
     deadline = t0 + args.budget_s if args.budget_s > 0 else float("inf")
+    lock = threading.Lock()
 
     def write(stopped: bool) -> dict[str, Any]:
-        s = summarise(read_lines(log), args, time.time() - t0, stopped)
-        (out / "fuzz_fastpath.json").write_text(json.dumps(s, indent=1) + "\n")
-        (out / "fuzz_fastpath.md").write_text(markdown(s))
-        (out / "README.md").write_text(readme(s))
-        return s
+        with lock:
+            rows = [r for f in sorted(parts.glob("*.jsonl")) for r in read_lines(f)]
+            info = [r for r in rows if "info" in r][:1]
+            cases = sorted((r for r in rows if "index" in r), key=lambda r: r["index"])
+            log.write_text("".join(json.dumps(r) + "\n" for r in info + cases))
+            s = summarise(info + cases, args, time.time() - t0, stopped)
+            (out / "fuzz_fastpath.json").write_text(json.dumps(s, indent=1) + "\n")
+            (out / "fuzz_fastpath.md").write_text(markdown(s))
+            (out / "README.md").write_text(readme(s))
+            return s
 
     end = args.first + args.cases
-    for first in range(args.first, end, chunk):
+
+    def one_chunk(first: int) -> None:
         if time.time() >= deadline:
-            break
-        run_chunk(args, first, min(end, first + chunk), deadline, log)
+            return
+        last = min(end, first + chunk)
+        run_chunk(args, first, last, deadline, parts / f"{first:07d}.jsonl")
         s = write(False)
-        print(f"cases {first}..{min(end, first + chunk) - 1}: total {s['cases']} cases, {s['wrong']} wrong, "
+        print(f"cases {first}..{last - 1}: total {s['cases']} cases, {s['wrong']} wrong, "
               f"{s['crashes']} crashes, {s['exception_mismatches']} exception mismatches, "
               f"{s['raised_where_torch_computed']} raised where torch computed; {s['hits']} hits "
               f"({s['site_hits']} at call sites, {s['native_runs']} native runs), {s['seconds']} s", flush=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for done in [pool.submit(one_chunk, first) for first in range(args.first, end, chunk)]:
+            done.result()
     s = write(time.time() >= deadline)
+    for f in parts.iterdir():  # merged: cases.jsonl holds every line
+        f.unlink()
+    parts.rmdir()
     bad = s["wrong"] + s["crashes"] + s["exception_mismatches"] + s["raised_where_torch_computed"]
     return 1 if bad else 0
 

@@ -213,15 +213,26 @@ _sites: dict[tuple[Any, ...], list[_Candidate]] = {}
 
 LIVE_ADDRESS = 1 << 16
 """No live allocation lies below this address (Linux's ``mmap_min_addr``; CUDA's addresses are far above):
-a tensor there is one whose storage was freed (``untyped_storage().resize_(0)``: address 0 plus its
-offset), or an empty one. A call site's check reads every address anyway, for the alignment."""
+a tensor whose storage starts there is one whose storage was freed (``untyped_storage().resize_(0)``:
+its data pointer is 0 plus its offset), or an empty one."""
+
+BASE_CHECKED_BELOW = 1 << 44
+"""A data pointer below this address has its storage's start computed (``data_ptr - storage_offset *
+element_size``) to tell a freed tensor: a view into freed storage points at its offset in bytes, which
+is below any storage's size (no storage reaches 16 TiB). Above it, the pointer is a live allocation's
+and the check reads nothing more: that is where allocations lie (CUDA's and mmap's addresses on x86-64
+Linux sit near 2**47); a live tensor below it costs two more reads, never a wrong answer."""
 
 
-def address_bits(address: int) -> int:
-    """What a call site's candidate records of a tensor's address: its low four bits (16-byte alignment),
-    or 16 below ``LIVE_ADDRESS``. A freed tensor then matches only a candidate made from such a tensor
-    (an empty one: its shape, which the guard checks, leaves nothing to read)."""
-    return address & 15 if address >= LIVE_ADDRESS else 16
+def address_bits(t: Tensor) -> int:
+    """What a call site's candidate records of a tensor's address: the data pointer's low four bits
+    (16-byte alignment), or 16 where its storage starts below ``LIVE_ADDRESS`` (freed, or empty). A freed
+    tensor then matches only a candidate made from such a tensor (an empty one: its shape, which the
+    guard checks, leaves nothing to read)."""
+    address = _address(t)
+    if address < BASE_CHECKED_BELOW and address - t.storage_offset() * t.element_size() < LIVE_ADDRESS:
+        return 16
+    return address & 15
 
 
 def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> Callable[..., Tensor] | None:
@@ -249,10 +260,13 @@ def _site_hit_py(site: list[_Candidate], tensors: tuple[Tensor | None, ...]) -> 
             bits = 0
             for t in given:
                 address = _address(t)
-                bits |= address & 15 if address >= LIVE_ADDRESS else 16
+                if address < BASE_CHECKED_BELOW:  # rarely: address_bits's test of the storage's start
+                    bits |= address_bits(t)
+                else:
+                    bits |= address & 15
             if not bits:
                 return entry
-        elif tuple(address_bits(t.data_ptr()) for t in given) == align:
+        elif tuple(address_bits(t) for t in given) == align:
             return entry
     return None
 
@@ -285,7 +299,7 @@ def _remember(site_key: tuple[Any, ...], tensors: tuple[Tensor | None, ...], ent
         _TensorGuards = None
         return
     fp32 = any(t.dtype is torch.float32 for t in present)
-    align = tuple(address_bits(t.data_ptr()) for t in present)
+    align = tuple(address_bits(t) for t in present)
     pickers = (None, None) if len(present) == len(tensors) else _pickers(tensors)
     site.append((len(tensors), *pickers, guards.check, None if not any(align) else align,
                  fp32_precision() if fp32 else None, entry))

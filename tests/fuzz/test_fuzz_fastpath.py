@@ -39,8 +39,11 @@ def test_specs_replay_and_leave_cuda_mutations_to_cuda() -> None:
 
 
 def test_short_cpu_run_writes_its_summary(tmp_path: Path) -> None:
-    ff.main(["--device", "cpu", "--cases", "20", "--chunk", "10", "--out", str(tmp_path)])
+    ff.main(["--device", "cpu", "--cases", "20", "--chunk", "10", "--jobs", "2", "--out", str(tmp_path)])
     s = json.loads((tmp_path / "fuzz_fastpath.json").read_text())
+    lines = [json.loads(t) for t in (tmp_path / "cases.jsonl").read_text().splitlines()]
+    assert "info" in lines[0] and [c["index"] for c in lines[1:]] == list(range(20))  # both chunks, merged
+    assert not (tmp_path / "chunks").exists()
     assert SUMMARY_KEYS <= set(s) and (tmp_path / "fuzz_fastpath.md").read_text().startswith("# Fast-path fuzz: 20")
     assert s["cases"] == 20 and s["torch"] and s["triton"]
     assert s["ok"] + s["wrong"] + s["crashes"] + s["exception_mismatches"] + s["raised_where_torch_computed"] == 20

@@ -108,6 +108,34 @@ def test_freed_view_at_an_offset_raises_on_a_first_call(site_check: None, fallba
         at.matmul(a, b)
 
 
+@pytest.mark.parametrize("offset_rows", [1, 4097, 70000], ids=["4B", "64KiB", "1MiB"])
+def test_freed_view_at_any_offset_misses_a_warm_site(offset_rows: int, site_check: None, fallbacks: list) -> None:
+    # A view into freed storage points at its offset in bytes: past LIVE_ADDRESS for a large one, so
+    # the site check computes the storage's start (route.address_bits), natively and in Python.
+    b = randn(4, 3, seed=1)
+    live = randn(offset_rows + 5, 4)
+    for _ in range(3):  # a stored signature and a call-site candidate for a live view at this offset
+        at.matmul(live[offset_rows:], b)
+    base = randn(offset_rows + 5, 4, seed=2)
+    view = base[offset_rows:]
+    assert view.data_ptr() % 16 == live[offset_rows:].data_ptr() % 16
+    base.untyped_storage().resize_(0)
+    assert view.data_ptr() == offset_rows * 16
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="no memory to read"):
+            at.matmul(view, b)
+
+
+def test_address_bits_tells_freed_storage_by_its_start() -> None:
+    t = randn(70000, 4)
+    view = t[65536:]
+    assert route.address_bits(view) == view.data_ptr() & 15
+    t.untyped_storage().resize_(0)
+    assert view.data_ptr() >= route.LIVE_ADDRESS  # the address alone would pass for a live one
+    assert route.address_bits(view) == 16 and route.address_bits(t) == 16
+    assert route.address_bits(torch.empty(0)) == 16
+
+
 _NESTED_SCRIPT = textwrap.dedent("""
     import sys, warnings
     warnings.simplefilter("ignore")
