@@ -86,6 +86,25 @@ def not_plain(op: str, names: Sequence[str], *tensors: Any) -> bool:
     return True
 
 
+def torch_decides(op: str, refusal: RuntimeError, torch_call: Callable[[], Any]) -> Any:
+    """A call alcop's argument checks refuse (``refusal``) where torch's function may still compute:
+    torch's CUDA ops accept some calls its CPU ops refuse (a linear over a 3-D input adds a bias of
+    another dtype after the product; addmm with beta=0 on CUDA never broadcasts its input). torch's
+    function decides: its result (announced as a fallback), or, where it raises too, alcop's error,
+    which names the argument, the value and the rule. Only argument checks come here: nothing has
+    been launched."""
+    try:
+        y = torch_call()
+    except Exception:  # noqa: BLE001 - torch refuses too: alcop's message, torch's exception type
+        raise refusal from None
+    use_torch(op, f"{refusal} (torch's function computes this call on {_device_of(y)})")
+    return y
+
+
+def _device_of(y: Any) -> str:
+    return str(y.device.type) if isinstance(y, torch.Tensor) else "this device"
+
+
 def falls_back(op: str, *tensors: Any) -> bool:
     """Whether ``static_reason`` leaves ``op`` on these tensors to torch: then announced (``use_torch``),
     and the caller has torch compute the call."""

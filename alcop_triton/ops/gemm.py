@@ -212,9 +212,12 @@ def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, bet
     if fallback.not_plain(op, ("input",) + names, input, m1, m2):
         return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
     _check_matrices(op, names, m1, m2, ndim)
-    check_same(op, ("input", names[0]), (input, m1))
     shape = shape_of(m1)[:-1] + (m2.shape[-1],)
-    residual = broadcast_to(op, "input", input, shape)
+    try:
+        check_same(op, ("input", names[0]), (input, m1))
+        residual = broadcast_to(op, "input", input, shape)
+    except RuntimeError as refusal:  # torch's CUDA addmm with beta=0 reads no input: torch decides
+        return fallback.torch_decides(op, refusal, lambda: torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out))
     if fallback.falls_back(op, input, m1, m2):
         return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
     empty = math.prod(shape) == 0  # torch returns an empty result without reading the scalars' values
@@ -290,7 +293,10 @@ def _linear(alcop: Any, input: Tensor, weight: Tensor, bias: Tensor | None, resi
     if weight.dim() > 2:
         raise RuntimeError(f"linear(): weight must be 2-D (out_features, in_features) or 1-D (in_features,), got "
                            f"weight.shape={shape_of(weight)}")
-    check_same(op, ("input", "weight", "bias", "residual"), (input, weight, bias, residual))
+    try:
+        check_same(op, ("input", "weight", "bias", "residual"), (input, weight, bias, residual))
+    except RuntimeError as refusal:  # torch's CUDA linear adds a bias of another dtype: torch decides
+        return fallback.torch_decides(op, refusal, lambda: _torch_linear(input, weight, bias, residual, activation))
     if weight.dim() == 1:
         if bias is not None:
             raise RuntimeError(f"linear(): a 1-D weight {shape_of(weight)} gives a matrix-vector product, which takes "

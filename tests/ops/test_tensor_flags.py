@@ -285,3 +285,22 @@ def test_row_varying_bias_with_activation_is_torchs(bias_shape: tuple[int, ...])
         return
     got = at.linear(a, w, bias, activation="gelu")  # no fallback to torch (the fallbacks fixture)
     assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_a_refused_call_that_torch_computes_goes_to_torch(fallbacks: list) -> None:
+    from alcop_triton import fallback
+    want = torch.ones(2)
+    refusal = RuntimeError("linear(): expected input and bias to have the same dtype")
+    assert fallback.torch_decides("linear", refusal, lambda: want) is want
+    assert any("torch's function computes this call" in reason for _, reason in fallbacks)
+
+
+def test_a_refused_call_that_torch_refuses_raises_alcops_message() -> None:
+    # torch's CPU linear refuses a bias of another dtype; alcop's message names both arguments
+    x, w, b = randn(2, 3, 4), randn(5, 4, seed=1), randn(5, seed=2).to(torch.bfloat16)
+    with pytest.raises(RuntimeError):
+        F.linear(x, w, b)
+    with pytest.raises(RuntimeError, match=r"input.dtype=float32 and bias.dtype=bfloat16"):
+        at.linear(x, w, b)
+    with pytest.raises(RuntimeError, match=r"input.shape=\(18,\) does not broadcast"):
+        at.addmm(randn(18), randn(7, 16), randn(16, 16, seed=1), beta=0)
