@@ -223,6 +223,10 @@ def _add_product(alcop: Any, op: str, input: Tensor, m1: Tensor, m2: Tensor, bet
     empty = math.prod(shape) == 0  # torch returns an empty result without reading the scalars' values
     if not empty:
         beta, alpha = checks.number(op, "beta", beta, m1.dtype), checks.number(op, "alpha", alpha, m1.dtype)
+    if beta == 0 and input.requires_grad and torch.is_grad_enabled():
+        # torch's result then requires grad and input's gradient is zeros; alcop's kernel never reads input
+        fallback.use_torch(op, "beta=0 with an input that requires grad (torch gives it a zero gradient)")
+        return torch_fn(input, m1, m2, beta=beta, alpha=alpha, out=out)
     if empty or alpha == 0:  # torch ignores the product when alpha is 0 (NaN or inf in it does not propagate)
         y = residual * beta if not empty and beta != 0 else m1.new_zeros(shape)
         if out is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import alcop_triton
 from alcop_triton.ops import route
@@ -89,3 +90,21 @@ def test_an_unwritten_out_is_counted_as_wrong(runner: Any, monkeypatch: pytest.M
     monkeypatch.setattr(alcop_triton, "mm", lambda a, b, out=None: out)
     line = runner.run(spec)
     assert line["kind"] == "wrong" and "NaN" in line["problems"][0]["detail"]
+
+
+def test_a_vendor_library_failure_of_torchs_is_judged_against_float64(runner: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _first(lambda s: s["op"] == "mm" and s["mutations"] == ["fresh"] and not s["out"])
+    real = runner.reference
+
+    def failing(spec: Any, ts: Any, out: Any = None) -> Any:  # torch's own call fails, its float64 one does not
+        if any(t is not None and t.dtype != torch.float64 for t in ts):
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasLtMatmulAlgoGetHeuristic`")
+        return real(spec, ts, out)
+
+    monkeypatch.setattr(runner, "reference", failing)
+    line = runner.run(spec)
+    assert line["kind"] == "ok" and line["torch_library_failed"] > 0
+    wrong = alcop_triton.mm
+    monkeypatch.setattr(alcop_triton, "mm", lambda a, b, **kw: wrong(a, b, **kw) * 1.1)
+    assert runner.run(spec)["kind"] == "wrong"

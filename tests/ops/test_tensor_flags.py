@@ -304,3 +304,15 @@ def test_a_refused_call_that_torch_refuses_raises_alcops_message() -> None:
         at.linear(x, w, b)
     with pytest.raises(RuntimeError, match=r"input.shape=\(18,\) does not broadcast"):
         at.addmm(randn(18), randn(7, 16), randn(16, 16, seed=1), beta=0)
+
+
+@pytest.mark.parametrize("op", ["addmm", "baddbmm"])
+def test_beta_zero_input_that_requires_grad_gets_torchs_zero_gradient(op: str, fallbacks: list) -> None:
+    fn, torch_fn, make = CASES[op]
+    args = make()
+    inp = args[0].clone().requires_grad_()
+    got, want = fn(inp, *args[1:], beta=0), torch_fn(inp, *args[1:], beta=0)
+    assert got.requires_grad and want.requires_grad
+    assert torch.allclose(got, want, atol=1e-5)
+    (g,) = torch.autograd.grad(got.sum(), inp)
+    assert torch.equal(g, torch.zeros_like(inp))
