@@ -287,7 +287,7 @@ HARNESSES: tuple[Harness, ...] = (
     Harness("Building the shipped table", "build_table/build_table.json",
             "python benchmarks/build_table.py benchmarks/results/build_table", render=build_table_section),
     Harness("The fast path fuzzed on a GPU, with mutations between calls", "fuzz_fastpath/fuzz_fastpath.json",
-            "python scripts/fuzz_fastpath.py --device cuda --cases 2500 --out benchmarks/results/fuzz_fastpath",
+            "python scripts/fuzz_fastpath.py --device cuda --cases 3000 --jobs 12 --out benchmarks/results/fuzz_fastpath",
             render=fuzz_fastpath_section),
     Harness("Drop-ins fuzzed against torch", "fuzz/fuzz_summary.json",
             "TRITON_INTERPRET=1 python scripts/fuzz.py --cases 5000 --out benchmarks/results/fuzz", render=fuzz_section),

@@ -1,6 +1,6 @@
 """Fuzz the fast path's hit (the call-site check and the stored call, natively compiled) against torch.
 
-    python scripts/fuzz_fastpath.py --device cuda --cases 2500 --out benchmarks/results/fuzz_fastpath
+    python scripts/fuzz_fastpath.py --device cuda --cases 3000 --jobs 12 --out benchmarks/results/fuzz_fastpath
     python scripts/fuzz_fastpath.py --device cpu --cases 40 --out /tmp/ffp    # Triton's interpreter, tiny sizes
 
 Each case warms one call site (the same op and non-tensor parameters, three calls: a first call that stores
