@@ -353,11 +353,8 @@ def _routed_conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, st
         return cw if cw is not None and kconv.gemm_workload(cw) is not cw else None
 
     if not traced.concrete(x, w, bias) or traced.to_torch(x.device, workload, True, torch_workload):
-        y = x if list(pad_left) == list(pad_right) else F.pad(
-            x, [p for i in reversed(range(x.dim() - 2)) for p in (pad_left[i], pad_right[i])])
-        pad = list(pad_left) if list(pad_left) == list(pad_right) else [0] * (x.dim() - 2)
-        y = _F_CONV[x.dim() - 3](y, w, bias, list(stride), pad, list(dilation), groups)
-        return TORCH_ACTIVATIONS[activation](y) if activation else y
+        return traced.by_torch(fallback.torch_conv, x, w, bias, stride, pad_left, pad_right, dilation, groups,
+                               activation)
     return torch.ops.alcop.conv(x, w, bias, stride, pad_left, pad_right, dilation, groups, activation)
 
 

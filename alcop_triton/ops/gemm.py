@@ -630,36 +630,26 @@ def _linear_workload(x: torch.Tensor, w: torch.Tensor) -> Workload | None:
     return kmatmul.aligned_workload(Workload("matmul", (rows, n, k), dtype_name(x.dtype), lay))
 
 
-def _torch_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
-                activation: str | None, alpha: float, beta: float) -> torch.Tensor:
-    """``fallback.torch_gemm`` through torch's own matmul (patch mode's wrapper would route it again)."""
-    y = _TORCH_MATMUL(a, b)
-    y = y * alpha if alpha != 1.0 else y
-    y = y + bias if bias is not None else y
-    y = TORCH_ACTIVATIONS[activation](y) if activation is not None else y
-    return y + (residual * beta if beta != 1.0 else residual) if residual is not None else y
-
-
 def _routed_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return _TORCH_MM(a, b) if _gemm_to_torch(a, b) else torch.ops.alcop.mm(a, b)
+    return traced.by_torch(_TORCH_MM, a, b) if _gemm_to_torch(a, b) else torch.ops.alcop.mm(a, b)
 
 
 def _routed_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return _TORCH_MATMUL(a, b) if _gemm_to_torch(a, b) else torch.ops.alcop.bmm(a, b)
+    return traced.by_torch(_TORCH_MATMUL, a, b) if _gemm_to_torch(a, b) else torch.ops.alcop.bmm(a, b)
 
 
 def _routed_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
                  residual: torch.Tensor | None = None, activation: str | None = None, alpha: float = 1.0,
                  beta: float = 1.0) -> torch.Tensor:
     if _gemm_to_torch(a, b, bias, residual):
-        return _torch_gemm(a, b, bias, residual, activation, alpha, beta)
+        return traced.by_torch(fallback.torch_gemm, a, b, bias, residual, activation, alpha, beta)
     return torch.ops.alcop.gemm(a, b, bias, residual, activation, alpha, beta)
 
 
 def _routed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
                    residual: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
     if not traced.concrete(x, w, bias, residual) or traced.to_torch(x.device, lambda: _linear_workload(x, w)):
-        return _torch_linear(x, w, bias, residual, activation)
+        return traced.by_torch(_torch_linear, x, w, bias, residual, activation)
     return torch.ops.alcop.linear(x, w, bias, residual, activation)
 
 

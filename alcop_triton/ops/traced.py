@@ -65,6 +65,17 @@ def to_torch(device: torch.device, workload: Callable[[], Workload | None], torc
                                            (lambda: tw) if torch_workload is not None else None)
 
 
+def by_torch(fn: Callable[..., Tensor], *args: Any) -> Tensor:
+    """``fn(*args)``, torch's computation of a call decided for torch, with routing off: torch's own
+    decompositions (``aten.matmul``'s calls ``torch.bmm``...) reach patch mode's wrappers while a graph
+    is built, which must give them torch's functions, not decide them again."""
+    on, state.on = state.on, False
+    try:
+        return fn(*args)
+    finally:
+        state.on = on
+
+
 def define(name: str, schema: str, decide: Callable[..., Tensor]) -> Any:
     """Define ``alcop::<name>`` with ``schema``, implemented by ``decide`` for every backend (it decomposes)."""
     LIBRARY.define(f"{name}{schema}")
