@@ -26,6 +26,10 @@ def compile(model: Model, **torch_compile_kwargs: Any) -> Model:
     routing on. An ``nn.Module`` gives torch.compile's module (parameters, ``state_dict`` and all), its
     ``forward`` routed; a function gives a function. Entering the routing costs each call a few
     microseconds of host time, off the compiled graph's own."""
+    if torch_compile_kwargs.get("backend", "inductor") == "inductor":
+        # Inductor takes references to torch.mm & co. when it is imported (its extern kernels): imported
+        # here, before a call enters patch mode, it takes torch's functions rather than patch mode's wrappers.
+        import torch._inductor.select_algorithm  # noqa: F401
     compiled = torch.compile(model, **torch_compile_kwargs)
     if isinstance(compiled, torch.nn.Module):
         # torch.compile's module calls ``self.forward``, which it set to the compiled callable
