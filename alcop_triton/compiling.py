@@ -12,6 +12,7 @@ outside the graphs (a graph break's eager code) is patch mode's, as under ``patc
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any, Callable, TypeVar
 
 import torch
@@ -29,7 +30,7 @@ def compile(model: Model, **torch_compile_kwargs: Any) -> Model:
     if torch_compile_kwargs.get("backend", "inductor") == "inductor":
         # Inductor takes references to torch.mm & co. when it is imported (its extern kernels): imported
         # here, before a call enters patch mode, it takes torch's functions rather than patch mode's wrappers.
-        import torch._inductor.select_algorithm  # noqa: F401
+        importlib.import_module("torch._inductor.select_algorithm")
     compiled = torch.compile(model, **torch_compile_kwargs)
     if isinstance(compiled, torch.nn.Module):
         # torch.compile's module calls ``self.forward``, which it set to the compiled callable

@@ -273,3 +273,13 @@ def test_routing_holds_only_while_the_compiled_callable_runs() -> None:
     assert not patch.is_enabled() and not patch._state.on
     f(randn(2, 3), randn(3, 2))
     assert not patch._state.on
+
+
+def test_the_default_backend_is_prepared_before_routing() -> None:
+    # Inductor's extern kernels reference torch.mm & co. from its import: imported by compile(), before
+    # any call enters patch mode, they are torch's functions (not called here: Inductor needs a C compiler).
+    import sys
+    module = at.compile(nn.Linear(2, 2))
+    assert isinstance(module, nn.Module)
+    extern = sys.modules["torch._inductor.select_algorithm"].extern_kernels
+    assert getattr(extern, "mm", torch.mm) is not patch._wrappers.get((id(torch), "mm"), (None, None))[1]
