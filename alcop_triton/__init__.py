@@ -22,12 +22,13 @@ from .records import KernelConfig, Workload  # noqa: E402
 from .schedule import Schedule  # noqa: E402
 from .ops import addmm, baddbmm, bmm, conv1d, conv2d, conv3d, linear, matmul, mm  # noqa: E402  (registers torch.ops.alcop.*)
 from .patch import disable, enable, is_enabled, patched  # noqa: E402
+from .compiling import compile  # noqa: E402
 from .dsl_op import DslOp, op  # noqa: E402
 from .choose_config import use_config  # noqa: E402
 from .model import predict_times  # noqa: E402
 from .autotune.dispatch import best_config  # noqa: E402
 
 __all__ = ["AlcopError", "CompiledKernel", "DslOp", "KernelConfig", "OutOfResources", "PipelineError", "Schedule",
-           "ScheduleError", "TuningError", "UnsupportedError", "Workload", "addmm", "baddbmm", "bmm", "build", "conv1d",
+           "ScheduleError", "TuningError", "UnsupportedError", "Workload", "addmm", "baddbmm", "bmm", "build", "compile", "conv1d",
            "conv2d", "conv3d", "best_config", "disable", "enable", "is_enabled", "linear", "matmul", "mm", "op", "patched",
            "predict_times", "te", "use_config"]

@@ -78,7 +78,12 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None],
     if cfg is not None:
         return cfg
     if device.type != "cuda":
-        return fit_stages(INTERPRETER_CONFIG, workload())
+        w = workload()
+        if _interpreter_gpu is not None and torch_comparable and w is not None \
+                and decide(w, _interpreter_gpu, torch_workload() if torch_workload is not None else None)[1]:
+            from .fastpath import note_torch_preferred
+            note_torch_preferred()
+        return fit_stages(INTERPRETER_CONFIG, w)
     w = workload()
     if w is None:  # an empty reduction: nothing to tune, any valid config computes the zeros
         return KernelConfig()
@@ -86,17 +91,68 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None],
     tw = torch_workload() if torch_workload is not None else None
     known = _CONFIGS.get((w, index, tw))
     if known is None:
-        gen = generation.current()
         with torch.cuda.device(index):
             if torch.cuda.is_current_stream_capturing():
                 raise capture_error(f"choosing a config for {w.key()} (first call of this shape)")
-        known = decide(w, gpu_spec(index), tw)
-        if gen == generation.current():
-            _CONFIGS[(w, index, tw)] = known
+        known = _decided(w, index, tw)
     if known[1] and torch_comparable:
         from .fastpath import note_torch_preferred
         note_torch_preferred()
     return known[0]
+
+
+def _decided(w: Workload, index: int, tw: Workload | None) -> tuple[KernelConfig, bool]:
+    """``decide``'s answer for ``w`` on cuda:``index``, remembered until the dispatch generation changes."""
+    known = _CONFIGS.get((w, index, tw))
+    if known is None:
+        gen = generation.current()
+        known = decide(w, gpu_spec(index), tw)
+        if gen == generation.current():
+            _CONFIGS[(w, index, tw)] = known
+    return known
+
+
+def prefers_torch(device: torch.device, workload: Callable[[], Workload | None], torch_comparable: bool = True,
+                  torch_workload: Callable[[], Workload | None] | None = None) -> bool:
+    """Whether the records leave a call with this workload on ``device`` to torch: what ``choose_config``
+    tells the fast path for the same arguments (so patch mode's eager calls and the graphs
+    ``torch.compile`` builds under it agree). Asked where a graph is built (``ops.traced``), so it never
+    runs a kernel; it tunes only as ``choose_config`` would (``ALCOP_AUTOTUNE=1``). A GPU without a preset
+    is torch's (``fallback.runtime_reason`` sends its calls there)."""
+    from .errors import UnsupportedError
+    if not torch_comparable:
+        return False
+    w = workload()
+    if w is None:
+        return False
+    tw = torch_workload() if torch_workload is not None else None
+    if device.type != "cuda":
+        return _interpreter_gpu is not None and decide(w, _interpreter_gpu, tw)[1]
+    try:
+        return _decided(w, device_index(device), tw)[1]
+    except UnsupportedError:
+        return True
+
+
+_interpreter_gpu: Any = None
+"""The GPU (a ``model.hardware`` spec) whose records decide, for CPU tensors, whether patch mode leaves
+a call to torch (``interpreter_records``); None: never (the interpreter has no GPU of its own)."""
+
+
+@contextlib.contextmanager
+def interpreter_records(spec: Any) -> Iterator[None]:
+    """Within the block, calls on CPU tensors (Triton's interpreter) go to torch where ``spec``'s records
+    prefer torch, as calls on that GPU would: how tests check patch mode's and ``torch.compile``'s
+    routing against records on a machine without a GPU. Configs stay the interpreter's. Not
+    thread-local: one block at a time."""
+    global _interpreter_gpu
+    previous, _interpreter_gpu = _interpreter_gpu, spec
+    generation.bump()  # remembered decisions of CPU calls were made without these records
+    try:
+        yield
+    finally:
+        _interpreter_gpu = previous
+        generation.bump()
 
 
 def decide(w: Workload, spec: Any, torch_workload: Workload | None = None,

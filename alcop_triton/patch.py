@@ -36,7 +36,8 @@ adds per pass) slower under patch mode than without. The price of wrappers: code
 reference to a routed function before patch mode began (``from torch import matmul``) keeps calling
 torch's (one taken while the wrappers outlive a block is a wrapper, and follows patch mode).
 ``torch.compile`` traces through the wrappers of functions (``torch.matmul``, ``F.linear``,
-``F.conv2d``...: they become ``torch.ops.alcop`` nodes); Tensor methods and the ``@`` operator it
+``F.conv2d``...: each becomes alcop's op or torch's, decided per workload from the records as the graph
+is built, ``ops.traced``; ``docs/compile.md``); Tensor methods and the ``@`` operator it
 traces as torch's own ops, whatever the class attribute says. A trace follows patch mode as the
 tracing thread last set it (Dynamo reads no context variable: ``_state``). Entering patch mode the first time
 imports ``torch._dynamo`` (see ``_install``).
@@ -58,6 +59,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import generation, ops, tensor_kinds
+from .ops import traced
 from .fastpath import _ROUTING, _compiler, _dispatch_modes, _dynamo_tracing, _transforms, set_routing, unrouted
 from .fastpath import _counters as _fastpath_counters
 from .fastpath import _mode as _fastpath_mode
@@ -109,11 +111,7 @@ class _Patch:
 _patch: ContextVar[_Patch] = ContextVar("alcop_patch", default=_Patch())
 
 
-class _Traced(threading.local):
-    on = False  # patch mode as this thread last set it: what a torch.compile trace follows (see _wrapper)
-
-
-_state = _Traced()
+_state = traced.state  # patch mode as this thread last set it: what a torch.compile trace follows (see _wrapper)
 _lock = threading.RLock()  # reentrant: an activation's finaliser may run in a collection inside the lock
 _live = 0  # activations alive: the wrappers are installed while it is above zero, and after it drops
 # to zero until a wrapper is called (``_put_back``). What ``_install`` put in place, empty when

@@ -6,7 +6,8 @@ in the order a call meets them:
 2. the registered op ``torch.ops.alcop.conv``: its checks, fake and implementation (``_conv_kernel``:
    fallback to torch, a pointwise convolution as a GEMM, else the implicit-GEMM kernel and its launch);
 3. the autograd formulas (``conv_grads``: each gradient on the fastest kernel that computes it);
-4. the op namespaces and the routes ``route.call`` takes.
+4. what a call traced with routing on becomes: the deciding op ``torch.ops.alcop.routed_conv`` (``ops.traced``);
+5. the op namespaces and the routes ``route.call`` takes.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from .. import choose_config
 from ..fallback import TORCH_ACTIVATIONS
 from ..kernels import conv as kconv
 from ..kernels import conv_grad
+from ..kernels import matmul as kmatmul
 from ..records import Workload, dtype_name
-from . import checks, dsl_call, gemm, route
+from . import checks, dsl_call, gemm, route, traced
 from .checks import CUDA_GRID_Y, check_activation, check_same, need_tensor, shape_of
 from .gemm import activation_grad, run_gemm
 from .route import OpRoutes
@@ -333,7 +335,36 @@ def _conv_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
 conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
 
 
-# ----------------------------------------------------------------------------- 4. op namespaces and routes
+# ----------------------------------------------------------------------------- 4. traced with routing on
+
+def _routed_conv(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
+                 pad_left: Sequence[int], pad_right: Sequence[int], dilation: Sequence[int], groups: int,
+                 activation: str | None = None) -> torch.Tensor:
+    """``alcop::conv`` where the records show it faster for the workload ``_conv_kernel`` would decide on
+    (a channels-last pointwise convolution: its GEMM's, weighed against torch's convolution), else torch's
+    convolution; torch's for symbolic sizes."""
+    def workload() -> Workload | None:
+        cw = _conv_workload(x, w, stride, pad_left, pad_right, dilation, groups) if w.shape[1:].numel() > 0 else None
+        gw = kconv.gemm_workload(cw) if cw is not None else None
+        return kmatmul.aligned_workload(gw) if gw is not None and gw is not cw else cw
+
+    def torch_workload() -> Workload | None:
+        cw = _conv_workload(x, w, stride, pad_left, pad_right, dilation, groups)
+        return cw if cw is not None and kconv.gemm_workload(cw) is not cw else None
+
+    if not traced.concrete(x, w, bias) or traced.to_torch(x.device, workload, True, torch_workload):
+        return traced.by_torch(fallback.torch_conv, x, w, bias, stride, pad_left, pad_right, dilation, groups,
+                               activation)
+    return torch.ops.alcop.conv(x, w, bias, stride, pad_left, pad_right, dilation, groups, activation)
+
+
+ROUTED = types.SimpleNamespace(conv=traced.define(
+    "routed_conv", "(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] pad_left, int[] pad_right, "
+    "int[] dilation, int groups, str? activation=None) -> Tensor", _routed_conv))
+"""``torch.ops.alcop.conv`` for calls Dynamo traces with routing on (see ``gemm.ROUTED``)."""
+
+
+# ----------------------------------------------------------------------------- 5. op namespaces and routes
 
 DIRECT = types.SimpleNamespace(conv=_conv_kernel)
 """``torch.ops.alcop.conv``'s implementation, called without torch's dispatcher (see ``gemm.DIRECT``)."""
@@ -349,4 +380,4 @@ BACKWARD = types.SimpleNamespace(
     mm=gemm.BACKWARD.mm, dsl_call=dsl_call.BACKWARD)
 """The ops a convolution's backward formulas call (``route.backward_op``)."""
 
-CONV = route.front_end(_conv, DIRECT, AUTOGRAD, _torch_conv)
+CONV = route.front_end(_conv, DIRECT, AUTOGRAD, _torch_conv, ROUTED)

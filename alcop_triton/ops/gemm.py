@@ -7,7 +7,8 @@ to alcop's kernel, in the order a call meets them:
    implementations (``_mm_kernel``...);
 3. ``run_gemm``: fallback to torch, operand alignment, the config, the kernel and its launch;
 4. the autograd formulas (dA = dZ @ B^T, dB = A^T @ dZ on transposed views, no copies);
-5. the op namespaces and the routes ``route.call`` takes (``DIRECT``, ``AUTOGRAD``, ``BACKWARD``, ``MATMUL``...).
+5. what a call traced with routing on becomes: the deciding ops ``torch.ops.alcop.routed_*`` (``ops.traced``);
+6. the op namespaces and the routes ``route.call`` takes (``DIRECT``, ``AUTOGRAD``, ``ROUTED``, ``MATMUL``...).
 
 Invalid arguments raise the exception type torch raises, with a message naming the argument, its value
 and the rule; inputs alcop does not run go to torch (``fallback``).
@@ -27,7 +28,7 @@ from .. import choose_config
 from ..fallback import TORCH_ACTIVATIONS, vjp_fn
 from ..kernels import matmul as kmatmul
 from ..records import Workload, dtype_name
-from . import checks, route
+from . import checks, route, traced
 from .checks import (CUDA_GRID_Y, broadcast, broadcast_to, check_activation, check_out, check_same, need_tensor,
                      resize_out, shape_of, shares_memory)
 from .route import OpRoutes
@@ -617,7 +618,65 @@ gemm_op.register_autograd(_gemm_backward, setup_context=_gemm_setup)
 linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 
-# ----------------------------------------------------------------------------- 5. op namespaces and routes
+# ----------------------------------------------------------------------------- 5. traced with routing on
+
+def _gemm_to_torch(a: torch.Tensor, b: torch.Tensor, *epilogue: torch.Tensor | None) -> bool:
+    """Whether a traced GEMM ``a @ b`` gets torch's op: symbolic sizes, or records that prefer torch for
+    the workload ``run_gemm`` would key (operands as ``aligned_operands`` leaves contiguous ones; two
+    batch dims are not what the records timed torch on, as in ``run_gemm``)."""
+    if not traced.concrete(a, b, *epilogue):
+        return True
+    empty = a.shape[-1] == 0 or math.prod(a.shape[:-1]) == 0 or b.shape[-1] == 0
+    return traced.to_torch(a.device, lambda: None if empty else kmatmul.aligned_workload(kmatmul.workload_of(a, b)),
+                           torch_comparable=a.dim() < 4)
+
+
+def _linear_workload(x: torch.Tensor, w: torch.Tensor) -> Workload | None:
+    """``workload_of`` for ``_linear_kernel``'s product ``x.reshape(rows, K) @ w.t()``, from metadata alone."""
+    rows, n, k = math.prod(x.shape[:-1]), w.shape[0], w.shape[1]
+    if rows * n * k == 0:
+        return None
+    lay = ("t" if x.stride(-1) != 1 and k > 1 else "n") + ("t" if w.stride(0) != 1 and n > 1 else "n")
+    return kmatmul.aligned_workload(Workload("matmul", (rows, n, k), dtype_name(x.dtype), lay))
+
+
+def _routed_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return traced.by_torch(_TORCH_MM, a, b) if _gemm_to_torch(a, b) else torch.ops.alcop.mm(a, b)
+
+
+def _routed_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return traced.by_torch(_TORCH_MATMUL, a, b) if _gemm_to_torch(a, b) else torch.ops.alcop.bmm(a, b)
+
+
+def _routed_gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+                 residual: torch.Tensor | None = None, activation: str | None = None, alpha: float = 1.0,
+                 beta: float = 1.0) -> torch.Tensor:
+    if _gemm_to_torch(a, b, bias, residual):
+        return traced.by_torch(fallback.torch_gemm, a, b, bias, residual, activation, alpha, beta)
+    return torch.ops.alcop.gemm(a, b, bias, residual, activation, alpha, beta)
+
+
+def _routed_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                   residual: torch.Tensor | None = None, activation: str | None = None) -> torch.Tensor:
+    if not traced.concrete(x, w, bias, residual) or traced.to_torch(x.device, lambda: _linear_workload(x, w)):
+        return traced.by_torch(_torch_linear, x, w, bias, residual, activation)
+    return torch.ops.alcop.linear(x, w, bias, residual, activation)
+
+
+_GEMM_SCHEMA = ("(Tensor a, Tensor b, Tensor? bias=None, Tensor? residual=None, str? activation=None, "
+                "float alpha=1.0, float beta=1.0) -> Tensor")
+ROUTED = types.SimpleNamespace(
+    mm=traced.define("routed_mm", "(Tensor a, Tensor b) -> Tensor", _routed_mm),
+    bmm=traced.define("routed_bmm", "(Tensor a, Tensor b) -> Tensor", _routed_bmm),
+    gemm=traced.define("routed_gemm", _GEMM_SCHEMA, _routed_gemm),
+    gemm_out=torch.ops.alcop.gemm_out,  # out= never takes the traced route (the front end calls the op)
+    linear=traced.define("routed_linear", "(Tensor input, Tensor weight, Tensor? bias=None, Tensor? residual=None, "
+                         "str? activation=None) -> Tensor", _routed_linear))
+"""``torch.ops.alcop``'s names for calls Dynamo traces with routing on: ops that decide, as the graph is
+built, whether alcop's op or torch's takes their place (``ops.traced``)."""
+
+
+# ----------------------------------------------------------------------------- 6. op namespaces and routes
 
 DIRECT = types.SimpleNamespace(mm=_mm_kernel, bmm=_bmm_kernel, gemm=_gemm_kernel, gemm_out=_gemm_out_kernel,
                                linear=_linear_kernel)
@@ -646,11 +705,13 @@ BACKWARD = types.SimpleNamespace(**{
 # torch's own functions, taken before patch mode can wrap them: a workload patch mode leaves to torch
 # then calls them directly, not through its wrapper a second time.
 _TORCH_MATMUL, _TORCH_MM, _TORCH_BMM = torch.matmul, torch.mm, torch.bmm
-MATMUL = route.front_end(_matmul, DIRECT, AUTOGRAD, _TORCH_MATMUL)
-MM = route.front_end(_mm, DIRECT, AUTOGRAD, _TORCH_MM)
-BMM = route.front_end(_bmm, DIRECT, AUTOGRAD, _TORCH_BMM)
+MATMUL = route.front_end(_matmul, DIRECT, AUTOGRAD, _TORCH_MATMUL, ROUTED)
+MM = route.front_end(_mm, DIRECT, AUTOGRAD, _TORCH_MM, ROUTED)
+BMM = route.front_end(_bmm, DIRECT, AUTOGRAD, _TORCH_BMM, ROUTED)
 ADDMM = route.front_end(_addmm, DIRECT, AUTOGRAD,
-                        lambda input, m1, m2, beta, alpha: _TORCH_ADDMM(input, m1, m2, beta=beta, alpha=alpha))
+                        lambda input, m1, m2, beta, alpha: _TORCH_ADDMM(input, m1, m2, beta=beta, alpha=alpha),
+                        ROUTED)
 BADDBMM = route.front_end(_baddbmm, DIRECT, AUTOGRAD,
-                          lambda input, b1, b2, beta, alpha: _TORCH_BADDBMM(input, b1, b2, beta=beta, alpha=alpha))
-LINEAR = route.front_end(_linear, DIRECT, AUTOGRAD, _torch_linear)
+                          lambda input, b1, b2, beta, alpha: _TORCH_BADDBMM(input, b1, b2, beta=beta, alpha=alpha),
+                          ROUTED)
+LINEAR = route.front_end(_linear, DIRECT, AUTOGRAD, _torch_linear, ROUTED)

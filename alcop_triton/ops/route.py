@@ -5,11 +5,14 @@ the implementations registered under ``torch.ops.alcop`` (below torch's dispatch
 backward formulas make and ``@alcop_triton.op`` ops. Each passes its ``OpRoutes``: the ways it can run,
 by name. ``call`` takes the first rule that applies:
 
-1. traced by Dynamo                    -> ``registered``: the ``torch.ops.alcop`` op becomes the graph's node
+1. traced by Dynamo                    -> with routing on (patch mode, ``alcop_triton.compile``) ``traced``:
+                                          a deciding op that becomes alcop's op or torch's per workload
+                                          (``ops.traced``); else ``registered``: the ``torch.ops.alcop`` op
 2. inside another call's first run     -> ``direct``: that first run records the launches
 3. a repeat at a known call site       -> the stored entry (the fast path: guards, allocation, launch)
 4. no signature (not plain dense tensors, a dispatch mode, a functorch transform, torch.compile's
-   non-strict tracing)                 -> ``registered`` (torch's dispatcher sees the call)
+   non-strict tracing)                 -> ``registered`` (torch's dispatcher sees the call); within a
+                                          torch.compile session with routing on, ``traced``
 5. a stored signature                  -> the stored entry
 6. tensors that require grad           -> ``autograd`` (an autograd Function over the same
                                           implementation), else ``registered``
@@ -41,6 +44,7 @@ from ..fastpath import (_DIRECT, _PATCHED, _ROUTING, MAX_ENTRIES, Entry, GradEnt
                        _counters, _dispatch_modes, _dynamo_tracing, _entries, _entry, _ENV_TABLE, _grad_enabled,
                        _address, _in_mode, _key, _mode, _Recording, _STRICT_KEY, _transforms, native, unrouted)
 from ..settings import fp32_precision
+from .traced import state as routing
 
 Tensor = torch.Tensor
 
@@ -52,19 +56,25 @@ class OpRoutes:
     direct: alcop's implementation, called without torch's dispatcher (checks, fallback, config, kernels);
     registered: the same through torch's dispatcher (the ``torch.ops.alcop`` op; None: ``direct``);
     torch: the same computation by torch, where patch mode's records prefer torch (None: never);
-    autograd: an autograd Function over ``direct`` for plain tensors that require grad (None: ``registered``).
+    autograd: an autograd Function over ``direct`` for plain tensors that require grad (None: ``registered``);
+    traced: what Dynamo traces with routing on: the same through the deciding ops of ``ops.traced``
+    (None: ``registered``).
     """
     direct: Callable[..., Tensor]
     registered: Callable[..., Tensor] | None = None
     torch: Callable[..., Tensor] | None = None
     autograd: Callable[..., Tensor] | None = None
+    traced: Callable[..., Tensor] | None = None
 
 
 def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], routes: OpRoutes) -> Tensor:
     """Run ``op`` on ``tensors`` and ``params`` by the first rule of the module docstring that applies."""
-    # 1. traced: the registered op becomes the graph's node (Dynamo does not trace _mode)
+    # 1. traced: the deciding op (routing on) or the registered op becomes the graph's node (Dynamo does
+    #    not trace _mode: the routing it follows is this thread's flag)
     if _dynamo_tracing():
         _counters.dispatched += 1
+        if routing.on and routes.traced is not None:
+            return routes.traced(*tensors, *params)
         return (routes.registered or routes.direct)(*tensors, *params)
     mode = _mode.get()
     # 2. inside another call's first run: that one records the launches
@@ -98,6 +108,10 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         mode.applying.keyed += 1
     if key is None:
         _counters.dispatched += 1
+        if routing.on and routes.traced is not None and _compiler._is_compiling_flag:
+            # torch.compile's later stages (AOTAutograd running Dynamo's graph, torch's decompositions
+            # calling torch.mm...) reach patch mode's wrappers too: decided as Dynamo's calls are
+            return routes.traced(*tensors, *params)
         return (routes.registered or routes.direct)(*tensors, *params)
     # 5. a stored signature
     hit = _entries.get(key)
@@ -326,12 +340,14 @@ generation.on_bump(_sites.clear)
 # ----------------------------------------------------------------------------- route tables
 
 def front_end(fn: Callable[..., Tensor], direct: Any, autograd: Any,
-              torch_fn: Callable[..., Tensor] | None) -> OpRoutes:
+              torch_fn: Callable[..., Tensor] | None, traced: Any = None) -> OpRoutes:
     """The routes of a drop-in whose front end ``fn(alcop, ...)`` checks torch's arguments and runs the
     op through the namespace ``alcop``: ``direct`` (the op family's implementations without the
-    dispatcher), ``torch.ops.alcop`` (with it) or ``autograd`` (its autograd Functions)."""
+    dispatcher), ``torch.ops.alcop`` (with it), ``autograd`` (its autograd Functions) or ``traced`` (its
+    deciding ops, ``ops.traced``)."""
     return OpRoutes(direct=functools.partial(fn, direct), registered=functools.partial(fn, torch.ops.alcop),
-                    torch=torch_fn, autograd=functools.partial(fn, autograd))
+                    torch=torch_fn, autograd=functools.partial(fn, autograd),
+                    traced=functools.partial(fn, traced) if traced is not None else None)
 
 
 def backward_op(name: str, n_tensors: int, routes: OpRoutes) -> Callable[..., Tensor]:

@@ -1,0 +1,285 @@
+"""torch.compile with alcop's routing (ops/traced.py, alcop_triton.compile): the graph AOTAutograd hands
+the compiler holds alcop's op for a workload exactly where the tuning records show alcop faster, torch's
+op where they show torch faster; outputs and gradients match float64 torch; no graph breaks.
+
+Records are written to a temporary database (``ALCOP_DB``) for the H100, and
+``choose_config.interpreter_records`` makes CPU tensors routed by that GPU's records, as CUDA tensors of
+an H100 are (the interpreter has no GPU of its own)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import assert_close, randn
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+import alcop_triton as at
+from alcop_triton import choose_config, fastpath, patch
+from alcop_triton.autotune import dispatch
+from alcop_triton.autotune.database import Database, TuningRecord
+from alcop_triton.autotune.measure import MeasureResult
+from alcop_triton.kernels import conv as kconv
+from alcop_triton.model.hardware import get_spec
+from alcop_triton.records import KernelConfig, Workload
+
+pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
+
+SPEC = get_spec("H100")
+ALCOP_OPS = ("alcop.linear", "alcop.mm", "alcop.bmm", "alcop.gemm", "alcop.conv")
+TORCH_PRODUCTS = ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.convolution")
+
+
+@pytest.fixture
+def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Workload, bool], None]]:
+    """``records(workload, alcop_faster)`` measures ``workload`` in a fresh database: alcop's config at
+    0.01 ms and torch at 0.03 ms, or the other way round. No shipped table is read."""
+    monkeypatch.setenv("ALCOP_DB", str(tmp_path / "tuning.sqlite"))
+    monkeypatch.setattr(dispatch, "default_tables", lambda: [])
+    db = Database(tmp_path / "tuning.sqlite")
+
+    def add(w: Workload, alcop_faster: bool) -> None:
+        ms, torch_ms = (0.01, 0.03) if alcop_faster else (0.03, 0.01)
+        db.add(dataclasses.replace(TuningRecord.from_result(w, MeasureResult(KernelConfig(), ms, None), SPEC),
+                                   torch_ms=torch_ms))
+        fastpath.invalidate()  # as a database that gained a record does in a running process
+    torch._dynamo.reset()
+    with choose_config.interpreter_records(SPEC):
+        yield add
+    torch._dynamo.reset()
+
+
+class Graphs:
+    """An ``aot_autograd`` backend that keeps the forward and backward graphs' code it is given."""
+
+    def __init__(self) -> None:
+        self.forward: list[str] = []
+        self.backward: list[str] = []
+        self.backend = aot_autograd(fw_compiler=self._keep(self.forward), bw_compiler=self._keep(self.backward))
+
+    @staticmethod
+    def _keep(into: list[str]) -> Callable[..., Any]:
+        def compiler(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+            into.append(gm.code)
+            return make_boxed_func(gm.forward)
+        return compiler
+
+
+def _alcop_ops(code: str) -> set[str]:
+    return {op for op in ALCOP_OPS if f"torch.ops.{op}." in code}
+
+
+def _torch_products(code: str) -> set[str]:
+    return {op for op in TORCH_PRODUCTS if f"torch.ops.{op}." in code}
+
+
+def _gemm(m: int, n: int, k: int, layout: str) -> Workload:
+    return Workload("matmul", (m, n, k), "float32", layout)
+
+
+CASES: dict[str, tuple[Callable[..., torch.Tensor], Callable[[], tuple[torch.Tensor, ...]], list[Workload], str]] = {
+    # name: (function, its arguments, the workloads its products run as, the alcop op it becomes)
+    "linear_bias_relu": (lambda x, w, b: torch.relu(F.linear(x, w, b)),
+                         lambda: (randn(2, 4, 16), randn(12, 16, seed=1), randn(12, seed=2)),
+                         [_gemm(8, 12, 16, "nt")], "alcop.linear"),
+    "mm": (lambda a, b: torch.mm(a, b), lambda: (randn(8, 16), randn(16, 12, seed=1)),
+           [_gemm(8, 12, 16, "nn")], "alcop.mm"),
+    "matmul_transposed": (lambda a, b: torch.matmul(a, b.t()), lambda: (randn(8, 16), randn(12, 16, seed=1)),
+                          [_gemm(8, 12, 16, "nt")], "alcop.mm"),
+    "bmm": (lambda a, b: torch.bmm(a, b), lambda: (randn(2, 8, 16), randn(2, 16, 12, seed=1)),
+            [Workload("bmm", (2, 8, 12, 16), "float32", "nn")], "alcop.bmm"),
+    "addmm": (lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+              lambda: (randn(8, 12, seed=2), randn(8, 16), randn(16, 12, seed=1)),
+              [_gemm(8, 12, 16, "nn")], "alcop.gemm"),
+    "baddbmm": (lambda c, a, b: torch.baddbmm(c, a, b, alpha=0.5),
+                lambda: (randn(2, 8, 12, seed=2), randn(2, 8, 16), randn(2, 16, 12, seed=1)),
+                [Workload("bmm", (2, 8, 12, 16), "float32", "nn")], "alcop.gemm"),
+    "conv2d": (lambda x, w, b: F.conv2d(x, w, b, padding=1),
+               lambda: (randn(1, 3, 6, 6), randn(4, 3, 3, 3, seed=1), randn(4, seed=2)),
+               [kconv.workload_of(randn(1, 3, 6, 6), randn(4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1)], "alcop.conv"),
+}
+
+
+@pytest.mark.parametrize("alcop_faster", [True, False], ids=["alcop_faster", "torch_faster"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_graph_holds_alcops_op_exactly_where_the_records_show_it_faster(
+        case: str, alcop_faster: bool, records: Callable[[Workload, bool], None]) -> None:
+    fn, make_args, workloads, op = CASES[case]
+    for w in workloads:
+        records(w, alcop_faster)
+    args = make_args()
+    graphs = Graphs()
+    with torch.no_grad():
+        got = at.compile(fn, backend=graphs.backend, fullgraph=True)(*args)
+    code = graphs.forward[-1]
+    if alcop_faster:
+        assert _alcop_ops(code) == {op}, code
+        assert not _torch_products(code), code
+    else:
+        assert not _alcop_ops(code), code
+        assert _torch_products(code), code
+    assert_close(got, fn(*(a.double() for a in args)))
+
+
+def test_patch_mode_and_the_explicit_option_build_the_same_graph(records: Callable[[Workload, bool], None]) -> None:
+    fn, make_args, workloads, _ = CASES["linear_bias_relu"]
+    records(workloads[0], True)
+    args = make_args()
+    explicit, patched = Graphs(), Graphs()
+    with torch.no_grad():
+        at.compile(fn, backend=explicit.backend)(*args)
+        torch._dynamo.reset()
+        with at.patched():
+            torch.compile(fn, backend=patched.backend)(*args)
+    assert explicit.forward == patched.forward
+    assert _alcop_ops(explicit.forward[0]) == {"alcop.linear"}
+
+
+def test_workloads_decided_one_by_one_in_one_graph(records: Callable[[Workload, bool], None]) -> None:
+    # Two products of different shapes: the records make the first alcop's, the second torch's.
+    records(_gemm(8, 12, 16, "nt"), True)
+    records(_gemm(8, 5, 12, "nt"), False)
+    x, w1, w2 = randn(8, 16), randn(12, 16, seed=1), randn(5, 12, seed=2)
+    graphs = Graphs()
+    fn = lambda x, w1, w2: F.linear(torch.relu(F.linear(x, w1)), w2)  # noqa: E731
+    with torch.no_grad():
+        got = at.compile(fn, backend=graphs.backend, fullgraph=True)(x, w1, w2)
+    code = graphs.forward[-1]
+    assert code.count("torch.ops.alcop.linear.") == 1 and "torch.ops.aten.mm." in code, code
+    assert_close(got, fn(x.double(), w1.double(), w2.double()))
+
+
+def test_without_routing_a_drop_in_is_alcops_as_in_eager(records: Callable[[Workload, bool], None]) -> None:
+    # Outside patch mode and alcop_triton.compile a drop-in runs alcop's kernel whatever the records say,
+    # eagerly and compiled alike; the records only steer routed calls.
+    records(_gemm(8, 12, 16, "nn"), False)
+    graphs = Graphs()
+    a, b = randn(8, 16), randn(16, 12, seed=1)
+    with torch.no_grad():
+        torch.compile(lambda a, b: at.mm(a, b), backend=graphs.backend)(a, b)
+        assert _alcop_ops(graphs.forward[-1]) == {"alcop.mm"}
+        torch._dynamo.reset()
+        at.compile(lambda a, b: at.mm(a, b), backend=graphs.backend)(a, b)  # a drop-in in patch mode: routed
+        assert not _alcop_ops(graphs.forward[-1]), graphs.forward[-1]
+
+
+def test_symbolic_sizes_get_torchs_op(records: Callable[[Workload, bool], None]) -> None:
+    for m in (8, 9, 10):
+        records(_gemm(m, 12, 16, "nt"), True)
+    graphs = Graphs()
+    f = at.compile(lambda x, w: F.linear(x, w), backend=graphs.backend, dynamic=True)
+    w = randn(12, 16, seed=1)
+    with torch.no_grad():
+        for m in (8, 9, 10):
+            x = randn(m, 16, seed=m)
+            assert_close(f(x, w), F.linear(x.double(), w.double()))
+    assert graphs.forward and all(not _alcop_ops(code) for code in graphs.forward), graphs.forward
+
+
+def test_nothing_is_tuned_while_a_graph_is_built(records: Callable[[Workload, bool], None],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # An unmeasured float16 workload: the dispatcher answers from its model, and tunes only when
+    # ALCOP_AUTOTUNE=1 asks it to.
+    def tune(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("tuned while tracing")
+    monkeypatch.setattr(dispatch.Dispatcher, "_tune", tune)
+    monkeypatch.delenv("ALCOP_AUTOTUNE", raising=False)
+    graphs = Graphs()
+    x, w = randn(8, 16, dtype=torch.float16), randn(12, 16, seed=1, dtype=torch.float16)
+    with torch.no_grad():
+        at.compile(lambda x, w: F.linear(x, w), backend=graphs.backend)(x, w)
+    assert _alcop_ops(graphs.forward[-1]) == {"alcop.linear"}  # no records: the model's config, alcop's op
+
+
+class Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.up, self.down = nn.Linear(16, 32), nn.Linear(32, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(F.gelu(self.up(x)))
+
+
+class Attention(nn.Module):
+    """One head-split self-attention block: projections, scores, softmax, weighted sum."""
+
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.heads = heads
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d // self.heads)
+        y = torch.matmul(scores.softmax(-1), v).transpose(1, 2).reshape(b, s, d)
+        return self.out(y)
+
+
+def _mlp_workloads() -> list[Workload]:
+    # rows 8, as x (2, 4, 16); the weight-gradient and data-gradient products are not routed here
+    return [_gemm(8, 32, 16, "nt"), _gemm(8, 16, 32, "nt")]
+
+
+def _attention_workloads() -> list[Workload]:
+    return [_gemm(8, 48, 16, "nt"), _gemm(8, 16, 16, "nt")]
+
+
+@pytest.mark.parametrize("make, workloads", [(Mlp, _mlp_workloads), (Attention, _attention_workloads)],
+                         ids=["mlp", "attention"])
+def test_a_model_compiles_without_graph_breaks_and_trains(
+        make: Callable[[], nn.Module], workloads: Callable[[], list[Workload]],
+        records: Callable[[Workload, bool], None]) -> None:
+    for w in workloads():
+        records(w, True)
+    model, ref = make(), make().double()
+    ref.load_state_dict(model.state_dict())
+    x = randn(2, 4, 16, seed=3)
+    with at.patched():
+        explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    torch._dynamo.reset()
+    graphs = Graphs()
+    compiled = at.compile(model, backend=graphs.backend)
+    assert isinstance(compiled, nn.Module)
+    assert [n for n, _ in compiled.named_parameters()] == [f"_orig_mod.{n}" for n, _ in model.named_parameters()]
+    y = compiled(x)
+    y.pow(2).sum().backward()
+    want = ref(x.double())
+    want.pow(2).sum().backward()
+    assert_close(y, want)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert p.grad is not None, name
+        assert_close(p.grad, q.grad)
+    assert len(graphs.forward) == 1
+    assert "torch.ops.alcop.linear." in graphs.forward[0], graphs.forward[0]
+    assert graphs.backward  # the gradients came through the compiled backward
+    # eager patch mode agrees with the compiled graph
+    with torch.no_grad(), at.patched():
+        assert_close(compiled(x), model(x).double())
+
+
+def test_routing_holds_only_while_the_compiled_callable_runs() -> None:
+    f = at.compile(lambda a, b: a @ b, backend="eager")
+    assert not patch.is_enabled() and not patch._state.on
+    f(randn(2, 3), randn(3, 2))
+    assert not patch._state.on
+
+
+def test_the_default_backend_is_prepared_before_routing() -> None:
+    # Inductor's extern kernels reference torch.mm & co. from its import: imported by compile(), before
+    # any call enters patch mode, they are torch's functions (not called here: Inductor needs a C compiler).
+    import sys
+    module = at.compile(nn.Linear(2, 2))
+    assert isinstance(module, nn.Module)
+    extern = sys.modules["torch._inductor.select_algorithm"].extern_kernels
+    assert getattr(extern, "mm", torch.mm) is not patch._wrappers.get((id(torch), "mm"), (None, None))[1]
