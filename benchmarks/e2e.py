@@ -529,8 +529,12 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
         rounds = rounds or reps
         times: dict[str, list[float]] = {mode: [] for mode in modes if mode in fns}
         for i in range(rounds):
-            for mode in times:
-                times[mode] += timer(fns[mode], -(-reps // rounds), warmup if i == 0 else 1, device)
+            for mode in list(times):
+                try:
+                    times[mode] += timer(fns[mode], -(-reps // rounds), warmup if i == 0 else 1, device)
+                except Exception as exc:   # a later pass that fails (a recompile, say): the mode's result
+                    res["modes"][mode]["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+                    del times[mode]
     for mode, ts in times.items():
         res["modes"][mode].update(spread(ts))
     ms = {m: res["modes"].get(m, {}).get("ms") for m in ("eager", "compile", "compile_max")}

@@ -345,3 +345,28 @@ def test_dry_run_writes_one_report_over_calls(tmp_path):
     md = (tmp_path / "e2e.md").read_text()
     assert "## inference, one forward pass" in md and "## training, one step" in md and "| llama | 2x16x64 | bfloat16 |" in md
     assert e2e.main(["--dry-run", "--out", out, "--models", "bert", "--task", "train"]) == 2   # no such pair
+
+
+def test_a_mode_that_fails_while_timed_is_reported_and_the_others_still_timed(monkeypatch):
+    def timer(fn, reps, warmup, device):
+        fn()
+        return [1.0] * reps
+
+    class Failing:
+        def __init__(self):
+            self.calls = 0
+
+        def __enter__(self):
+            self.calls += 1
+            if self.calls > 1:   # the first call (the build) works, the timed ones fail
+                raise RuntimeError("recompiled")
+
+        def __exit__(self, *exc):
+            return False
+    import alcop_triton as at
+
+    failing = Failing()
+    monkeypatch.setattr(at, "patched", lambda: failing)
+    res = e2e.run_model("bert", "cpu", ["eager", "patched"], reps=2, warmup=0, tiny=True, timer=timer)
+    assert res["modes"]["patched"]["error"] == "RuntimeError: recompiled" and "ms" not in res["modes"]["patched"]
+    assert res["modes"]["eager"]["ms"] == 1.0
