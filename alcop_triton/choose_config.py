@@ -69,7 +69,8 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None],
     On CPU (the interpreter) there is no GPU to tune for: a small fixed config. Where the records
     do not show the chosen config saving enough against torch (``Decision.torch_preferred``), the fast path hears of it
     (``fastpath.note_torch_preferred``): patch mode leaves such calls to torch. Not where
-    ``torch_comparable`` is False: the call's operands are not what the records timed torch on.
+    ``torch_comparable`` is False (the call's operands are not what the records timed torch on), unless the
+    dtype stays with torch until measured (float32, ``TORCH_UNLESS_MEASURED``).
     ``torch_workload``: what torch runs for the same call where that is another workload (a pointwise
     convolution runs alcop's GEMM, torch's the convolution): its recorded torch time is the one
     compared where records hold one.
@@ -95,7 +96,7 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None],
             if torch.cuda.is_current_stream_capturing():
                 raise capture_error(f"choosing a config for {w.key()} (first call of this shape)")
         known = _decided(w, index, tw)
-    if known[1] and torch_comparable:
+    if known[1] and (torch_comparable or _unmeasured_stays_with_torch(w)):
         from .fastpath import note_torch_preferred
         note_torch_preferred()
     return known[0]
@@ -120,10 +121,8 @@ def prefers_torch(device: torch.device, workload: Callable[[], Workload | None],
     runs a kernel; it tunes only as ``choose_config`` would (``ALCOP_AUTOTUNE=1``). A GPU without a preset
     is torch's (``fallback.runtime_reason`` sends its calls there)."""
     from .errors import UnsupportedError
-    if not torch_comparable:
-        return False
     w = workload()
-    if w is None:
+    if w is None or not (torch_comparable or _unmeasured_stays_with_torch(w)):
         return False
     tw = torch_workload() if torch_workload is not None else None
     if device.type != "cuda":
@@ -153,6 +152,14 @@ def interpreter_records(spec: Any) -> Iterator[None]:
     finally:
         _interpreter_gpu = previous
         generation.bump()
+
+
+def _unmeasured_stays_with_torch(w: Workload) -> bool:
+    """Whether ``w``'s dtype stays with torch until measured (``TORCH_UNLESS_MEASURED``): so also where the
+    records' torch time is no measure of the call (``torch_comparable`` False), since it is not their torch
+    time that sends it to torch."""
+    from .autotune.dispatch import TORCH_UNLESS_MEASURED
+    return w.dtype in TORCH_UNLESS_MEASURED
 
 
 def decide(w: Workload, spec: Any, torch_workload: Workload | None = None,

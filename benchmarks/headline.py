@@ -7,8 +7,9 @@
 Runs, each in a process of its own, into ``OUT``:
 
 1. ``overhead``: ``benchmarks/overhead.py`` (``OUT/overhead/``);
-2. ``e2e``: ``benchmarks/e2e.py``, one model per process (``OUT/e2e/``, the models merged;
-   ``--no-compile`` leaves out its torch.compile modes);
+2. ``e2e``: ``benchmarks/e2e.py``, one (model, task) pair per process, inference of every model and the
+   training step of every model that has one (``OUT/e2e/``, the pairs merged; ``--no-compile`` leaves out
+   its torch.compile modes);
 3. ``ablation``: the pipelining ablation (``benchmarks/ablation_h100.sh``, one grid per MMA path:
    wgmma and, with ``DISABLE_MMA_V3=1``, mma.sync), its report over both paths
    (``report_pipeline.py``) and the model evaluation on the wgmma grid (``eval_model.py``), in
@@ -49,7 +50,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SUITE_SETS = "alcop,heldout,models,conv2d,conv2d_bwd,conv3d,conv3d_bwd"
 INDUCTOR_SETS = "alcop,heldout"
-E2E_MODELS = ("bert", "gpt2", "resnet50")
+E2E_PAIRS = (("bert", "infer"), ("gpt2", "infer"), ("llama", "infer"), ("resnet50", "infer"),
+             ("gpt2", "train"), ("llama", "train"), ("resnet50", "train"))
 ABLATION_MMAS = ("wgmma", "mma_sync")
 ABLATION_GRID = "alcop_space"
 # Seconds a stage is expected to take when this run has not timed it yet.
@@ -67,10 +69,11 @@ def suite_complete(out: Path) -> bool:
     return bool(r and r.get("progress") is not None and not r["progress"].get("left"))
 
 
-def e2e_missing(out: Path, models: Sequence[str]) -> list[str]:
+def e2e_missing(out: Path, pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The (model, task) pairs of ``pairs`` that ``OUT/e2e/e2e.json`` lacks (a result without a task: inference)."""
     r = read_json(out / "e2e" / "e2e.json")
-    have = {x["model"] for x in r["results"]} if r else set()
-    return [m for m in models if m not in have]
+    have = {(x["model"], x.get("task", "infer")) for x in r["results"]} if r else set()
+    return [p for p in pairs if p not in have]
 
 
 def run_meta(dry_run: bool) -> dict[str, Any]:
@@ -125,12 +128,13 @@ def stage_commands(out: Path, run: dict[str, Any], dry_run: bool, no_compile: bo
         ("overhead", py + [str(HERE / "overhead.py"), "--out", str(out / "overhead")] + dry,
          lambda: (out / "overhead" / "overhead.json").is_file())]
 
-    def e2e_done(model: str) -> Callable[[], bool]:
-        return lambda: not e2e_missing(out, [model])
+    def e2e_done(model: str, task: str) -> Callable[[], bool]:
+        return lambda: not e2e_missing(out, [(model, task)])
 
-    for m in E2E_MODELS:
-        stages.append((f"e2e:{m}", py + [str(HERE / "e2e.py"), "--out", str(out / "e2e"), "--models", m] + dry
-                       + (["--no-compile"] if no_compile else []), e2e_done(m)))
+    for m, t in E2E_PAIRS:
+        stages.append((f"e2e:{m}" + ("" if t == "infer" else f":{t}"),
+                       py + [str(HERE / "e2e.py"), "--out", str(out / "e2e"), "--models", m, "--task", t] + dry
+                       + (["--no-compile"] if no_compile else []), e2e_done(m, t)))
     if not dry_run:  # the grids need a GPU: a dry run has no CPU stand-in for them
         stages += ablation_stages(out)
     stages.append(("suite", py + [str(HERE / "suite.py"), "--out", str(out / "suite"), "--sets", SUITE_SETS,

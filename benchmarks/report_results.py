@@ -84,16 +84,27 @@ def overhead_section(r: Report) -> list[str]:
 
 
 def e2e_section(r: Report) -> list[str]:
-    out = [_meta_line(r["meta"]), "", "| model | input | mode | ms | vs eager | max rel error |",
-           "|---|---|---|---|---|---|"]
+    """Per (model, task), each mode's median ms with its range, its ratios to eager, compile and compile_max
+    (within the pair's process), its first call and its errors against eager (a result without a task, a
+    dtype or the later columns is a fp16 inference result of the report's first form)."""
+    def f(v: Any, fmt: str) -> str:
+        return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
+    out = [_meta_line(r["meta"]), "",
+           "| model | task | input | dtype | mode | ms | min - max | vs eager | vs compile | vs compile_max | "
+           "first call s | max rel error | grad max rel error |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for res in r["results"]:
         inp = "x".join(map(str, res["input"]))
+        dtype = res.get("dtype", "float16") + (f" (autocast {res['autocast']})" if res.get("autocast") else "")
+        head = f"| {res['model']} | {res.get('task', 'infer')} | {inp} | {dtype} |"
         for mode, x in res["modes"].items():
             if "ms" in x:
-                out.append(f"| {res['model']} | {inp} | {mode} | {x['ms']:.2f} | {_x(x.get('speedup_vs_eager'))} | "
-                           f"{x['max_rel_err']:.1e} |")
+                rng = f"{f(x.get('ms_min'), '.2f')} - {f(x.get('ms_max'), '.2f')}" if "ms_min" in x else "-"
+                out.append(f"{head} {mode} | {x['ms']:.2f} | {rng} | {_x(x.get('speedup_vs_eager'))} | "
+                           f"{_x(x.get('speedup_vs_compile'))} | {_x(x.get('speedup_vs_compile_max'))} | "
+                           f"{f(x.get('first_call_s'), '.1f')} | {x['max_rel_err']:.1e} | "
+                           f"{f(x.get('grad_max_rel_err'), '.1e')} |")
             else:
-                out.append(f"| {res['model']} | {inp} | {mode} | error | | |")
+                out.append(f"{head} {mode} | error | | | | | | | |")
     return out + [""]
 
 
@@ -263,7 +274,7 @@ HARNESSES: tuple[Harness, ...] = (
             HEADLINE, note="the stage `suite`: benchmarks/suite.py", render=suite_section),
     Harness("Host time per call", "headline/overhead/overhead.json",
             HEADLINE, note="the stage `overhead`: benchmarks/overhead.py", render=overhead_section),
-    Harness("End to end, fp16 inference", "headline/e2e/e2e.json",
+    Harness("End to end, fp16 inference and bf16 training", "headline/e2e/e2e.json",
             HEADLINE, note="the stage `e2e`: benchmarks/e2e.py", render=e2e_section),
     Harness("Pipelining ablation, ALCOP dense + bmm", "headline/ablation/pipeline_variants.json",
             HEADLINE, note="the stage `ablation`: benchmarks/ablation_h100.sh, benchmarks/report_pipeline.py",

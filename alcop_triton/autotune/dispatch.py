@@ -27,7 +27,7 @@ import math
 import statistics
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from .. import generation, settings
@@ -294,21 +294,24 @@ class Dispatcher:
 
     def _decide(self, workload: Workload, spec: Any, autotune: bool = True) -> Decision:
         # The spec (not just its GpuKey) is passed down so records of another MMA path are ignored.
+        # A dtype of TORCH_UNLESS_MEASURED stays with torch until records hold both times, whichever way the
+        # config was found: a record of alcop's time alone (torch's run failed, or was not asked for) or a
+        # call-time tuning does not measure alcop against torch.
+        unmeasured = workload.dtype in TORCH_UNLESS_MEASURED
         mine = self._db_records(workload=workload, gpu=spec)
         found = best_of(mine, workload, spec)
         if found is not None:
             return Decision(found.config, "db", f"{found.time_ms:.4g} ms over {found.count} run(s)", found.time_ms,
-                            torch_time(mine, workload, spec))
+                            torch_time(mine, workload, spec), unmeasured_to_torch=unmeasured)
         shipped = self._default_records()
         found = best_of(shipped, workload, spec)
         if found is not None:
             return Decision(found.config, "default", f"{found.time_ms:.4g} ms", found.time_ms,
-                            torch_time(shipped, workload, spec))
+                            torch_time(shipped, workload, spec), unmeasured_to_torch=unmeasured)
         if autotune and settings.autotune():
             tuned = self._tune(workload, spec)
             if tuned is not None:
-                return tuned
-        unmeasured = workload.dtype in TORCH_UNLESS_MEASURED
+                return replace(tuned, unmeasured_to_torch=unmeasured)
         near = self._nearest(workload, spec)
         if near is not None:
             return Decision(near[1][0], near[0], near[2], unmeasured_to_torch=unmeasured)

@@ -210,6 +210,29 @@ def test_an_unmeasured_float32_workload_is_left_to_torch_in_patch_mode(tmp_path,
     assert not Dispatcher(db).decide(w32, SPEC).torch_preferred
 
 
+def test_float32_stays_with_torch_until_a_record_holds_torchs_time_too(tmp_path, no_defaults, monkeypatch):
+    # alcop's time alone (torch's run failed or was not asked for), in the database, the shipped table or
+    # from call-time tuning, does not measure alcop against torch: float32 stays with torch; float16 does not
+    import dataclasses
+    w32 = Workload("matmul", (1000, 1000, 1000), "float32", "nn")
+    w16 = dataclasses.replace(w32, dtype="float16")
+    db = Database(tmp_path / "t.sqlite")
+    db.add(rec(w32, KernelConfig(), 0.02))
+    db.add(rec(w16, KernelConfig(), 0.02))
+    d32, d16 = Dispatcher(db).decide(w32, SPEC), Dispatcher(db).decide(w16, SPEC)
+    assert (d32.source, d32.torch_ms, d32.torch_preferred) == ("db", None, True)
+    assert (d16.source, d16.torch_preferred) == ("db", False)
+    shipped = [rec(dataclasses.replace(w32, shape=(2000, 1000, 1000)), KernelConfig(), 0.04)]
+    monkeypatch.setattr(dmod, "default_tables", lambda: shipped)
+    d = Dispatcher(Database(tmp_path / "absent.sqlite")).decide(shipped[0].workload, SPEC)
+    assert d.source == "default" and d.torch_preferred
+    monkeypatch.setattr(dmod.settings, "autotune", lambda: True)
+    monkeypatch.setattr(Dispatcher, "_tune", lambda self, w, spec: dmod.Decision(KernelConfig(), "tuned", "0.01 ms"))
+    for w, left_to_torch in ((w32, True), (w16, False)):
+        d = Dispatcher(Database(tmp_path / "empty.sqlite")).decide(w, SPEC)
+        assert d.source == "tuned" and d.torch_preferred is left_to_torch
+
+
 def test_a_gpu_without_measurements_transfers_another_gpus_through_its_model(tmp_path, monkeypatch):
     h200 = get_spec("H200")
     tuned = Workload("matmul", (2048, 2048, 2048), "float16", "nt")
@@ -222,3 +245,38 @@ def test_a_gpu_without_measurements_transfers_another_gpus_through_its_model(tmp
     assert dec.source == "transfer" and dec.config == winner and "on H100" in dec.detail
     # the H100 itself still finds its own measurement first
     assert Dispatcher(Database(tmp_path / "absent.sqlite")).decide(tuned, SPEC).source == "default"
+
+
+class _FakeCuda:
+    """The device a CUDA tensor reports: the config choice consults the dispatcher for it."""
+
+    type = "cuda"
+    index = 0
+
+
+def test_unmeasured_float32_goes_to_torch_also_where_torchs_recorded_times_do_not_apply(tmp_path, no_defaults,
+                                                                                     monkeypatch):
+    # A matmul reading permuted operands in place (two batch dims) is not what the records timed torch on, so
+    # recorded torch times do not send it to torch (torch_comparable False); float32 without records goes to
+    # torch all the same, since no recorded time sends it there. float16 keeps alcop.
+    import contextlib
+    import dataclasses
+
+    import torch
+
+    from alcop_triton import choose_config as cc
+    from alcop_triton import fastpath
+
+    monkeypatch.setenv("ALCOP_DB", str(tmp_path / "absent.sqlite"))
+    monkeypatch.setattr(cc, "gpu_spec", lambda index: SPEC)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(cc, "_CONFIGS", {})
+    noted: list[Workload] = []
+    w32 = Workload("bmm", (24, 96, 80, 48), "float32", "nn")
+    w16 = dataclasses.replace(w32, dtype="float16")
+    for w in (w32, w16):
+        monkeypatch.setattr(fastpath, "note_torch_preferred", lambda w=w: noted.append(w))
+        for comparable in (True, False):
+            cc.choose_config(_FakeCuda(), lambda w=w: w, torch_comparable=comparable)  # type: ignore[arg-type]
+    assert noted == [w32, w32]

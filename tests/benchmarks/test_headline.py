@@ -80,7 +80,8 @@ def test_stage_commands_cover_every_gpu_report(tmp_path):
     run = hl.start_or_resume(tmp_path, META, False)
     stages = hl.stage_commands(tmp_path, run, False)
     # the short stages first: a call the suite fills still gives them
-    assert [n for n, _, _ in stages] == ["overhead", "e2e:bert", "e2e:gpt2", "e2e:resnet50", "ablation:wgmma",
+    assert [n for n, _, _ in stages] == ["overhead", "e2e:bert", "e2e:gpt2", "e2e:llama", "e2e:resnet50",
+                                         "e2e:gpt2:train", "e2e:llama:train", "e2e:resnet50:train", "ablation:wgmma",
                                          "ablation:mma_sync", "ablation_report", "model", "suite"]
     # the grids need a GPU: a dry run leaves them out
     assert not any(n.startswith(("ablation", "model")) for n, _, _ in hl.stage_commands(tmp_path, run, True))
@@ -101,6 +102,12 @@ def test_stage_commands_cover_every_gpu_report(tmp_path):
     (tmp_path / "e2e").mkdir()
     (tmp_path / "e2e" / "e2e.json").write_text(json.dumps({"results": [{"model": "gpt2"}]}))
     assert stages[-1][2]() and [n for n, _, c in stages if c()] == ["e2e:gpt2", "suite"]
+    grid = dict((n, cmd) for n, cmd, _ in stages)
+    assert grid["e2e:llama:train"][-4:] == ["--models", "llama", "--task", "train"]
+    (tmp_path / "e2e" / "e2e.json").write_text(json.dumps({"results": [{"model": "gpt2"},
+                                                                       {"model": "llama", "task": "train"}]}))
+    assert [n for n, _, c in stages if c()] == ["e2e:gpt2", "e2e:llama:train", "suite"]
+    (tmp_path / "e2e" / "e2e.json").write_text(json.dumps({"results": [{"model": "gpt2"}]}))
     (tmp_path / "ablation").mkdir()
     (tmp_path / "ablation" / "pipeline_wgmma.json").write_text("{}")
     assert [n for n, _, c in stages if c()] == ["e2e:gpt2", "ablation:wgmma", "suite"]

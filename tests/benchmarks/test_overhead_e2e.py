@@ -3,7 +3,7 @@ the summaries and reports, the models' structure and the mode runner with a scri
 
 from __future__ import annotations
 
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 import torch
@@ -155,9 +155,12 @@ def test_run_model_modes_errors_and_speedups(monkeypatch):
     assert eager["ms"] == 11.0 and patched["ms"] == 5.0  # medians over every round's passes
     assert eager["speedup_vs_eager"] == 1.0 and eager["max_rel_err"] == 0.0 and eager["within_tolerance"]
     assert patched["speedup_vs_eager"] == 2.2 and patched["max_rel_err"] == 0.0
+    assert (patched["ms_min"], patched["ms_max"], eager["ms_q1"], eager["ms_q3"]) == (5.0, 5.0, 10.0, 12.0)
+    assert res["task"] == "infer" and res["dtype"] == "float16" and res["tolerance"] == 1e-2
     md = e2e.markdown({"device": "D", "torch": "t", "triton": "tr", "alcop": "a", "date": "d", "reps": 3, "warmup": 0,
                        "timer": "T"}, [res])
-    assert "| bert | 2x16x64 | patched | 5.00 | **2.20x** |" in md
+    assert "| bert | 2x16x64 | float16 | patched | 5.00 | 5.00 / 5.00 / 5.00 / 5.00 | **2.200x** |" in md
+    assert "## training" not in md
     with pytest.raises(ValueError, match="unknown model 'vgg'"):
         e2e.build("vgg", "cpu", tiny=True)
 
@@ -182,6 +185,13 @@ def test_e2e_calls_into_one_directory_merge_their_models(tmp_path):
     assert got == [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 2}]
     assert e2e.merge(path, {**meta, "device": "other"}, [{"model": "gpt2", "v": 2}]) == [{"model": "gpt2", "v": 2}]
     assert e2e.merge(tmp_path / "none.json", meta, [{"model": "x"}]) == [{"model": "x"}]
+    # a (model, task) pair replaces only itself; a result without a task is an inference result
+    train = {"model": "gpt2", "task": "train", "v": 3}
+    got = e2e.merge(path, meta, [train])
+    assert got == [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 1}, train]
+    path.write_text(json.dumps({"meta": meta, "results": got}))
+    assert e2e.merge(path, meta, [{"model": "gpt2", "task": "infer", "v": 4}]) == [
+        {"model": "bert", "v": 1}, train, {"model": "gpt2", "task": "infer", "v": 4}]
 
 
 def test_each_mode_keeps_its_own_call_when_the_modes_take_turns(monkeypatch):
@@ -194,10 +204,169 @@ def test_each_mode_keeps_its_own_call_when_the_modes_take_turns(monkeypatch):
 
         def __exit__(self, *exc):
             return False
-    monkeypatch.setattr(torch, "compile", lambda model: (lambda x: ("compiled", model(x))))
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: (lambda x: ("compiled", kw, model(x))))
+    alcop = SimpleNamespace(patched=Block)  # a package without alcop_triton.compile
     model = lambda x: x + 1  # noqa: E731
-    calls = {m: e2e._mode_call(m, model, torch.ones(1), Block) for m in e2e.MODES}
-    assert calls["eager"]().item() == 2 and not entered
-    assert calls["compile"]()[0] == "compiled" and not entered
-    assert calls["patched"]().item() == 2 and entered == [True]
-    assert calls["compile_alcop"]()[0] == "compiled" and entered == [True, True]
+    run = lambda m: m(torch.ones(1))  # noqa: E731
+    calls = {m: e2e._mode_call(m, model, run, alcop) for m in e2e.MODES}
+    assert calls["eager"][0]().item() == 2 and not entered
+    assert calls["compile"][0]()[:2] == ("compiled", {}) and not entered
+    assert calls["compile_max"][0]()[:2] == ("compiled", {"mode": "max-autotune-no-cudagraphs"}) and not entered
+    assert calls["patched"][0]().item() == 2 and entered == [True]
+    assert calls["compile_alcop"][0]()[:2] == ("compiled", {}) and entered == [True, True]
+    assert calls["compile_alcop"][1] == "torch.compile(model) called under patched()"
+    assert calls["compile_max"][1] == "torch.compile(model, mode='max-autotune-no-cudagraphs')"
+
+
+def test_compile_alcop_uses_the_packages_compile_where_it_has_one(monkeypatch):
+    entered, compiled = [], []
+
+    class Block:
+        def __enter__(self):
+            entered.append(True)
+
+        def __exit__(self, *exc):
+            return False
+
+    def alcop_compile(model, **kw):
+        compiled.append(kw)
+        return lambda x: ("alcop", model(x))
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: pytest.fail("torch.compile called"))
+    fn, how = e2e._mode_call("compile_alcop", lambda x: x + 1, lambda m: m(1),
+                             SimpleNamespace(patched=Block, compile=alcop_compile))
+    assert fn() == ("alcop", 2) and how == "alcop_triton.compile(model)" and compiled == [{}] and not entered
+
+
+def test_compile_modes_build_before_patched_and_after_eager():
+    assert e2e.build_order(["patched", "compile_alcop", "eager", "compile"]) == ["eager", "compile", "compile_alcop",
+                                                                                "patched"]
+
+
+def test_llama_block_has_llama_7b_sizes_and_is_causal():
+    with torch.device("meta"):
+        block = e2e.LlamaBlock()
+    per_layer = 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096   # q k v o, gate up down, two RMSNorm scales
+    assert sum(p.numel() for p in block.parameters()) == 2 * per_layer
+    layer = block.layers[0]
+    assert (layer.attn.heads, layer.gate.out_features) == (32, 11008)
+    assert all(m.bias is None for m in block.modules() if isinstance(m, torch.nn.Linear))
+    torch.manual_seed(0)
+    small = e2e.LlamaBlock(layers=1, d=16, heads=2, ffn=24, ctx=8)
+    x = torch.randn(1, 6, 16)
+    x2 = x.clone()
+    x2[:, 4:] += 1.0
+    assert torch.allclose(small(x)[:, :4], small(x2)[:, :4], atol=1e-6)
+    assert not torch.allclose(small(x)[:, 4:], small(x2)[:, 4:])
+
+
+def test_rms_norm_and_rotary_embedding():
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, dtype=torch.float64)
+    norm = e2e.RMSNorm(8, eps=0.0)
+    want = x / x.pow(2).mean(-1, keepdim=True).sqrt()
+    assert torch.allclose(norm(x), want)
+    # the rotation turns each (i, i + d/2) pair by its angle: norms kept, position 0 unchanged
+    block = e2e.LlamaBlock(layers=0, d=8, heads=1, ctx=4)
+    q = torch.randn(1, 1, 4, 8)
+    r = e2e.rotate(q, block.cos, block.sin)
+    assert torch.allclose(r[..., 0, :], q[..., 0, :])
+    pairs = lambda t: t[..., :4] ** 2 + t[..., 4:] ** 2  # noqa: E731
+    assert torch.allclose(pairs(r), pairs(q), atol=1e-5) and not torch.allclose(r, q)
+
+
+def test_errors_and_spread():
+    ref = [torch.tensor([1.0, -2.0]), torch.tensor([4.0]), None]
+    assert e2e.grad_rel_err(ref, ref) == 0.0
+    # the worst parameter counts, each against its own scale
+    assert e2e.grad_rel_err([torch.tensor([1.0, -1.9]), torch.tensor([5.0]), None], ref) == pytest.approx(0.25)
+    assert e2e.grad_rel_err([ref[0], None, None], ref) == float("inf")
+    assert e2e.rel_err(torch.zeros(2), torch.zeros(2)) == 0.0 and e2e.rel_err(torch.ones(2), torch.zeros(2)) == float("inf")
+    assert e2e.spread([4.0, 1.0, 3.0, 2.0, 5.0]) == {"ms": 3.0, "ms_min": 1.0, "ms_q1": 2.0, "ms_q3": 4.0, "ms_max": 5.0}
+    assert e2e.spread([7.0])["ms_q1"] == 7.0
+
+
+def test_pairs_and_modes_of_a_call():
+    assert e2e.pairs(["bert", "gpt2"], ["infer", "train"]) == [("bert", "infer"), ("gpt2", "infer"), ("gpt2", "train")]
+    with pytest.raises(ValueError, match="unknown model 'vgg'"):
+        e2e.pairs(["vgg"], ["infer"])
+    with pytest.raises(ValueError, match="unknown task 'tune'"):
+        e2e.pairs(["bert"], ["tune"])
+    every = list(e2e.MODES)
+    assert e2e.task_modes("infer", every, False, False, False) == every
+    assert e2e.task_modes("train", every, False, False, False) == ["eager", "patched", "compile", "compile_alcop"]
+    assert e2e.task_modes("train", every, False, False, True) == every
+    assert e2e.task_modes("infer", ["compile"], False, False, False) == ["eager", "compile"]  # eager: the reference
+    assert e2e.task_modes("infer", every, True, False, False) == ["eager", "patched"]
+    assert e2e.task_modes("infer", every, False, True, False) == ["eager", "patched"]  # dry run: no compile
+    with pytest.raises(ValueError, match="unknown mode 'jit'"):
+        e2e.task_modes("infer", ["jit"], False, False, False)
+    with pytest.raises(ValueError, match="has no training step"):
+        e2e.build_train("bert", "cpu", tiny=True)
+
+
+def test_training_step_under_patch_mode_matches_eager_gradients():
+    """The tiny Llama layer's bf16 training step, eager and under the real patch mode (the interpreter):
+    output and every parameter's gradient compared with eager's, within bf16's tolerance."""
+    pytest.importorskip("triton")
+    res = e2e.run_model("llama", "cpu", ["eager", "patched"], reps=1, warmup=0, tiny=True, task="train")
+    assert res["task"] == "train" and res["dtype"] == "bfloat16" and res["tolerance"] == 8e-2
+    patched = res["modes"]["patched"]
+    assert "error" not in patched, patched
+    assert 0.0 <= patched["grad_max_rel_err"] <= 8e-2 and patched["within_tolerance"]
+    assert res["modes"]["eager"]["grad_max_rel_err"] == 0.0
+
+
+def test_training_cases_are_amp_or_bf16_and_a_step_leaves_fresh_gradients():
+    rn = e2e.build_train("resnet50", "cpu", tiny=True)
+    assert rn.autocast is torch.bfloat16 and all(p.dtype is torch.float32 for p in rn.model.parameters())
+    assert rn.model.training and rn.x.is_contiguous(memory_format=torch.channels_last)
+    step = e2e.train_step(rn)
+    out = step(rn.model)
+    assert out.dtype is torch.bfloat16 and not out.requires_grad   # autocast's products
+    first = [p.grad.clone() for p in rn.model.parameters()]
+    step(rn.model)   # gradients set to None first: a second step does not accumulate
+    # BatchNorm in training mode normalises by the batch: the same step gives the same gradients
+    assert all(torch.allclose(p.grad, g) for p, g in zip(rn.model.parameters(), first))
+    gpt = e2e.build_train("gpt2", "cpu", tiny=True)
+    assert gpt.autocast is None and {p.dtype for p in gpt.model.parameters()} == {torch.bfloat16}
+    assert gpt.target.shape == gpt.x.shape and int(gpt.target.max()) < 101
+
+
+def test_dry_run_writes_one_report_over_calls(tmp_path):
+    import json
+
+    out = str(tmp_path)
+    assert e2e.main(["--dry-run", "--out", out, "--models", "bert,llama", "--modes", "eager"]) == 0
+    rep = json.loads((tmp_path / "e2e.json").read_text())
+    assert [(r["model"], r["task"]) for r in rep["results"]] == [("bert", "infer"), ("llama", "infer"), ("llama", "train")]
+    assert e2e.main(["--dry-run", "--out", out, "--models", "llama", "--task", "train", "--modes", "eager"]) == 0
+    rep = json.loads((tmp_path / "e2e.json").read_text())
+    assert [(r["model"], r["task"]) for r in rep["results"]] == [("bert", "infer"), ("llama", "infer"), ("llama", "train")]
+    md = (tmp_path / "e2e.md").read_text()
+    assert "## inference, one forward pass" in md and "## training, one step" in md and "| llama | 2x16x64 | bfloat16 |" in md
+    assert e2e.main(["--dry-run", "--out", out, "--models", "bert", "--task", "train"]) == 2   # no such pair
+
+
+def test_a_mode_that_fails_while_timed_is_reported_and_the_others_still_timed(monkeypatch):
+    def timer(fn, reps, warmup, device):
+        fn()
+        return [1.0] * reps
+
+    class Failing:
+        def __init__(self):
+            self.calls = 0
+
+        def __enter__(self):
+            self.calls += 1
+            if self.calls > 1:   # the first call (the build) works, the timed ones fail
+                raise RuntimeError("recompiled")
+
+        def __exit__(self, *exc):
+            return False
+    import alcop_triton as at
+
+    failing = Failing()
+    monkeypatch.setattr(at, "patched", lambda: failing)
+    res = e2e.run_model("bert", "cpu", ["eager", "patched"], reps=2, warmup=0, tiny=True, timer=timer)
+    assert res["modes"]["patched"]["error"] == "RuntimeError: recompiled" and "ms" not in res["modes"]["patched"]
+    assert res["modes"]["eager"]["ms"] == 1.0

@@ -114,3 +114,21 @@ def test_cited_benchmark_paths_exist(doc: Path) -> None:
         if not ok:
             missing.append(ref)
     assert not missing, f"{doc.name} cites {len(missing)} paths that do not exist, e.g. {missing[:5]}"
+
+
+def test_e2e_section_reads_both_forms_of_the_report() -> None:
+    """The first form (fp16 inference, no task) and the current one (tasks, spread, compile ratios, gradients)."""
+    meta = {"device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d", "timer": "T"}
+    first = {"model": "bert", "input": [2, 4], "modes": {"eager": {"ms": 2.0, "speedup_vs_eager": 1.0,
+                                                                   "max_rel_err": 0.0}}}
+    train = {"model": "llama", "task": "train", "input": [2, 8], "dtype": "bfloat16", "autocast": None, "modes": {
+        "eager": {"ms": 4.0, "ms_min": 3.5, "ms_max": 4.5, "speedup_vs_eager": 1.0, "speedup_vs_compile": 0.5,
+                  "first_call_s": 0.1, "max_rel_err": 0.0, "grad_max_rel_err": 0.0},
+        "compile_alcop": {"ms": 1.6, "ms_min": 1.5, "ms_max": 1.7, "speedup_vs_eager": 2.5, "speedup_vs_compile": 1.25,
+                          "first_call_s": 30.0, "max_rel_err": 0.01, "grad_max_rel_err": 0.03},
+        "patched": {"error": "RuntimeError: x"}}}
+    lines = rr.e2e_section({"meta": meta, "results": [first, train]})
+    assert "| bert | infer | 2x4 | float16 | eager | 2.00 | - | 1.000x | - | - | - | 0.0e+00 | - |" in lines
+    assert ("| llama | train | 2x8 | bfloat16 | compile_alcop | 1.60 | 1.50 - 1.70 | 2.500x | 1.250x | - | 30.0 | "
+            "1.0e-02 | 3.0e-02 |") in lines
+    assert "| llama | train | 2x8 | bfloat16 | patched | error | | | | | | | |" in lines
