@@ -57,6 +57,7 @@ from typing import Any, Callable, Iterator, cast
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch import _guards
 
 from . import generation, ops, tensor_kinds
 from .ops import traced
@@ -215,7 +216,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
         if _dynamo_tracing() or _compiler._is_compiling_flag:
             return route(*args, **kwargs) if _state.on else original(*args, **kwargs)
         if not _live:  # the wrappers outlived patch mode's last block: torch's functions go back
-            _put_back()
+            _put_back()  # (not while torch.compile builds a graph: see _put_back)
             return original(*args, **kwargs)
         if sites and not kwargs and len(args) > 1:
             seen = sites.get(id(args[1]))
@@ -369,8 +370,15 @@ def _install() -> None:
 
 def _put_back() -> None:
     """Torch's own functions back in place of the wrappers, if no thread is in patch mode (each that
-    someone else replaced since stays theirs)."""
+    someone else replaced since stays theirs) and no graph is being compiled.
+
+    A compile that traced a lingering wrapper guards on it (``torch.matmul.__closure__[3]``, the function
+    it calls: Dynamo's guard on the original); AOTAutograd and Inductor then run torch's functions for
+    real, and putting torch's back then would break that guard's evaluation (an InternalTorchDynamoError
+    on torch 2.11, seen on the H200). Such a call leaves them in place: a later eager call puts them back."""
     global _in_place
+    if _compile_context() is not None:
+        return
     with _lock:
         if _live:
             return
@@ -378,6 +386,12 @@ def _put_back() -> None:
             if getattr(owner, name) is wrapper:
                 setattr(owner, name, original)
         _in_place = ()
+
+
+def _compile_context() -> Any:
+    """The compile in progress in this thread (Dynamo's ``CompileContext``, which spans the backend's
+    compile and the guards' construction), or None."""
+    return _guards.CompileContext.try_get()
 
 
 def _activate() -> _Activation:

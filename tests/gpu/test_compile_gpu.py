@@ -63,6 +63,10 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_inductor_calls_alcops_op_where_the_records_say_so(alcop_measured_faster: None) -> None:
     model = Mlp().cuda().half()
     x = torch.randn(ROWS, DIM, device="cuda", dtype=torch.float16)
+    for m, n, k in ((ROWS, HIDDEN, DIM), (ROWS, DIM, HIDDEN)):  # what the graph's builder will ask
+        w = Workload("matmul", (m, n, k), "float16", "nt")
+        assert not choose_config.prefers_torch(x.device, lambda: w), dispatch.dispatcher().decide(
+            w, choose_config.gpu_spec(torch.cuda.current_device()))
     with torch.no_grad():
         got, code = run_and_get_code(at.compile(model), x)
         want = model(x)

@@ -503,3 +503,22 @@ print(targets)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "alcop.routed_mm" in out.stdout.splitlines()[-1]
+
+
+def test_wrappers_outliving_a_block_stay_while_a_graph_is_compiled() -> None:
+    # A compile that traced a lingering wrapper guards on it; AOTAutograd and Inductor then call torch's
+    # functions for real: putting torch's back in that window broke the guard (torch 2.11).
+    from torch import _guards
+
+    import alcop_triton as at
+    a, b = torch.randn(3, 4), torch.randn(4, 2)
+    with at.patched():
+        torch.matmul(a, b)
+    wrapper = torch.matmul
+    assert wrapper is not torch._C._VariableFunctions.matmul  # outlives the block (docs/decisions.md#d16)
+    with _guards.compile_context(_guards.CompileContext(None)):
+        torch.matmul(a, b)
+        assert torch.matmul is wrapper
+    torch.matmul(a, b)
+    assert torch.matmul is torch._C._VariableFunctions.matmul
+    assert patch._compile_context() is None
