@@ -816,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk", type=int, default=0, help="cases per child process (default: 500 on cuda, 50 on cpu; "
                    "with --jobs, cases / jobs / 4 at most)")
     p.add_argument("--jobs", type=int, default=1, help="chunks run at once, each in its own child process (one GPU "
-                   "takes several: a case spends most of its time compiling on the CPU)")
+                   "takes several: a case spends most of its time compiling on the CPU; docs/decisions.md#d38)")
     p.add_argument("--budget-s", type=float, default=0, help="stop starting cases after this many seconds (0: none)")
     p.add_argument("--case-timeout", type=float, default=0, help="a child that finishes no case in this long is "
                    "killed, its case a crash (default: 180 s on cuda, 300 s on cpu)")

@@ -235,7 +235,7 @@ BASE_CHECKED_BELOW = 1 << 44
 element_size``) to tell a freed tensor: a view into freed storage points at its offset in bytes, which
 is below any storage's size (no storage reaches 16 TiB). Above it, the pointer is a live allocation's
 and the check reads nothing more: that is where allocations lie (CUDA's and mmap's addresses on x86-64
-Linux sit near 2**47); a live tensor below it costs two more reads, never a wrong answer."""
+Linux sit near 2**47); a live tensor below it costs two more reads, never a wrong answer (``docs/decisions.md#d37``)."""
 
 
 def address_bits(t: Tensor) -> int:
