@@ -522,3 +522,56 @@ def test_wrappers_outliving_a_block_stay_while_a_graph_is_compiled() -> None:
     torch.matmul(a, b)
     assert torch.matmul is torch._C._VariableFunctions.matmul
     assert patch._compile_context() is None
+
+
+# Each looks torch's function up when called: one taken before patch mode began stays torch's.
+AUTOCAST_CASES: dict[str, tuple[Callable[..., Any], Callable[[], tuple[torch.Tensor, ...]], str]] = {
+    "linear": (lambda *a: F.linear(*a), lambda: (randn(4, 8), randn(6, 8, seed=1), randn(6, seed=2)), "alcop.linear"),
+    "matmul": (lambda *a: torch.matmul(*a), lambda: (randn(4, 8), randn(8, 6, seed=1).bfloat16()), "alcop.mm"),
+    "operator": (lambda a, b: a @ b, lambda: (randn(4, 8), randn(8, 6, seed=1)), "alcop.mm"),
+    "bmm": (lambda *a: torch.bmm(*a), lambda: (randn(2, 4, 8), randn(2, 8, 6, seed=1)), "alcop.bmm"),
+    "addmm": (lambda *a: torch.addmm(*a), lambda: (randn(4, 6, seed=2), randn(4, 8), randn(8, 6, seed=1)), "alcop.gemm"),
+    "conv2d": (lambda *a: F.conv2d(*a), lambda: (randn(1, 2, 5, 5), randn(3, 2, 3, 3, seed=1), randn(3, seed=2)), "alcop.conv"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AUTOCAST_CASES))
+def test_autocast_routes_a_call_as_its_autocast_dtype(case: str) -> None:
+    # torch's autocast casts the floating arguments of these functions to its dtype (AMP training): patch
+    # mode routes the call as one written in that dtype (it used to compute float32, or refuse mixed dtypes)
+    fn, make, op = AUTOCAST_CASES[case]
+    args = make()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = fn(*args)
+        with OpRecorder() as rec, patch.patched():
+            got = fn(*args)
+    assert got.dtype == want.dtype == torch.bfloat16
+    assert op in rec.ops and not {"aten.mm", "aten.bmm", "aten.addmm", "aten.convolution"} & set(rec.ops), rec.ops
+    ref = fn(*(a.double() for a in args))
+    assert float((got.double() - ref).abs().max()) <= 4e-2 * max(1.0, float(ref.abs().max()))
+
+
+def test_an_amp_training_step_under_patch_mode_matches_torchs() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    x = randn(6, 8)
+    grads = []
+    for patched in (False, True):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16), (patch.patched() if patched else _nothing()):
+            y = model(x)
+            assert y.dtype == torch.bfloat16
+            loss = y.float().square().mean()
+        loss.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for torch_grad, alcop_grad in zip(*grads):
+        assert alcop_grad.dtype == torch.float32  # the parameters' own dtype, as under torch's autocast
+        assert float((alcop_grad - torch_grad).abs().max()) <= 5e-2 * max(1.0, float(torch_grad.abs().max()))
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
