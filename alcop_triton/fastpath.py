@@ -174,6 +174,12 @@ def set_routing(on: bool) -> None:
         _mode.set(_DIRECT if mode is _ROUTING else replace(mode, patched=False, routes=False))
 
 
+def patch_mode_on() -> bool:
+    """Whether this thread's calls are patch mode's now (an autograd Function's forward records it: its
+    backward runs in autograd's thread, where patch mode is not on)."""
+    return _mode.get().patched
+
+
 def unrouted(mode: _Mode) -> _Mode:
     """``mode`` (one that ``routes``) inside a drop-in's own run: its signatures stay patch mode's, its
     torch calls (a fallback, a bias add) go to torch's functions instead of coming back to it."""

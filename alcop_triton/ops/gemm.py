@@ -565,11 +565,18 @@ def _keeps_output(activation: str | None, residual: torch.Tensor | None) -> bool
 
 def _mm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     ctx.save_for_backward(*inputs)
+    ctx.patched = fastpath.patch_mode_on()
+
+
+def _backward_ops(ctx: Any) -> Any:
+    """The namespace a backward formula calls: patch mode's where its forward ran in patch mode."""
+    return BACKWARD_PATCHED if getattr(ctx, "patched", False) else BACKWARD
 
 
 def _mm_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
     a, b = ctx.saved_tensors
-    op = BACKWARD.mm if a.dim() == 2 else BACKWARD.bmm
+    ops = _backward_ops(ctx)
+    op = ops.mm if a.dim() == 2 else ops.bmm
     da = op(grad, b.mT) if ctx.needs_input_grad[0] else None  # dA = dC @ B^T: B^T is a strided view
     db = op(a.mT, grad) if ctx.needs_input_grad[1] else None  # dB = A^T @ dC
     return da, db
@@ -579,15 +586,17 @@ def _gemm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None
     a, b, bias, residual, activation, alpha, beta = inputs
     ctx.activation, ctx.alpha, ctx.beta, ctx.has_residual = activation, alpha, beta, residual is not None
     ctx.save_for_backward(a, b, bias, output if _keeps_output(activation, residual) else None)
+    ctx.patched = fastpath.patch_mode_on()
 
 
 def _gemm_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     a, b, bias, out = ctx.saved_tensors
     need = ctx.needs_input_grad
+    ops = _backward_ops(ctx)
     dz = activation_grad(ctx.activation, grad, out,
-                         lambda: BACKWARD.gemm(a, b, bias, None, None, ctx.alpha, 1.0))
-    da = BACKWARD.gemm(dz, b.mT, None, None, None, ctx.alpha, 1.0) if need[0] else None
-    db = BACKWARD.gemm(a.mT, dz, None, None, None, ctx.alpha, 1.0) if need[1] else None
+                         lambda: ops.gemm(a, b, bias, None, None, ctx.alpha, 1.0))
+    da = ops.gemm(dz, b.mT, None, None, None, ctx.alpha, 1.0) if need[0] else None
+    db = ops.gemm(a.mT, dz, None, None, None, ctx.alpha, 1.0) if need[1] else None
     dbias = dz.sum(dim=tuple(range(dz.dim() - 1))) if need[2] else None
     dres = (grad * ctx.beta if ctx.beta != 1.0 else grad) if ctx.has_residual and need[3] else None
     return da, db, dbias, dres, None, None, None
@@ -597,16 +606,18 @@ def _linear_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
     x, w, bias, residual, activation = inputs
     ctx.activation, ctx.has_residual = activation, residual is not None
     ctx.save_for_backward(x, w, bias, output if _keeps_output(activation, residual) else None)
+    ctx.patched = fastpath.patch_mode_on()
 
 
 def _linear_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, w, bias, out = ctx.saved_tensors
     need = ctx.needs_input_grad
-    dz = activation_grad(ctx.activation, grad, out, lambda: BACKWARD.linear(x, w, bias, None, None))
+    ops = _backward_ops(ctx)
+    dz = activation_grad(ctx.activation, grad, out, lambda: ops.linear(x, w, bias, None, None))
     rows = math.prod(x.shape[:-1])
     dz2 = dz.reshape(rows, w.shape[0])
-    dx = BACKWARD.mm(dz2, w).view(x.shape) if need[0] else None
-    dw = BACKWARD.mm(dz2.t(), x.reshape(rows, w.shape[1])) if need[1] else None
+    dx = ops.mm(dz2, w).view(x.shape) if need[0] else None
+    dw = ops.mm(dz2.t(), x.reshape(rows, w.shape[1])) if need[1] else None
     dbias = dz2.sum(0) if need[2] else None
     dres = grad if ctx.has_residual and need[3] else None
     return dx, dw, dbias, dres, None
@@ -705,6 +716,15 @@ BACKWARD = types.SimpleNamespace(**{
 # torch's own functions, taken before patch mode can wrap them: a workload patch mode leaves to torch
 # then calls them directly, not through its wrapper a second time.
 _TORCH_MATMUL, _TORCH_MM, _TORCH_BMM = torch.matmul, torch.mm, torch.bmm
+
+BACKWARD_PATCHED = types.SimpleNamespace(**{
+    name: route.backward_op(name, n, OpRoutes(getattr(DIRECT, name), getattr(torch.ops.alcop, name), torch_fn,
+                                              getattr(AUTOGRAD, name)), patched=True)
+    for name, n, torch_fn in (("mm", 2, _TORCH_MM), ("bmm", 2, _TORCH_MATMUL),  # alcop's bmm takes 4-D too
+                              ("gemm", 4, fallback.torch_gemm), ("linear", 4, _torch_linear))})
+"""The same for the backward of a forward made in patch mode: each product goes to torch where the
+records prefer torch, as patch mode's forward products do (``route.backward_op``'s ``patched``)."""
+
 MATMUL = route.front_end(_matmul, DIRECT, AUTOGRAD, _TORCH_MATMUL, ROUTED)
 MM = route.front_end(_mm, DIRECT, AUTOGRAD, _TORCH_MM, ROUTED)
 BMM = route.front_end(_bmm, DIRECT, AUTOGRAD, _TORCH_BMM, ROUTED)

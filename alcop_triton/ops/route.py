@@ -350,15 +350,32 @@ def front_end(fn: Callable[..., Tensor], direct: Any, autograd: Any,
                     traced=functools.partial(fn, traced) if traced is not None else None)
 
 
-def backward_op(name: str, n_tensors: int, routes: OpRoutes) -> Callable[..., Tensor]:
+def backward_op(name: str, n_tensors: int, routes: OpRoutes, patched: bool = False) -> Callable[..., Tensor]:
     """``torch.ops.alcop.<name>`` as the backward formulas call it: through ``call``, so a repeated
     backward's kernels allocate and launch without torch's dispatcher (a stride-2 convolution's backward
     makes about ten such calls); the registered op where the dispatcher must see the call (tracing,
     dispatch modes), the autograd route where a double backward records the graph. The first
-    ``n_tensors`` arguments are tensors, the rest parameters (lists become tuples: a signature holds them)."""
+    ``n_tensors`` arguments are tensors, the rest parameters (lists become tuples: a signature holds them).
+
+    ``patched``: the backward of a forward made in patch mode. Autograd runs it in a thread of its own
+    (on a GPU), where patch mode is not on: its calls are made patch mode's here, so each backward
+    product goes to torch where the records prefer torch (``routes.torch``), as a forward product does."""
     op = ("backward", name)
 
     def run(*args: Any) -> Tensor:
         params = tuple(tuple(p) if isinstance(p, list) else p for p in args[n_tensors:])
         return call(op, args[:n_tensors], params, routes)
-    return run
+
+    if not patched:
+        return run
+
+    def run_patched(*args: Any) -> Tensor:
+        mode = _mode.get()
+        if mode.patched:
+            return run(*args)
+        token = _mode.set(_PATCHED if mode is _DIRECT else replace(mode, patched=True, routes=False))
+        try:
+            return run(*args)
+        finally:
+            _mode.reset(token)
+    return run_patched

@@ -5,12 +5,21 @@ CPU tensors run in Triton's interpreter, so sizes stay small (dims <= ~40).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from alcop_triton import choose_config, fastpath
+from alcop_triton.autotune import dispatch
+from alcop_triton.autotune.database import Database, TuningRecord
+from alcop_triton.autotune.measure import MeasureResult
+from alcop_triton.model.hardware import get_spec
+from alcop_triton.records import KernelConfig, Workload
 
 # fp32 on CPU: the interpreter computes fp32 dots in full fp32. 16-bit: output rounding dominates.
 TOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
@@ -92,3 +101,25 @@ def fallbacks(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -
     if "fallbacks" not in inspect.signature(request.function).parameters:
         assert not calls, f"ops fell back to torch: {calls}"
 
+
+RECORDS_GPU = get_spec("H100")
+"""The GPU whose records ``records`` writes, and whose records decide calls on CPU tensors within it."""
+
+
+@pytest.fixture
+def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Workload, bool], None]]:
+    """``records(workload, alcop_faster)`` measures ``workload`` in a fresh database: alcop's config at
+    0.01 ms and torch at 0.03 ms, or the other way round. No shipped table is read."""
+    monkeypatch.setenv("ALCOP_DB", str(tmp_path / "tuning.sqlite"))
+    monkeypatch.setattr(dispatch, "default_tables", lambda: [])
+    db = Database(tmp_path / "tuning.sqlite")
+
+    def add(w: Workload, alcop_faster: bool) -> None:
+        ms, torch_ms = (0.01, 0.03) if alcop_faster else (0.03, 0.01)
+        db.add(dataclasses.replace(TuningRecord.from_result(w, MeasureResult(KernelConfig(), ms, None), RECORDS_GPU),
+                                   torch_ms=torch_ms))
+        fastpath.invalidate()  # as a database that gained a record does in a running process
+    torch._dynamo.reset()
+    with choose_config.interpreter_records(RECORDS_GPU):
+        yield add
+    torch._dynamo.reset()

@@ -37,25 +37,6 @@ ALCOP_OPS = ("alcop.linear", "alcop.mm", "alcop.bmm", "alcop.gemm", "alcop.conv"
 TORCH_PRODUCTS = ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.convolution")
 
 
-@pytest.fixture
-def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Workload, bool], None]]:
-    """``records(workload, alcop_faster)`` measures ``workload`` in a fresh database: alcop's config at
-    0.01 ms and torch at 0.03 ms, or the other way round. No shipped table is read."""
-    monkeypatch.setenv("ALCOP_DB", str(tmp_path / "tuning.sqlite"))
-    monkeypatch.setattr(dispatch, "default_tables", lambda: [])
-    db = Database(tmp_path / "tuning.sqlite")
-
-    def add(w: Workload, alcop_faster: bool) -> None:
-        ms, torch_ms = (0.01, 0.03) if alcop_faster else (0.03, 0.01)
-        db.add(dataclasses.replace(TuningRecord.from_result(w, MeasureResult(KernelConfig(), ms, None), SPEC),
-                                   torch_ms=torch_ms))
-        fastpath.invalidate()  # as a database that gained a record does in a running process
-    torch._dynamo.reset()
-    with choose_config.interpreter_records(SPEC):
-        yield add
-    torch._dynamo.reset()
-
-
 class Graphs:
     """An ``aot_autograd`` backend that keeps the forward and backward graphs' code it is given."""
 
@@ -283,3 +264,4 @@ def test_the_default_backend_is_prepared_before_routing() -> None:
     assert isinstance(module, nn.Module)
     extern = sys.modules["torch._inductor.select_algorithm"].extern_kernels
     assert getattr(extern, "mm", torch.mm) is not patch._wrappers.get((id(torch), "mm"), (None, None))[1]
+

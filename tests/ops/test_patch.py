@@ -15,7 +15,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import OpRecorder, assert_close, randn
 
-from alcop_triton import patch
+from alcop_triton import choose_config, fastpath, patch
+from alcop_triton.records import Workload
 
 pytestmark = pytest.mark.interpreter  # CPU tensors: Triton's interpreter (TRITON_INTERPRET=1)
 
@@ -575,3 +576,44 @@ class _nothing:
 
     def __exit__(self, *exc: Any) -> None:
         return None
+
+
+@pytest.mark.parametrize("backward_faster", ["torch", "alcop"])
+def test_patch_modes_backward_products_go_where_the_records_say(
+        backward_faster: str, records: Callable[[Workload, bool], None], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Autograd runs a backward outside patch mode's thread state: the forward's Function records patch
+    # mode, and the backward's products are decided by the records as a forward product is.
+    decided: list[Workload] = []
+    real = choose_config.decide
+
+    def spy(w: Workload, *args: Any, **kwargs: Any) -> Any:
+        decided.append(w)
+        return real(w, *args, **kwargs)
+
+    x, w, b = randn(8, 16), randn(12, 16, seed=1), randn(12, seed=2)
+    forward = Workload("matmul", (8, 12, 16), "float32", "nt")
+    records(forward, True)
+    monkeypatch.setattr(choose_config, "decide", spy)
+
+    def step() -> tuple[torch.Tensor, ...]:
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+        with patch.patched():
+            y = F.linear(xs, ws, bs)
+        y.square().sum().backward()
+        return y.detach(), xs.grad, ws.grad, bs.grad
+
+    step()
+    backward = sorted({d for d in decided if d != forward}, key=str)
+    assert len(backward) == 2, decided  # the input's and the weight's gradient products
+    for bw in backward:
+        records(bw, backward_faster == "alcop")
+    sent = fastpath.stats().to_torch
+    step()                     # first calls of the backward's signatures under these records
+    y, gx, gw, gb = step()     # repeats: a product the records leave to torch goes there
+    assert (fastpath.stats().to_torch > sent) == (backward_faster == "torch")
+    xd, wd, bd = (t.double().requires_grad_() for t in (x, w, b))
+    yd = F.linear(xd, wd, bd)
+    yd.square().sum().backward()
+    assert_close(y, yd.detach())
+    for g, want in ((gx, xd.grad), (gw, wd.grad), (gb, bd.grad)):
+        assert_close(g, want)
