@@ -246,9 +246,6 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
         mode = _fastpath_mode.get()
         if not mode.routes:  # patch mode is off in this thread (another's installed the wrappers), or this
             return original(*args, **kwargs)  # is a drop-in's own torch call (a fallback, a bias add)
-        given = args
-        if _autocast():  # torch's function would cast its floating arguments first (AMP): so does the route
-            args, kwargs = _autocast_cast(args, kwargs)
         sent = _fastpath_counters.to_torch
         if mode is _ROUTING and not kwargs:
             # The drop-in's call: its signatures are this thread's mode's, patch mode's, and where none of
@@ -261,7 +258,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
                 out = route(*args, **kwargs)
             finally:
                 _fastpath_mode.reset(token)
-        if _fastpath_counters.to_torch != sent and not kwargs and len(args) > 1 and args is given:
+        if _fastpath_counters.to_torch != sent and not kwargs and len(args) > 1:
             a = args[0]
             if type(a) is torch.Tensor:
                 sites[id(args[1])] = (a.shape, a.dtype, grad_to_torch and _runs_as_cudnn(args, out))
@@ -389,24 +386,6 @@ def _put_back() -> None:
             if getattr(owner, name) is wrapper:
                 setattr(owner, name, original)
         _in_place = ()
-
-
-def _autocast_cast(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The arguments as torch's autocast would hand them to a routed function (all of which autocast runs in
-    its lower precision: matmul, mm, bmm, addmm, baddbmm, linear, conv*): each floating tensor other than a
-    float64 one cast to the autocast dtype of the tensors' device, when autocast is on for that device; an
-    ``out=`` stays as given. So an AMP training step routes as one written in that dtype would."""
-    device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None)
-    if device is None or not torch.is_autocast_enabled(device):
-        return args, kwargs
-    dtype = torch.get_autocast_dtype(device)
-
-    def cast(v: Any) -> Any:
-        if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dtype is not dtype \
-                and v.dtype is not torch.float64:
-            return v.to(dtype)
-        return v
-    return tuple(cast(a) for a in args), {k: v if k == "out" else cast(v) for k, v in kwargs.items()}
 
 
 def _compile_context() -> Any:

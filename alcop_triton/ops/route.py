@@ -9,24 +9,26 @@ by name. ``call`` takes the first rule that applies:
                                           a deciding op that becomes alcop's op or torch's per workload
                                           (``ops.traced``); else ``registered``: the ``torch.ops.alcop`` op
 2. inside another call's first run     -> ``direct``: that first run records the launches
-3. a repeat at a known call site       -> the stored entry (the fast path: guards, allocation, launch)
-4. no signature (not plain dense tensors, a dispatch mode, a functorch transform, torch.compile's
+3. under ``torch.autocast``, an op    -> ``call`` again on the arguments autocast would give torch's
+   autocast runs in its dtype             function (``amp.cast``): the drop-ins compute in that dtype
+4. a repeat at a known call site       -> the stored entry (the fast path: guards, allocation, launch)
+5. no signature (not plain dense tensors, a dispatch mode, a functorch transform, torch.compile's
    non-strict tracing)                 -> ``registered`` (torch's dispatcher sees the call); within a
                                           torch.compile session with routing on, ``traced``
-5. a stored signature                  -> the stored entry
-6. tensors that require grad           -> ``autograd`` (an autograd Function over the same
+6. a stored signature                  -> the stored entry
+7. tensors that require grad           -> ``autograd`` (an autograd Function over the same
                                           implementation), else ``registered``
-7. inside ``use_config``               -> ``direct``, nothing stored
-8. a first call                        -> ``direct``, recorded (``fastpath``): a repeat replays its launches,
+8. inside ``use_config``               -> ``direct``, nothing stored
+9. a first call                        -> ``direct``, recorded (``fastpath``): a repeat replays its launches,
                                           or in patch mode calls ``torch`` where the records prefer torch
 
 ``direct`` is the op's own front end: first, a tensor that is not a plain strided dense tensor goes to
 torch before anything reads its shape or strides (``fallback.not_plain``, which asks
 ``tensor_kinds.reason``; freed storage raises), then torch's argument checks, the remaining fallbacks
 (``fallback.static_reason``), the config (``choose_config``), the kernel and its launch
-(``fastpath.launch_kernel``). Such tensors never reach rule 3's guards either: the call-site check
+(``fastpath.launch_kernel``). Such tensors never reach rule 4's guards either: the call-site check
 skips nested tensors before any guard reads their strides, and tells freed storage by its address
-(``address_bits``); rule 4 gives them no signature (``tensor_kinds.plain``). The stored entries, their
+(``address_bits``); rule 5 gives them no signature (``tensor_kinds.plain``). The stored entries, their
 signatures and the recording of a first call are ``fastpath``'s.
 """
 
@@ -39,7 +41,7 @@ from typing import Any, Callable, Hashable
 
 import torch
 
-from .. import generation
+from .. import amp, generation
 from ..fastpath import (_DIRECT, _PATCHED, _ROUTING, MAX_ENTRIES, Entry, GradEntry, TorchEntry, _Applying, _compiler,
                        _counters, _dispatch_modes, _dynamo_tracing, _entries, _entry, _ENV_TABLE, _grad_enabled,
                        _address, _in_mode, _key, _mode, _Recording, _STRICT_KEY, _transforms, native, unrouted)
@@ -47,6 +49,7 @@ from ..settings import fp32_precision
 from .traced import state as routing
 
 Tensor = torch.Tensor
+_amp_on = amp.is_on
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,12 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     # 2. inside another call's first run: that one records the launches
     if mode.recording is not None:
         return routes.direct(*tensors, *params)
-    # 3. a repeat at a known call site (the part of the signature that is not per tensor, then guards);
+    # 3. under torch.autocast, a function autocast runs in its dtype: the arguments it would get (amp.cast)
+    if _amp_on() and op in amp.LOWER_PRECISION_OPS:
+        cast = amp.cast(tensors)
+        if cast is not None:
+            return call(op, cast, params, routes)
+    # 4. a repeat at a known call site (the part of the signature that is not per tensor, then guards);
     #    the dispatcher's conditions are checked here without the tracing check, made above
     key = site_key = None
     if not (_compiler._is_compiling_flag or _dispatch_modes() > 0 or _transforms()):
@@ -97,7 +105,7 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
             return call(op, tensors, params, routes)
         finally:
             _mode.reset(token)
-    # 4. the signature; None for tensors that are not plain dense ones, a dispatch mode or a transform
+    # 5. the signature; None for tensors that are not plain dense ones, a dispatch mode or a transform
     if site_key is not None:
         try:
             key = _key(op, tensors, params)
@@ -113,14 +121,14 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
             # calling torch.mm...) reach patch mode's wrappers too: decided as Dynamo's calls are
             return routes.traced(*tensors, *params)
         return (routes.registered or routes.direct)(*tensors, *params)
-    # 5. a stored signature
+    # 6. a stored signature
     hit = _entries.get(key)
     if hit is not None and not mode.forced:
         _counters.hits += 1
         if mode.applying is None and site_key is not None:
             _remember(site_key, tensors, hit.run)
         return hit.run(tensors)
-    # 6. autograd
+    # 7. autograd
     if _grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         if routes.autograd is None:  # no autograd route of its own: the registered op's
             _counters.dispatched += 1
@@ -129,11 +137,11 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
             _counters.bypassed += 1
             return routes.autograd(*tensors, *params)
         return _first_autograd_call(key, tensors, params, routes.autograd)
-    # 7. use_config's block: its config, not the stored launches
+    # 8. use_config's block: its config, not the stored launches
     if mode.forced:
         _counters.bypassed += 1
         return routes.direct(*tensors, *params)
-    # 8. a first call, recorded
+    # 9. a first call, recorded
     return _first_call(key, tensors, params, routes.direct, routes.torch if mode.patched else None)
 
 

@@ -316,3 +316,25 @@ def test_beta_zero_input_that_requires_grad_gets_torchs_zero_gradient(op: str, f
     assert torch.allclose(got, want, atol=1e-5)
     (g,) = torch.autograd.grad(got.sum(), inp)
     assert torch.equal(g, torch.zeros_like(inp))
+
+
+AUTOCAST_OPS = ["matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d"]
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["first_call", "warm_site"])
+@pytest.mark.parametrize("op", AUTOCAST_OPS)
+def test_drop_ins_under_autocast_compute_in_its_dtype(op: str, warm: bool, site_check: None) -> None:
+    # torch.autocast casts these functions' floating arguments to its dtype; the drop-ins do the same
+    # (amp.cast), on a first call and at a call site warmed outside autocast
+    fn, torch_fn, make = CASES[op]
+    args = make()
+    if warm:
+        fn(*args)
+        fn(*args)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = torch_fn(*args)
+        for _ in range(2):
+            got = fn(*args)
+            assert got.dtype == want.dtype == torch.bfloat16
+            assert torch.allclose(got.float(), want.float(), atol=5e-2, rtol=5e-2), op
+    assert fn(*args).dtype == torch.float32  # outside the block: the arguments' own dtype again
