@@ -214,7 +214,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
         # site is read: Dynamo does not trace a context variable, and the graph holds alcop's op
         # whatever eager calls at the same site decided.
         if _dynamo_tracing() or _compiler._is_compiling_flag:
-            return route(*args, **kwargs) if _state.on else original(*args, **kwargs)
+            return route(*args, **kwargs) if traced.routing_on() else original(*args, **kwargs)
         if not _live:  # the wrappers outlived patch mode's last block: torch's functions go back
             _put_back()  # (not while torch.compile builds a graph: see _put_back)
             return original(*args, **kwargs)
@@ -344,6 +344,7 @@ def _install() -> None:
     # compiled graphs as opaque calls instead of tracing through them. Imported first, once (about a
     # second, the first time patch mode is entered), it maps torch's own.
     import torch._dynamo  # noqa: F401
+    traced.allow_in_graph()
     placed: list[tuple[Any, str, Any, Any]] = []
     for owner, name, route in ROUTES:
         key, current = (id(owner), name), getattr(owner, name)

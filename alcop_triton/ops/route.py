@@ -46,6 +46,7 @@ from ..fastpath import (_DIRECT, _PATCHED, _ROUTING, MAX_ENTRIES, Entry, GradEnt
                        _counters, _dispatch_modes, _dynamo_tracing, _entries, _entry, _ENV_TABLE, _grad_enabled,
                        _address, _in_mode, _key, _mode, _Recording, _STRICT_KEY, _transforms, native, unrouted)
 from ..settings import fp32_precision
+from .traced import routing_on
 from .traced import state as routing
 
 Tensor = torch.Tensor
@@ -76,7 +77,7 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     #    not trace _mode: the routing it follows is this thread's flag)
     if _dynamo_tracing():
         _counters.dispatched += 1
-        if routing.on and routes.traced is not None:
+        if routing_on() and routes.traced is not None:
             return routes.traced(*tensors, *params)
         return (routes.registered or routes.direct)(*tensors, *params)
     mode = _mode.get()

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .. import choose_config
+from .. import choose_config, fastpath
 from ..records import Workload
 
 Tensor = torch.Tensor
@@ -37,6 +37,17 @@ class _Routing(threading.local):
 
 
 state = _Routing()
+
+
+def routing_on() -> bool:
+    """``state.on``, for code Dynamo traces. Dynamo runs this function for real and takes its result as a
+    constant (``assume_constant_result``'s mark, set below without importing Dynamo): reading the
+    thread-local attribute in traced code, torch 2.11's Dynamo took the class's default (False), so every
+    call traced with routing on stayed torch's (seen with Inductor on torch 2.11)."""
+    return state.on
+
+
+routing_on._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 LIBRARY = torch.library.Library("alcop", "FRAGMENT")
 """The deciding ops' definitions (their namespace is alcop's ops')."""
@@ -68,16 +79,50 @@ def to_torch(device: torch.device, workload: Callable[[], Workload | None], torc
 def by_torch(fn: Callable[..., Tensor], *args: Any) -> Tensor:
     """``fn(*args)``, torch's computation of a call decided for torch, with routing off: torch's own
     decompositions (``aten.matmul``'s calls ``torch.bmm``...) reach patch mode's wrappers while a graph
-    is built, which must give them torch's functions, not decide them again."""
+    is built, which must give them torch's functions, not decide them again. Both flags go off: the
+    trace's (``state``) and the thread's patch-mode routing (``fastpath``'s mode), which the wrappers
+    read where torch 2.11 does not mark AOTAutograd's trace as compiling."""
     on, state.on = state.on, False
+    mode = fastpath._mode.get()
+    token = fastpath._mode.set(fastpath.unrouted(mode)) if mode.routes else None
     try:
         return fn(*args)
     finally:
+        if token is not None:
+            fastpath._mode.reset(token)
         state.on = on
 
 
-def define(name: str, schema: str, decide: Callable[..., Tensor]) -> Any:
-    """Define ``alcop::<name>`` with ``schema``, implemented by ``decide`` for every backend (it decomposes)."""
+_IN_GRAPH: list[Callable[..., Tensor]] = []
+"""Each deciding op's call as Dynamo's graph holds it (``define``); ``allow_in_graph`` lets Dynamo put them there."""
+
+
+def define(name: str, schema: str, decide: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """Define ``alcop::<name>`` with ``schema``, implemented by ``decide`` for every backend (it decomposes),
+    and give the function that calls it: what a traced call becomes in Dynamo's graph.
+
+    Dynamo's graph holds that Python function, not the op: AOTAutograd's cache keys a compiled graph on
+    Dynamo's graph, which does not hold the records a decision reads, so a graph holding the op was
+    served from the cache with another process's decisions (seen: a float32 MLP that the records leave
+    to torch compiled with alcop's op cached by an earlier run whose records chose alcop). A plain
+    function in the graph makes AOTAutograd bypass its cache; Inductor's own cache keys the graph after
+    the decisions, which holds the op each decision chose."""
     LIBRARY.define(f"{name}{schema}")
     LIBRARY.impl(name, decide, "CompositeImplicitAutograd")
-    return getattr(torch.ops.alcop, name)
+    op = getattr(torch.ops.alcop, name)
+
+    def call(*args: Any) -> Tensor:
+        return op(*args)
+
+    call.__name__ = call.__qualname__ = name
+    call.__module__ = "alcop"  # graphs print it as alcop.<name>, beside alcop's ops
+    _IN_GRAPH.append(call)
+    return call
+
+
+def allow_in_graph() -> None:
+    """Let Dynamo put the deciding calls into its graphs rather than trace them (once, on entering patch
+    mode, which imports Dynamo anyway: routing is on only within it)."""
+    import torch._dynamo
+    for call in _IN_GRAPH:
+        torch._dynamo.allow_in_graph(call)

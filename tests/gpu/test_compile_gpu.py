@@ -60,7 +60,6 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
-@pytest.mark.xfail(strict=True, reason="fails on the H200 (torch 2.11, 2026-11-28): Inductor's code holds torch's addmm for nn.Linear although the records choose alcop (docs/compile.md, 'Status on a GPU')")
 def test_inductor_calls_alcops_op_where_the_records_say_so(alcop_measured_faster: None) -> None:
     model = Mlp().cuda().half()
     x = torch.randn(ROWS, DIM, device="cuda", dtype=torch.float16)
@@ -76,7 +75,6 @@ def test_inductor_calls_alcops_op_where_the_records_say_so(alcop_measured_faster
     assert _rel(got, want) < 2e-2
 
 
-@pytest.mark.xfail(strict=True, reason="fails on the H200 (torch 2.11, 2026-11-28): not yet diagnosed (docs/compile.md, 'Status on a GPU')")
 def test_without_records_for_alcop_inductor_keeps_torchs_products(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # float32 without records: patch mode's rule (dispatch.TORCH_UNLESS_MEASURED) leaves it to torch
@@ -87,7 +85,8 @@ def test_without_records_for_alcop_inductor_keeps_torchs_products(tmp_path: Path
     x = torch.randn(ROWS, DIM, device="cuda")
     with torch.no_grad():
         _, code = run_and_get_code(at.compile(model), x)
-    assert "alcop" not in "\n".join(code)
+    # Inductor's comments name the source files it traced (patch mode's wrappers among them): the ops count
+    assert "torch.ops.alcop" not in "\n".join(code)
 
 
 def test_training_step_through_inductor(alcop_measured_faster: None) -> None:
@@ -101,7 +100,6 @@ def test_training_step_through_inductor(alcop_measured_faster: None) -> None:
         assert p.grad is not None and _rel(p.grad, q.grad) < 3e-2
 
 
-@pytest.mark.xfail(strict=True, reason="fails on the H200 (torch 2.11, 2026-11-28): not yet diagnosed (docs/compile.md, 'Status on a GPU')")
 def test_reduce_overhead_captures_alcops_launches(alcop_measured_faster: None) -> None:
     model = Mlp().cuda().half()
     compiled = at.compile(model, mode="reduce-overhead")

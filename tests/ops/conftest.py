@@ -123,3 +123,11 @@ def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callabl
     with choose_config.interpreter_records(RECORDS_GPU):
         yield add
     torch._dynamo.reset()
+
+
+def target_name(target: Any) -> str:
+    """A graph node's target as a name: ``alcop.routed_mm`` for a deciding call (a function Dynamo's graph
+    holds, ``ops.traced.define``), the op's own name for an op (``alcop.mm``, ``aten.mm.default``)."""
+    if inspect.isfunction(target):
+        return f"{target.__module__}.{target.__name__}"
+    return str(target)

@@ -265,3 +265,28 @@ def test_the_default_backend_is_prepared_before_routing() -> None:
     extern = sys.modules["torch._inductor.select_algorithm"].extern_kernels
     assert getattr(extern, "mm", torch.mm) is not patch._wrappers.get((id(torch), "mm"), (None, None))[1]
 
+
+
+def test_a_compiled_graph_follows_the_records_not_a_cached_graph(records: Callable[[Workload, bool], None],
+                                                                  tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # AOTAutograd's cache keys a graph on Dynamo's graph, which does not hold the records: a graph of
+    # deciding ops was served with the decisions of an earlier compile. Two compiles with Inductor (and
+    # its on-disk caches, fresh here), records reversed in between: each graph follows its records.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    from torch._inductor.utils import run_and_get_code
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, w)
+
+    x, w = randn(8, 16), randn(12, 16, seed=1)
+    workload = _gemm(8, 12, 16, "nt")
+    codes = []
+    for alcop_faster in (True, False):
+        records(workload, alcop_faster)  # the newer record of each run is the one dispatch reads
+        torch._dynamo.reset()
+        with torch.no_grad():
+            got, code = run_and_get_code(at.compile(f), x, w)
+        codes.append("\n".join(code))
+        assert_close(got, f(x.double(), w.double()))
+    assert "torch.ops.alcop.linear" in codes[0] and "torch.ops.alcop" not in codes[1], codes[1][-2000:]

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import OpRecorder, assert_close, randn
+from conftest import OpRecorder, assert_close, randn, target_name
 
 from alcop_triton import choose_config, fastpath, patch
 from alcop_triton.records import Workload
@@ -387,7 +387,7 @@ def test_a_patched_function_traced_by_torch_compile_becomes_alcops_op(monkeypatc
     targets: list[str] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
-        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        targets.extend(target_name(n.target) for n in gm.graph.nodes if n.op == "call_function")
         return gm
 
     fn = torch.compile(lambda x, y: torch.matmul(x, y) * 2, backend=backend, fullgraph=True)
@@ -471,7 +471,7 @@ def test_a_convolution_module_traced_by_torch_compile_becomes_alcops_op(monkeypa
     targets: list[str] = []
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> object:
-        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        targets.extend(target_name(n.target) for n in gm.graph.nodes if n.op == "call_function")
         return gm
 
     fn = torch.compile(conv, backend=backend, fullgraph=True)
@@ -492,7 +492,7 @@ import torch
 import alcop_triton as at
 targets = []
 def backend(gm, example_inputs):
-    targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+    targets.extend((f"{n.target.__module__}.{n.target.__name__}" if callable(n.target) and hasattr(n.target, '__code__') else str(n.target)) for n in gm.graph.nodes if n.op == "call_function")
     return gm
 with at.patched():
     import torch._dynamo

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import assert_close, randn
+from conftest import assert_close, randn, target_name
 from torch._dynamo.backends.debugging import aot_eager
 
 import alcop_triton as at
@@ -181,7 +181,7 @@ def test_compile_fullgraph_small_model(mode: str) -> None:
     for g, w in zip(got_grads, want_grads):
         assert_close(g, w.double())
     assert len(graphs) == 1
-    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+    targets = {target_name(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
     # Under compile, patch mode's wrappers route the functions (F.conv2d, F.linear, torch.bmm) through
     # the deciding ops (ops.traced); the ``@`` operator and Tensor methods are traced by Dynamo as
     # torch's own ops. Drop-ins called outside patch mode are alcop's, as in eager.
