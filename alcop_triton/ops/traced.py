@@ -3,8 +3,9 @@ faster, else torch's own, decided per workload while the graph is built.
 
 Dynamo runs Python symbolically: it cannot ask the tuning records (a database, caches, dataclasses) from
 the code it traces, and the shapes it sees there are its own variables. So a routed call traced with
-routing on (``state.on``: patch mode, ``alcop_triton.compile``) puts a *deciding op* in Dynamo's graph,
-``torch.ops.alcop.routed_{mm,bmm,gemm,linear,conv}``. Each is ``CompositeImplicitAutograd``: it has no
+routing on (``state.on``: patch mode, ``alcop_triton.compile``) puts a call of a *deciding op* in
+Dynamo's graph, ``torch.ops.alcop.routed_{mm,bmm,gemm,linear,conv}`` (behind a plain function: ``define``).
+Each is ``CompositeImplicitAutograd``: it has no
 kernel of its own, and wherever torch runs it — Dynamo's fake-tensor propagation, AOTAutograd's trace
 that Inductor and every ``aot_autograd`` backend compile — its Python body runs on fake tensors with
 their concrete sizes, strides, dtypes and device, asks ``choose_config.prefers_torch`` (the question
