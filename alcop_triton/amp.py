@@ -3,7 +3,7 @@
 Inside ``torch.autocast``, torch casts the floating tensor arguments of matmul, mm, bmm, addmm, baddbmm,
 linear and the convolutions (its "lower precision" ops, on CUDA and on CPU) to autocast's dtype before
 computing, so the result has that dtype. The drop-ins (and patch mode, which calls them) do the same
-(``ops.route.call``): an AMP training step then runs alcop's kernels in bf16 or fp16, as one written in
+(``ops.route.call``), and so do the calls torch.compile's graphs decide (``ops.traced.define``): an AMP training step then runs alcop's kernels in bf16 or fp16, as one written in
 that dtype would. float64 tensors stay as they are, as under torch's autocast; ``out=`` calls are not cast.
 """
 

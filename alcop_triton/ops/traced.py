@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .. import choose_config, fastpath
+from .. import amp, choose_config, fastpath
 from ..records import Workload
 
 Tensor = torch.Tensor
@@ -113,6 +113,8 @@ def define(name: str, schema: str, decide: Callable[..., Tensor]) -> Callable[..
     op = getattr(torch.ops.alcop, name)
 
     def call(*args: Any) -> Tensor:
+        if amp.is_on():  # inside torch.autocast: the arguments autocast gives torch's function (amp.cast)
+            args = amp.cast(args) or args
         return op(*args)
 
     call.__name__ = call.__qualname__ = name

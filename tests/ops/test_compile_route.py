@@ -290,3 +290,18 @@ def test_a_compiled_graph_follows_the_records_not_a_cached_graph(records: Callab
         codes.append("\n".join(code))
         assert_close(got, f(x.double(), w.double()))
     assert "torch.ops.alcop.linear" in codes[0] and "torch.ops.alcop" not in codes[1], codes[1][-2000:]
+
+
+def test_a_graph_compiled_under_autocast_routes_the_autocast_dtype(records: Callable[[Workload, bool], None]) -> None:
+    # torch's autocast casts a linear's arguments inside the graph too; the deciding call does the same
+    # before it decides, so the records asked are the bf16 workload's and the result is bf16, as torch's
+    records(Workload("matmul", (8, 12, 16), "bfloat16", "nt"), True)
+    x, w = randn(8, 16), randn(12, 16, seed=1)
+    graphs = Graphs()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = F.linear(x, w)
+        got = at.compile(lambda a, b: F.linear(a, b), backend=graphs.backend, fullgraph=True)(x, w)
+    assert got.dtype == want.dtype == torch.bfloat16
+    code = graphs.forward[-1]
+    assert _alcop_ops(code) == {"alcop.linear"} and "dtype = torch.bfloat16" in code, code
+    assert float((got.double() - F.linear(x.double(), w.double())).abs().max()) < 0.1
