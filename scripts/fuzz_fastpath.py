@@ -280,9 +280,10 @@ class CaseRunner:
         tt = torch_ts if torch_ts is not None else ts
         ya = yt = ea = et = None
         inputs = ts
-        if freed and self.device.type == "cuda":
-            # torch's CUDA kernels read freed storage at address 0 (an illegal access that poisons the context),
-            # so torch is not run: the call must be refused, as torch's CPU ops refuse it.
+        if freed:
+            # torch's kernels may read freed storage (CUDA's at address 0, an illegal access that poisons the
+            # context; some CPU ops, mm and addmm among them, crash the process), so torch is not run: the
+            # call must be refused, as most of torch's CPU ops refuse it.
             et = RuntimeError("freed storage")
         else:
             try:

@@ -49,10 +49,9 @@ def test_short_cpu_run_writes_its_summary(tmp_path: Path) -> None:
     assert s["cases"] == 20 and s["torch"] and s["triton"]
     assert s["ok"] + s["wrong"] + s["crashes"] + s["exception_mismatches"] + s["raised_where_torch_computed"] == 20
     assert s["hits"] > 0 and s["site_hits"] > 0  # the call sites' candidates were taken
-    # Freed storage and the negative bit are judged as "torch's result or torch's exception type"; whatever
-    # else fails here is a regression.
-    assert s["wrong"] == 0
-    assert all(set(f["mutations"]) & set(ff.OPEN_ISSUE_MUTATIONS) for f in s["failures"]), s["failures"]
+    # Every case matches torch: freed storage and the negative bit included (judged as "torch's result or
+    # torch's exception type"); torch itself never runs on freed storage (some of its CPU ops crash there).
+    assert s["ok"] == 20 and not s["failures"], s["failures"]
 
 
 def test_a_child_that_dies_is_a_crash_and_the_chunk_goes_on(tmp_path: Path) -> None:
