@@ -12,15 +12,17 @@ Workloads are keyed as the drop-ins and patch mode key their calls (``kernels.ma
 * ``e2e``: what ``benchmarks/e2e.py`` runs under patch mode: the BERT-base encoder at 16 x 512
   tokens and GPT-2 small at 8 x 1024 (their linears, LM head, and attention's two products, which
   ``torch.matmul`` on the permuted heads runs as ``nn`` bmm), and ResNet-50 at batch 64, 224x224,
-  channels_last (every distinct convolution, 1x1 ones included, as ``conv2d``, and the classifier);
+  channels_last (every distinct convolution, 1x1 ones included, as ``conv2d``, and the classifier), and
+  the Llama-7B-sized block at 2 x 2048 (its projections, SwiGLU and attention's two products);
 * ``conv2d``, ``conv3d``: the ALCOP suite's convolution layers, channels-last (as ``benchmarks/suite.py``);
 * ``resnet50``: ResNet-50's convolutions and classifier at batch 32 and 1;
 * ``models``: ``benchmarks/suite.py``'s set of LLM and vision GEMMs (``benchmarks/workloads/models.json``);
 * ``bert``, ``gpt2``, ``llama``, ``decode``, ``vit``, ``odd``: the GEMMs of BERT-base/large at 8 x 512,
   GPT-2 small at 8 x 1024 and decode, Llama-7B/70B (prefill and decode, M = 1, 8, 16, 64),
   Llama-3-8B-sized decode, ViT-B/L at batch 32, and odd sizes;
-* ``train``: backward products ("nn" and "tn" layouts) of BERT-base / GPT-2 linears and of the conv
-  weight gradients that run as GEMMs over im2col rows.
+* ``train``: backward products ("nn" and "tn" layouts) of BERT-base / GPT-2 linears, of the Llama
+  block's linears at 4,096 rows (e2e.py's training step) and of the conv weight gradients that run as
+  GEMMs over im2col rows.
 
 Any shape listed in ``benchmarks/workloads/heldout.json`` is left out, in every dtype and layout, so
 the held-out evaluation stays unseen. A GEMM whose operand rows 16-byte loads cannot read is measured
@@ -116,6 +118,15 @@ def transformer_layers(batch: int, seq: int, d: int, heads: int, ffn: int, vocab
     return out
 
 
+def llama_layers(batch: int, seq: int, d: int, heads: int, ffn: int) -> list[Shape]:
+    """The products of one ``benchmarks/e2e.py`` Llama decoder layer under patch mode: the q, k, v and o
+    projections (d x d, no bias), SwiGLU's gate and up (ffn x d) and down (d x ffn) on batch x seq rows,
+    and attention's scores and P V as in ``transformer_layers``."""
+    rows, dh, bh = batch * seq, d // heads, batch * heads
+    return [("matmul", (rows, d, d), "nt"), ("matmul", (rows, ffn, d), "nt"), ("matmul", (rows, d, ffn), "nt"),
+            ("bmm", (bh, seq, seq, dh), "nt"), ("bmm", (bh, seq, dh, seq), "nn")]
+
+
 def resnet50_layers(batch: int, size: int = 224, base: int = 64, blocks: tuple[int, ...] = (3, 4, 6, 3),
                     classes: int = 1000) -> list[Shape]:
     """Every distinct convolution of torchvision's resnet50 (v1.5: stride on the 3x3; ``e2e.ResNet50``)
@@ -142,6 +153,7 @@ def resnet50_layers(batch: int, size: int = 224, base: int = 64, blocks: tuple[i
 E2E_BERT = dict(batch=16, seq=512, d=768, heads=12, ffn=3072)
 E2E_GPT2 = dict(batch=8, seq=1024, d=768, heads=12, ffn=3072, vocab=50257)
 E2E_RESNET_BATCH = 64
+E2E_LLAMA = dict(batch=2, seq=2048, d=4096, heads=32, ffn=11008)
 
 # (N, K) of each model's linear layers.
 _BERT_BASE = [(2304, 768), (768, 768), (3072, 768), (768, 3072)]
@@ -151,7 +163,8 @@ _LLAMA70B = [(10240, 8192), (8192, 8192), (28672, 8192), (8192, 28672)]
 
 WORKLOAD_SETS: dict[str, list[Shape]] = {
     # What benchmarks/e2e.py runs under patch mode.
-    "e2e": transformer_layers(**E2E_BERT) + transformer_layers(**E2E_GPT2) + resnet50_layers(E2E_RESNET_BATCH),
+    "e2e": transformer_layers(**E2E_BERT) + transformer_layers(**E2E_GPT2) + resnet50_layers(E2E_RESNET_BATCH)
+    + llama_layers(**E2E_LLAMA),
     # ResNet-50 at the other batch sizes.
     "resnet50": resnet50_layers(32) + resnet50_layers(1),
     # BERT-base/large at batch 8 x 512 tokens, their attention bmm (batch x heads, seq, seq, head dim).
@@ -174,9 +187,10 @@ WORKLOAD_SETS: dict[str, list[Shape]] = {
                                           (4095, 4095, 4095), (511, 3001, 767), (3007, 1003, 509), (259, 5003, 2051)]]
     + [("bmm", (12, 511, 511, 65), "nt"), ("bmm", (7, 1001, 999, 257), "nt")],
     # Training: the backward products of BERT-base's / GPT-2's linears on e2e.py's 8,192 rows and of the
-    # LM head, and the weight gradients that run as a GEMM over im2col rows ("tn": CO, K * C, N * O) of
-    # the suite's convolutions with 7x7 outputs at batch 64.
+    # LM head, of e2e.py's Llama block's linears on its 4,096 rows, and the weight gradients that run as a
+    # GEMM over im2col rows ("tn": CO, K * C, N * O) of the suite's convolutions with 7x7 outputs at batch 64.
     "train": _linear_backward_set(8192, _BERT_BASE + [(50257, 768)])
+    + _linear_backward_set(E2E_LLAMA["batch"] * E2E_LLAMA["seq"], [(4096, 4096), (11008, 4096), (4096, 11008)])
     + [("matmul", (512, 4608, 3136), "tn"), ("matmul", (512, 2304, 3136), "tn"), ("matmul", (512, 4608, 1024), "tn")],
 }
 SUITE_SETS = ("suite", "conv2d", "conv3d")

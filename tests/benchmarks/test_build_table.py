@@ -186,8 +186,15 @@ def test_e2e_set_uses_the_sizes_e2e_runs(bt, e2e):
              for c in rn.modules() if isinstance(c, torch.nn.Conv2d)}
     planned = {(s[3], s[4], s[5], s[7], s[8]) for op, s, _ in bt.resnet50_layers(64) if op == "conv2d"}
     assert planned == convs and ("matmul", (64, rn.fc.out_features, rn.fc.in_features), "nt") in bt.resnet50_layers(64)
+    ll = bt.E2E_LLAMA
+    assert f"({ll['batch']}, {ll['seq']}, {ll['d']})" in src
+    with torch.device("meta"):
+        llama = e2e.LlamaBlock()
+    layer = llama.layers[0]
+    assert (layer.attn.q.in_features, layer.attn.heads, layer.gate.out_features) == (ll["d"], ll["heads"], ll["ffn"])
     e2e_set = set(bt.WORKLOAD_SETS["e2e"])
-    assert set(bt.transformer_layers(**b) + bt.transformer_layers(**g) + bt.resnet50_layers(64)) == e2e_set
+    assert set(bt.transformer_layers(**b) + bt.transformer_layers(**g) + bt.resnet50_layers(64)
+               + bt.llama_layers(**ll)) == e2e_set
 
 
 @pytest.mark.parametrize("shape,splits", [((16, 4096, 14336), True), ((4096, 4096, 4096), False)])
