@@ -389,7 +389,7 @@ class CaseRunner:
         if ref.numel() == 0:
             return ""
         scale = max(1.0, float(ref.abs().max()))
-        err = float((yd - ref).abs().max()) / scale
+        err = self.error(yd, ref)
         tol = max(TOLERANCE[str(y.dtype).replace("torch.", "")], floor)
         return "" if err <= tol else f"error {err:.3g} (relative to max |ref| {scale:.3g}) > {tol}"
 
