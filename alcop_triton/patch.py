@@ -227,6 +227,11 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
                     return original(*args)
         if len(args) > arity or (operator and not isinstance(args[1], tensor)):
             return original(*args, **kwargs)
+        # Not a plain tensor while torch.compile builds a graph: a trace of torch's own code (Inductor
+        # traces its pattern replacements, such as float32 addmm unfused as ``x1 @ x2 + inp``, through these
+        # functions). The user's calls were decided where Dynamo traced them (above); these are torch's.
+        if args and type(args[0]) is not tensor and _compile_context() is not None:
+            return original(*args, **kwargs)
         # An argument with a __torch_function__ of its own (a tensor subclass's) asked to see the call:
         # torch's function gives it that. (One C check; a torch function mode, such as ``torch.device``'s
         # block, also makes it true, and patch mode routes under those.)

@@ -305,3 +305,19 @@ def test_a_graph_compiled_under_autocast_routes_the_autocast_dtype(records: Call
     code = graphs.forward[-1]
     assert _alcop_ops(code) == {"alcop.linear"} and "dtype = torch.bfloat16" in code, code
     assert float((got.double() - F.linear(x.double(), w.double())).abs().max()) < 0.1
+
+
+def test_torchs_own_traces_during_a_compile_keep_torchs_products() -> None:
+    # Inductor traces its pattern replacements through torch's Python functions while it compiles (float32
+    # addmm unfused as ``x1 @ x2 + inp`` on CUDA): under patch mode those calls must stay torch's, since the
+    # user's calls were decided where Dynamo traced them. Outside a compile, a trace keeps patch mode's route.
+    from torch._guards import CompileContext, CompileId, compile_context
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    a, b = randn(8, 16), randn(16, 4)
+    with at.patched():
+        with compile_context(CompileContext(CompileId(frame_id=0, frame_compile_id=0))):
+            inside = make_fx(lambda x, y: x @ y + 1, tracing_mode="fake")(a, b).code
+        outside = make_fx(lambda x, y: x @ y, tracing_mode="fake")(a, b).code
+    assert "aten.mm" in inside and "alcop" not in inside, inside
+    assert "alcop.mm" in outside, outside
