@@ -64,6 +64,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -466,6 +467,21 @@ def cold_caches(mode: str, device: str, root: str) -> ContextManager[Any]:
     return fresh(dir=root, delete=False)
 
 
+_ALCOP_CALL = re.compile(r"=\s*torch\.ops\.alcop\.\w+\.default\(")
+
+
+def alcop_calls(code: Sequence[str]) -> int:
+    """How many calls of alcop's ops the code Inductor wrote for a compiled module holds (its graph's
+    comments and size asserts name the ops too: only the calls count)."""
+    return sum(len(_ALCOP_CALL.findall(c)) for c in code)
+
+
+def run_and_get_code(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """``fn()`` and the source of every module Inductor compiled during the call."""
+    from torch._inductor.utils import run_and_get_code as inductor_code
+    return inductor_code(fn)
+
+
 def build_order(modes: Sequence[str]) -> list[str]:
     """eager first (the reference), the compile modes, patched last (see the module docstring)."""
     return sorted(modes, key=lambda m: (m != "eager", m == "patched", MODES.index(m)))
@@ -508,7 +524,11 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
                 fn, r["compiled_by"] = _mode_call(mode, model, run, at)
                 t0 = time.perf_counter()
                 with cold_caches(mode, device, cache_root):
-                    out = fn()   # first call: compiles (compile modes), builds kernels (alcop)
+                    if device == "cuda" and mode.startswith("compile"):
+                        out, code = run_and_get_code(fn)  # first call: compiles; the code Inductor wrote
+                        r["alcop_calls_in_code"] = alcop_calls(code)
+                    else:
+                        out = fn()   # first call: builds kernels (alcop)
                 if device == "cuda":
                     torch.cuda.synchronize()
                 r["first_call_s"] = time.perf_counter() - t0
@@ -596,6 +616,10 @@ def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
                            f"{_f(r.get('speedup_vs_compile_max'), '.3f', 'x')} | {_f(r.get('first_call_s'), '.1f')} | "
                            f"{_f(r['max_rel_err'], '.2e')} ({tol:g}){flag} | {_f(r.get('grad_max_rel_err'), '.2e')} |")
         out.append("")
+    calls = [f"{r['model']} {r.get('task', 'infer')} {name}: {m['alcop_calls_in_code']}" for r in results
+             for name, m in r["modes"].items() if "alcop_calls_in_code" in m]
+    if calls:
+        out += ["Calls of alcop's ops in the code Inductor wrote: " + "; ".join(calls) + ".", ""]
     how = sorted({f"{r['model']} {r.get('task', 'infer')}: {m['compiled_by']}" for r in results
                   for name, m in r["modes"].items() if name == "compile_alcop" and "compiled_by" in m})
     if how:
