@@ -104,6 +104,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines = [f"# GEMMs inside torch.compile: {meta['device']}", "",
              f"torch {meta['torch']}, Triton {meta['triton']}, alcop {meta['alcop']}; {meta['date']}; "
              f"timer: {timing.GRAPH}; compile seconds: first call, fresh Inductor cache.", "",
+             f"Command: `{meta.get('command', 'python benchmarks/compile_gemm.py')}`", "",
              "| case | default ms | max-autotune ms | alcop ms | speed-up vs default | speed-up vs max-autotune "
              "| compile s (default / max-autotune / alcop) | alcop in graph |",
              "|---|---|---|---|---|---|---|---|"]
@@ -148,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
 
     cases = [c for c in suite.load_set(a.set) if c.gemm][:a.limit]
     meta = suite.run_meta(a.device) | {"date": time.strftime("%Y-%m-%d"), "timer": timing.GRAPH,
-                                       "backend": a.backend, "set": a.set}
+                                       "backend": a.backend, "set": a.set,
+                                       "command": "python benchmarks/compile_gemm.py " + " ".join(sys.argv[1:])}
     rows = []
     for case in cases:
         for variant in VARIANTS:

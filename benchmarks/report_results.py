@@ -105,6 +105,28 @@ def e2e_section(r: Report) -> list[str]:
                            f"{f(x.get('grad_max_rel_err'), '.1e')} |")
             else:
                 out.append(f"{head} {mode} | error | | | | | | | |")
+    calls = [f"{res['model']} {res.get('task', 'infer')} {mode}: {x['alcop_calls_in_code']}"
+             for res in r["results"] for mode, x in res["modes"].items() if "alcop_calls_in_code" in x]
+    if calls:
+        out += ["", "Calls of alcop's ops in the code Inductor wrote: " + "; ".join(calls) + "."]
+    return out + [""]
+
+
+def compile_gemm_section(r: Report) -> list[str]:
+    """Per GEMM, alcop inside torch.compile against Inductor's default and max-autotune, and compile seconds."""
+    m = r["meta"]
+    by: dict[str, dict[str, Any]] = {}
+    for row in r["rows"]:
+        by.setdefault(row["case"], {})[row["variant"]] = row
+    out = [f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, {m['date']}. Timer: {m['timer']}; "
+           "compile seconds: the first call, Inductor's caches fresh.", "",
+           "| case | alcop vs default | alcop vs max-autotune | compile s (default / max-autotune / alcop) | "
+           "alcop in graph |", "|---|---|---|---|---|"]
+    for case, v in by.items():
+        ms = {k: v.get(k, {}).get("ms") for k in ("default", "max_autotune", "alcop")}
+        ratio = [_x(ms[b] / ms["alcop"]) if ms[b] and ms["alcop"] else "-" for b in ("default", "max_autotune")]
+        secs = " / ".join(str(v.get(k, {}).get("compile_s", "-")) for k in ("default", "max_autotune", "alcop"))
+        out.append(f"| {case} | {ratio[0]} | {ratio[1]} | {secs} | {v.get('alcop', {}).get('alcop_in_graph', '-')} |")
     return out + [""]
 
 
@@ -230,7 +252,7 @@ def build_table_section(r: Report) -> list[str]:
     return [f"{m['device']} ({m['mma']}), torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop']}, "
             f"{m['date']}. Timer: the tuner's `alcop_triton.autotune.measure.time_gpu` for alcop's candidates and "
             "for torch. This run measured the entries it adds to the shipped table "
-            f"(`alcop_triton/data/default_h100.jsonl`): {len(r['rows'])} workloads ({', '.join(ops)}), "
+            f"(`alcop_triton/data/default_{m['gpu'].lower()}.jsonl`): {len(r['rows'])} workloads ({', '.join(ops)}), "
             f"alcop's best against torch {_x(r['geomean_speedup'])} geomean, {r['below_0.9']} below 0.9x.", ""]
 
 
@@ -297,6 +319,12 @@ HARNESSES: tuple[Harness, ...] = (
             "python benchmarks/early_stop_replay.py benchmarks/results/early_stop_replay --seeding", render=early_stop_section),
     Harness("Building the shipped table", "build_table/build_table.json",
             "python benchmarks/build_table.py benchmarks/results/build_table", render=build_table_section),
+    Harness("Building the shipped table: the H200's, the workloads of e2e.py", "table_h200/build_table.json",
+            "python benchmarks/build_table.py benchmarks/results/table_h200 --sets train,e2e --dtypes bfloat16, then "
+            "--sets e2e --dtypes float16 (each resumed once), then --install", render=build_table_section),
+    Harness("GEMMs inside torch.compile", "compile_gemm/compile_gemm.json",
+            "python benchmarks/compile_gemm.py --out benchmarks/results/compile_gemm --limit 4",
+            render=compile_gemm_section),
     Harness("The fast path fuzzed on a GPU, with mutations between calls", "fuzz_fastpath/fuzz_fastpath.json",
             "python scripts/fuzz_fastpath.py --device cuda --cases 3000 --jobs 12 --out benchmarks/results/fuzz_fastpath",
             render=fuzz_fastpath_section),
