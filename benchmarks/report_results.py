@@ -395,6 +395,19 @@ def readme_block(results: Path, headline: Path | None = None) -> str:
                     "call, median, `benchmarks/overhead.py`): "
                     + ", ".join(f"{s['op']} {s['alcop_us']:.1f} µs against torch's {s['torch_us']:.1f}" for s in rows)
                     + ".", ""]
+    e2e = head / "e2e" / "e2e.json"
+    if e2e.is_file():
+        r = json.loads(e2e.read_text())
+        parts = {"infer": [], "train": []}
+        for res in r["results"]:
+            x = res["modes"].get("patched", {}).get("speedup_vs_eager")
+            if x is not None:
+                parts.setdefault(res.get("task", "infer"), []).append(f"{res['model']} {_x(x)}")
+        m = r["meta"]
+        if parts["infer"] or parts["train"]:
+            out += [f"End to end under `patched()` against eager ({m['device']}, {m['date']}; CUDA events around a "
+                    "pass, host included, modes alternated, median, `benchmarks/e2e.py`): fp16 inference "
+                    + ", ".join(parts["infer"]) + "; one bf16 training step " + ", ".join(parts["train"]) + ".", ""]
     out.append(README_END)
     return "\n".join(out)
 
