@@ -154,12 +154,12 @@ def test_module_level_best_config_uses_env_db(tmp_path, no_defaults, monkeypatch
 
 
 def test_default_tables_read_package_data(tmp_path):
-    """The shipped H100 table is package data, parses whole, and dispatch serves it with no database."""
+    """The shipped H100 and H200 tables are package data, parse whole, and dispatch serves them with no database."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a malformed line would warn (RecordSkipped) and be dropped
         recs = dmod.default_tables()
     assert recs, "no shipped table: alcop_triton/data/default_*.jsonl is missing or empty"
-    assert {r.gpu for r in recs} == {"H100"} and all(r.ok or r.error for r in recs)
+    assert {r.gpu for r in recs} == {"H100", "H200"} and all(r.ok or r.error for r in recs)
     shipped = next(r for r in recs if r.ok)
     dec = Dispatcher(Database(tmp_path / "absent.sqlite")).decide(shipped.workload, SPEC)
     assert dec.source == "default"
