@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch import _guards
 
 from . import generation, ops, tensor_kinds
-from .ops import traced
+from .ops import traced, traced_epilogues
 from .fastpath import _ROUTING, _compiler, _dispatch_modes, _dynamo_tracing, _transforms, set_routing, unrouted
 from .fastpath import _counters as _fastpath_counters
 from .fastpath import _mode as _fastpath_mode
@@ -350,6 +350,7 @@ def _install() -> None:
     # second, the first time patch mode is entered), it maps torch's own.
     import torch._dynamo  # noqa: F401
     traced.allow_in_graph()
+    traced_epilogues.install()  # Inductor folds activations and residual adds into routed linears
     placed: list[tuple[Any, str, Any, Any]] = []
     for owner, name, route in ROUTES:
         key, current = (id(owner), name), getattr(owner, name)

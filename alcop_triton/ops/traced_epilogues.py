@@ -1,0 +1,156 @@
+"""Epilogues folded into routed linears in the graphs ``torch.compile`` builds with routing on.
+
+Dynamo's graph of ``act(linear(x)) + r`` holds the deciding call ``alcop.routed_linear`` (``ops.traced``)
+followed by the activation and the add. Where that call becomes alcop's op, the activation and the residual
+add can run in the kernel's epilogue (``alcop.linear``'s ``activation`` and ``residual``), saving Inductor's
+separate pass over the product's output: one read and one write of it. ``fold`` rewrites the graph so
+the deciding call receives them. Where the call becomes torch's op, it computes exactly what the graph held
+before (``_torch_linear``: the product, then the activation, then the add), so folding never costs.
+
+Folded only where the result is the same computation:
+- the activation is one alcop's epilogue has (``fallback.TORCH_ACTIVATIONS``) with torch's default form
+  (``gelu`` exact, not ``approximate="tanh"``; not in place), and the linear's output has no other user;
+- the residual is a tensor of the output's shape, dtype and device (no broadcast, no type promotion: under
+  autocast, an fp32 residual added to an fp16 product stays an add), added with ``+`` or ``torch.add``
+  without ``alpha``; the product (or its activation) has no other user.
+
+``install`` hooks ``fold`` into Inductor's pre-grad passes (``torch._inductor.config.pre_grad_custom_pass``,
+chained after a pass already set there): the graphs it sees are Dynamo's, and a graph without a routed
+linear (anything not traced with routing on) is left as it is.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from ..fallback import TORCH_ACTIVATIONS
+
+_ACTIVATION_FUNCTIONS: dict[Any, str] = {
+    torch._C._nn.gelu: "gelu", F.gelu: "gelu", F.relu: "relu", torch.relu: "relu", F.silu: "silu",
+    torch.tanh: "tanh", torch.sigmoid: "sigmoid"}
+"""Call targets Dynamo's graphs hold for the activations alcop's epilogue has (``nn.ReLU``... inlined)."""
+_ACTIVATION_METHODS = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid"}
+"""``Tensor`` methods of the same (``call_method`` nodes)."""
+_ADDS = (operator.add, torch.add)
+
+assert set(_ACTIVATION_FUNCTIONS.values()) <= set(TORCH_ACTIVATIONS)
+
+
+def _value(node: Any) -> torch.Tensor | None:
+    """The example value Dynamo recorded for ``node`` (a fake tensor), if it is a tensor."""
+    v = node.meta.get("example_value", node.meta.get("val")) if isinstance(node, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _activation(node: torch.fx.Node) -> str | None:
+    """The alcop activation ``node`` computes on its first argument, or None."""
+    if node.op == "call_function" and node.target in _ACTIVATION_FUNCTIONS:
+        name = _ACTIVATION_FUNCTIONS[node.target]
+        extra = dict(node.kwargs)
+        if len(node.args) != 1 or extra.pop("inplace", False) or extra.pop("approximate", "none") != "none" \
+                or extra:
+            return None
+        return name
+    if node.op == "call_method" and node.target in _ACTIVATION_METHODS and len(node.args) == 1 and not node.kwargs:
+        return _ACTIVATION_METHODS[str(node.target)]
+    return None
+
+
+def _residual(node: torch.fx.Node, out: torch.fx.Node) -> torch.fx.Node | None:
+    """The other operand of ``node`` if it adds a same-shaped, same-dtype tensor to ``out``, else None."""
+    if node.op != "call_function" or node.target not in _ADDS or node.kwargs or len(node.args) != 2:
+        return None
+    a, b = node.args
+    other = b if a is out else a if b is out else None
+    if other is None or other is out or not isinstance(other, torch.fx.Node):
+        return None
+    y, r = _value(out), _value(other)
+    if y is None or r is None or r.shape != y.shape or r.dtype != y.dtype or r.device != y.device:
+        return None
+    return other
+
+
+def _fold_one(graph: torch.fx.Graph, call: torch.fx.Node) -> bool:
+    """Fold what follows one routed linear ``call`` into it; whether anything was folded."""
+    args = list(call.args) + [None] * (5 - len(call.args))
+    x, w, bias, residual, activation = args[:5]
+    if residual is not None or activation is not None or call.kwargs:
+        return False
+    tail, folded = call, False
+    users = list(tail.users)
+    if len(users) == 1 and (act := _activation(users[0])) is not None and _value(users[0]) is not None \
+            and _value(users[0]).dtype == _value(call).dtype:  # type: ignore[union-attr]
+        activation, tail, folded = act, users[0], True
+    users = list(tail.users)
+    if len(users) == 1 and (res := _residual(users[0], tail)) is not None and _before(res, call):
+        residual, tail, folded = res, users[0], True
+    if not folded:
+        return False
+    call.args = (x, w, bias, residual, activation)
+    if tail is not call:
+        call.meta.update({k: v for k, v in tail.meta.items() if k in ("example_value", "val", "tensor_meta")})
+        tail.replace_all_uses_with(call)
+        for node in reversed(list(_chain(call, tail))):
+            graph.erase_node(node)
+    return True
+
+
+def _chain(call: torch.fx.Node, tail: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes after ``call`` up to ``tail``, each the single user of the one before."""
+    out, node = [], call
+    while node is not tail:
+        node = next(iter(node.users))
+        out.append(node)
+    return out
+
+
+def _before(node: torch.fx.Node, call: torch.fx.Node) -> bool:
+    """Whether ``node`` comes before ``call`` in the graph (the residual must exist when the call runs)."""
+    cur = call.prev
+    while cur.op != "root":
+        if cur is node:
+            return True
+        cur = cur.prev
+    return False
+
+
+def fold(graph: torch.fx.Graph) -> int:
+    """Fold activations and residual adds into the routed linears of ``graph``; returns how many calls
+    changed (0: the graph is untouched)."""
+    from .gemm import ROUTED
+    n = sum(_fold_one(graph, node) for node in list(graph.nodes)
+            if node.op == "call_function" and node.target is ROUTED.linear)
+    if n:
+        graph.lint()
+        if isinstance(graph.owning_module, torch.fx.GraphModule):
+            graph.owning_module.recompile()
+    return n
+
+
+def _chained(previous: Any) -> Callable[[torch.fx.Graph], None]:
+    """``fold``, then ``previous``: what the setting held (None, a pass, or a list of passes on newer torch)."""
+    after: list[Callable[[torch.fx.Graph], Any]] = (
+        [] if previous is None else list(previous) if isinstance(previous, (list, tuple)) else [previous])
+
+    def alcop_fold(graph: torch.fx.Graph) -> None:
+        fold(graph)
+        for p in after:
+            p(graph)
+    alcop_fold._alcop_fold = True  # type: ignore[attr-defined]
+    return alcop_fold
+
+
+def install() -> None:
+    """Hook ``fold`` into Inductor's pre-grad passes (once; after a pass already there)."""
+    from torch._inductor import config
+    try:
+        current = config.pre_grad_custom_pass
+    except AttributeError:  # a torch without the setting: graphs compile unfolded
+        return
+    if not getattr(current, "_alcop_fold", False):
+        config.pre_grad_custom_pass = _chained(current)
