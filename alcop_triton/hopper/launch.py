@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..errors import ScheduleError
 from ..runtime import load_kernel
 from .config import HopperConfig
 from .emit import KernelSource, emit
@@ -50,7 +49,8 @@ def _padded(x: Any) -> Any:
 
 
 def _operand(x: Any) -> tuple[Any, str]:
-    """(the matrix as the kernel reads it, its stored layout)."""
+    """(the math operand as the kernel reads it, its stored layout): itself where TMA can describe its
+    storage, else a row-major padded copy."""
     lay = stored_layout(x)
     if lay is None or not _tma_ready(x):
         x, lay = _padded(x), "n"
@@ -119,7 +119,7 @@ def matmul(a: Any, b: Any, *, config: HopperConfig | None = None, bias: Any = No
         raise TypeError(f"hopper matmul: dtypes a={a.dtype}, b={b.dtype}: both must be torch.float16 or both "
                         "torch.bfloat16 (wgmma on 16-bit inputs)")
     if a.device.type != "cuda" or b.device != a.device:
-        raise ValueError(f"hopper matmul: devices a={a.device}, b={b.device}: both must be the same CUDA device")
+        raise RuntimeError(f"hopper matmul: devices a={a.device}, b={b.device}: both must be on the same CUDA device")
     if torch.cuda.get_device_capability(a.device) < (9, 0):
         raise RuntimeError(f"hopper matmul: {torch.cuda.get_device_name(a.device)} is sm"
                            f"{''.join(map(str, torch.cuda.get_device_capability(a.device)))}: the kernel needs "
@@ -139,19 +139,11 @@ def matmul(a: Any, b: Any, *, config: HopperConfig | None = None, bias: Any = No
         if bias is not None:
             out += bias
         return torch.relu(out) if activation == "relu" else out
-    a_k, la = _operand(a.t()) if stored_layout(a) == "t" else _operand(a)
-    b_k, lb = _operand(b.t()) if stored_layout(b) == "t" else _operand(b)
-    # _operand on a transposed view says "n" for the storage: the math operand is then "t"
-    la = "t" if stored_layout(a) == "t" and la == "n" else "n"
-    lb = "t" if stored_layout(b) == "t" and lb == "n" else "n"
-    a_k = a_k.t() if la == "t" else a_k
-    b_k = b_k.t() if lb == "t" else b_k
+    a_k, la = _operand(a)
+    b_k, lb = _operand(b)
     c = out if _tma_ready(out) else _padded(out)
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    try:
-        p = plan(m, n, k, config, sms=sms)
-    except ScheduleError:
-        raise
+    p = plan(m, n, k, config, sms=sms)
     ks = _source(p, str(a.dtype).removeprefix("torch."), la + lb, bias is not None, activation)
     args, options = launch_args(ks, a_k, b_k, c, bias)
     with torch.cuda.device(a.device):
