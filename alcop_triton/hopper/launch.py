@@ -104,9 +104,10 @@ def kernel(ks: KernelSource) -> Any:
 
 
 def matmul(a: Any, b: Any, *, config: HopperConfig | None = None, bias: Any = None,
-           activation: str | None = None) -> Any:
+           activation: str | None = None, out: Any = None) -> Any:
     """``a @ b`` (+ ``bias`` over columns, then ``activation``) for 2-d fp16/bf16 CUDA tensors on an sm90+ GPU,
-    by the generated kernel of ``plan(m, n, k, config)``; the output has the inputs' dtype."""
+    by the generated kernel of ``plan(m, n, k, config)``; the output has the inputs' dtype (written into
+    ``out``, a contiguous (m, n) tensor of that dtype and device, where given)."""
     import torch
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         raise TypeError(f"hopper matmul: a and b must be tensors, got {type(a).__name__} and {type(b).__name__}")
@@ -131,7 +132,12 @@ def matmul(a: Any, b: Any, *, config: HopperConfig | None = None, bias: Any = No
             raise ValueError(f"hopper matmul: bias must be a ({n},) {a.dtype} tensor on {a.device}, got "
                              f"{getattr(bias, 'shape', type(bias).__name__)}")
         bias = bias.contiguous()
-    out = torch.empty(m, n, dtype=a.dtype, device=a.device)
+    if out is None:
+        out = torch.empty(m, n, dtype=a.dtype, device=a.device)
+    elif (not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n) or out.dtype != a.dtype
+          or out.device != a.device or not out.is_contiguous()):
+        raise ValueError(f"hopper matmul: out must be a contiguous ({m}, {n}) {a.dtype} tensor on {a.device}, got "
+                         f"{getattr(out, 'shape', type(out).__name__)}")
     if m == 0 or n == 0:
         return out
     if k == 0:
