@@ -3,6 +3,8 @@ outputs poisoned (NaN-filled ``out``)."""
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 import torch
 
@@ -37,7 +39,7 @@ def _check(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 def test_matches_float64(name: str, dtype: torch.dtype, layout: str) -> None:
     from alcop_triton.hopper.launch import matmul
-    gen = torch.Generator(device="cuda").manual_seed(hash((name, str(dtype), layout)) % 2**31)
+    gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{name}/{dtype}/{layout}".encode()))
     for m, n, k in SHAPES:
         a = _operand(m, k, layout[0] == "t", dtype, gen)
         b = _operand(k, n, layout[1] == "t", dtype, gen)
