@@ -218,6 +218,27 @@ def transfer_vs_tuning_section(r: Report) -> list[str]:
     return out
 
 
+def transfer_replay_section(r: Report) -> list[str]:
+    data = "; ".join(f"{Path(d['path']).name} ({', '.join(d['devices'])}, {', '.join(d['dates'])})" for d in r["data"].values())
+    out = [f"Replayed {r['date']} from {data}; no GPU. Timer: the tables' `autotune.measure.time_gpu` (each record "
+           "names it), the grid's own. Dispatch holds one GPU's records only and answers on the other GPU's spec; "
+           "the other GPU's measurements score the answer: of best = its best measured time / the time of the "
+           "fastest of the ranking's top k (k measured on first use; k = 1 is the untuned call). Cells: geomean "
+           "(workloads covered, of them < 0.9); a top k with a config the target never measured is not covered. "
+           "The reference is the best of the configs measured on the target, not 50 tuning trials. "
+           "shipped: the source holds the workload too; unseen: its records of the workload hidden.", "",
+           "| case | mode | ranker | " + " | ".join(f"k = {k}" for k in r["k"]) + " |", "|---|---|---|" + "---|" * len(r["k"])]
+    for res in r["results"]:
+        for ranker in dict.fromkeys(key.split("@")[0] for key in res["summary"]):
+            cells = []
+            for k in r["k"]:
+                s = res["summary"][f"{ranker}@{k}"]
+                cells.append(f"{s['geomean']:.3f} ({s['covered']}/{res['workloads']}, {s['below_0.9']})"
+                             if s["geomean"] is not None else "-")
+            out.append(f"| {res['case']} | {res['mode']} | {ranker} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def table_headroom_section(r: Report) -> list[str]:
     rows = r["rows"]
     first = rows[0]
@@ -312,6 +333,9 @@ HARNESSES: tuple[Harness, ...] = (
             "--out benchmarks/results/transfer_eval/transfer_eval", render=transfer_eval_section),
     Harness("A GPU without measurements: transfer against tuning", "transfer_vs_tuning/transfer_vs_tuning.json",
             "python benchmarks/transfer_vs_tuning.py benchmarks/results/transfer_vs_tuning", render=transfer_vs_tuning_section),
+    Harness("A GPU without a table: transfer across GPUs, replayed", "transfer_replay/transfer_replay.json",
+            "python benchmarks/transfer_replay.py --out benchmarks/results/transfer_replay",
+            render=transfer_replay_section),
     Harness("Headroom of the shipped table", "table_headroom/table_headroom.json",
             "python benchmarks/table_headroom.py OUT/tuned.jsonl --out benchmarks/results/table_headroom",
             render=table_headroom_section),
