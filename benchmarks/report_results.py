@@ -236,6 +236,15 @@ def transfer_replay_section(r: Report) -> list[str]:
                 cells.append(f"{s['geomean']:.3f} ({s['covered']}/{res['workloads']}, {s['below_0.9']})"
                              if s["geomean"] is not None else "-")
             out.append(f"| {res['case']} | {res['mode']} | {ranker} | " + " | ".join(cells) + " |")
+    pools = r.get("pools") or []
+    if pools:
+        names = list(pools[0]["summary"])
+        out += ["", "A GPU with both tables (each of its table's workloads with its own records of it hidden; of best "
+                "at k = 1 over the workloads every pool's pick was measured on):", "",
+                "| target | mode | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+        for p in pools:
+            out.append(f"| {p['target']} | {p['mode']} | " + " | ".join(
+                f"{p['summary'][n]['geomean']:.3f} ({p['common']}, {p['summary'][n]['below_0.9']})" for n in names) + " |")
     return out + [""]
 
 

@@ -179,6 +179,46 @@ def replay(case: Case, source: list[TuningRecord], target: list[TuningRecord], h
             "sources": dict(Counter(r["source"] for r in rows)), "summary": summary, "rows": rows}
 
 
+POOLS = ("this GPU only", "both (dispatch)", "other GPU only")
+"""Which records rank an untuned call's config in ``pools``: this GPU's other workloads, those and the
+other GPU's table (what ``Dispatcher._nearest`` ranks over), or the other GPU's table alone."""
+
+
+def pools(tables: dict[str, list[TuningRecord]], target_gpu: str, hide_other: bool) -> dict[str, Any]:
+    """A GPU with both tables, each of its table's workloads answered with its own records of it hidden:
+    ranked over each of ``POOLS`` (``hide_other``: the other GPU's records of it hidden too, a shape no
+    table holds), scored with the target's own measurements (of best, k = 1), compared over the workloads
+    all three pools' picks were measured on."""
+    from alcop_triton.autotune.dispatch import transfer_ranking
+
+    spec = get_spec(target_gpu)
+    own_all = tables[target_gpu]
+    other_all = [r for gpu, rs in tables.items() if gpu != target_gpu for r in rs]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        empty = Database(Path(tmp) / "none.sqlite")
+        for w, rs in by_workload(own_all).items():
+            times = {rc.config: rc.time_ms for rc in rank_configs(rs)}
+            if not times:
+                continue
+            own = [r for r in own_all if r.workload != w]
+            other = [r for r in other_all if not (hide_other and r.workload == w)]
+            near = Dispatcher(empty, defaults=own + other)._nearest(w, spec)
+            picks = {"both (dispatch)": near[1][0] if near else None}
+            for name, pool in (("this GPU only", own), ("other GPU only", other)):
+                ranked = transfer_ranking(w, pool, spec)
+                picks[name] = ranked[0][0] if ranked else None
+            best = min(times.values())
+            rows.append({"workload": w.key(), **{n: (round(best / times[c], 5) if c in times else None)
+                                                 for n, c in picks.items()}})
+    common = [r for r in rows if all(r[n] is not None for n in POOLS)]
+    summary = {n: {"geomean": geomean([r[n] for r in common]) if common else None,
+                   "min": min((r[n] for r in common), default=None),
+                   "below_0.9": sum(r[n] < CRITERION[1] for r in common)} for n in POOLS}
+    return {"target": target_gpu, "mode": "unseen" if hide_other else "shipped", "workloads": len(rows),
+            "common": len(common), "summary": summary, "rows": rows}
+
+
 def summarize(rows: list[dict[str, Any]], ranker: str, i: int, n_k: int) -> dict[str, Any]:
     """Scores of one ranker at its ``i``-th k: over the workloads it covers, and over those every k covers
     (the same workloads for each k, so the k's compare). vs torch: torch's time / the kept config's."""
@@ -237,6 +277,18 @@ def markdown(report: dict[str, Any]) -> str:
         worst = sorted((r for r in res["rows"] if r["of_best"]["dispatch"][0]), key=lambda r: r["of_best"]["dispatch"][0])
         out += ["", f"Weakest untuned picks (dispatch, k = {report['k'][0]}): " + "; ".join(
             f"{r['workload']} {r['of_best']['dispatch'][0]:.3f}" for r in worst[:5]), ""]
+    if report.get("pools"):
+        out += ["## A GPU with both tables: which records rank its untuned calls", "",
+                "Each workload of the target's table answered with the target's records of it hidden, the config "
+                "ranked over the target's other records, over those and the other GPU's table (dispatch), or over "
+                "the other GPU's table alone; of best at k = 1 over the workloads all three picks were measured on. "
+                "shipped: the other GPU's table holds the workload; unseen: its records of it hidden too.", "",
+                "| target | mode | common | " + " | ".join(POOLS) + " |", "|---|---|---|" + "---|" * len(POOLS)]
+        for p in report["pools"]:
+            cells = [f"{_f(p['summary'][n]['geomean'])} (min {_f(p['summary'][n]['min'])}, "
+                     f"{p['summary'][n]['below_0.9']} < 0.9)" for n in POOLS]
+            out.append(f"| {p['target']} | {p['mode']} | {p['common']}/{p['workloads']} | " + " | ".join(cells) + " |")
+        out.append("")
     return "\n".join(out) + "\n"
 
 
@@ -263,10 +315,15 @@ def main(argv: list[str] | None = None) -> int:
             s = res["summary"][f"dispatch@{ks[0]}"]
             print(f"[transfer_replay] {case.name}, {res['mode']}: {res['workloads']} workloads, dispatch k={ks[0]} "
                   f"geomean {_f(s['geomean'])} min {_f(s['min'])}", flush=True)
+    tables = {"H100": data[H100_TABLE], "H200": data[H200_TABLE]}
+    pooled = [pools(tables, gpu, hide) for gpu in ("H200", "H100") for hide in (False, True)]
+    for p in pooled:
+        print(f"[transfer_replay] {p['target']} with both tables, {p['mode']}: " + ", ".join(
+            f"{n} {_f(p['summary'][n]['geomean'])}" for n in POOLS), flush=True)
     report = {"command": "python benchmarks/transfer_replay.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": datetime.date.today().isoformat(), "criterion": {"geomean": CRITERION[0], "min": CRITERION[1]},
               "data": {p: describe(p, rs) for p, rs in data.items()}, "grid_timer": GRID_TIMER, "k": ks,
-              "xgb_folds": XGB_FOLDS, "results": results}
+              "xgb_folds": XGB_FOLDS, "results": results, "pools": pooled}
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "transfer_replay.json").write_text(json.dumps(report, indent=1) + "\n")
     (a.out / "transfer_replay.md").write_text(markdown(report))

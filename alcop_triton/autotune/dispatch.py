@@ -318,16 +318,22 @@ class Dispatcher:
         return Decision(model_shortlist(workload, spec)[0], "analytical", "model top-1", unmeasured_to_torch=unmeasured)
 
     def _nearest(self, workload: Workload, spec: Any) -> tuple[str, list[KernelConfig], str] | None:
-        """("nearest" or "transfer", ``transfer_ranking``'s candidates, its detail); None if nothing was measured."""
-        pool = self._db_records(gpu=spec, op=workload.op, dtype=workload.dtype) + self._default_records()
-        picked = transfer_ranking(workload, select(pool, gpu=spec), spec)
-        if picked is not None:
-            return "nearest", picked[0], picked[1]
-        # No measurement on this GPU: other GPUs' (same MMA path), their errors read against their own model.
+        """("nearest" or "transfer", ``transfer_ranking``'s candidates, its detail); None if nothing was measured.
+
+        One ranking over this GPU's records and the shipped records of other GPUs of the same MMA path (their
+        errors read against their own model); at equal distance a shape measured on this GPU comes first.
+        Not this GPU's records alone where it has some: a table that covers a few workloads (the H200's,
+        today) answered the others worse than the other GPU's dense table did (``docs/decisions.md#d40``).
+        "nearest" where this GPU has records of the op and dtype, "transfer" where it has none."""
+        own = select(self._db_records(gpu=spec, op=workload.op, dtype=workload.dtype) + self._default_records(),
+                     gpu=spec)
         mma = mma_of(spec)
         foreign = [r for r in self._default_records() if r.gpu_key != gpu_key(spec) and (not mma or r.mma in ("", mma))]
-        picked = transfer_ranking(workload, foreign, spec)
-        return None if picked is None else ("transfer", picked[0], picked[1])
+        picked = transfer_ranking(workload, own + foreign, spec)
+        if picked is None:
+            return None
+        mine = any(r.workload.op == workload.op and r.workload.dtype == workload.dtype for r in own)
+        return ("nearest" if mine else "transfer"), picked[0], picked[1]
 
     def seeds(self, workload: Workload, spec: Any) -> list[KernelConfig]:
         """What dispatch knows about ``workload``, best first: the config an untuned call runs (never
