@@ -47,7 +47,7 @@ class _Abort(BaseException):
 
 
 # ------------------------------------------------------------------------------------------ scheduler
-class _Agent:
+class _Partition:
     def __init__(self, name: str) -> None:
         self.name = name
         self.go = threading.Event()
@@ -63,7 +63,7 @@ class _Sim:
     def __init__(self, seed: int, max_steps: int) -> None:
         self.rng = random.Random(seed)
         self.max_steps = max_steps
-        self.agents: list[_Agent] = []
+        self.partitions: list[_Partition] = []
         self.events: list[tuple[str, Callable[[], None]]] = []  # TMA loads and stores in flight
         self.back = threading.Event()
         self.local = threading.local()
@@ -75,9 +75,9 @@ class _Sim:
         self.storing: dict[int, int] = {}  # shared buffer id -> TMA stores reading it
 
     # --- called from partition threads
-    def me(self) -> _Agent:
-        agent: _Agent = self.local.agent
-        return agent
+    def me(self) -> _Partition:
+        part: _Partition = self.local.part
+        return part
 
     def point(self, cond: Callable[[], bool] | None = None, what: str = "") -> None:
         """A scheduling point: hand control back; resume when chosen (and ``cond`` holds)."""
@@ -89,11 +89,11 @@ class _Sim:
         if self.abort:
             raise _Abort()
 
-    def spawn(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> _Agent:
-        a = _Agent(name)
+    def spawn(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> _Partition:
+        a = _Partition(name)
 
         def body() -> None:
-            self.local.agent = a
+            self.local.part = a
             a.go.wait()
             a.go.clear()
             try:
@@ -106,7 +106,7 @@ class _Sim:
             a.done = True
             self.back.set()
 
-        self.agents.append(a)
+        self.partitions.append(a)
         threading.Thread(target=body, daemon=True, name=name).start()
         return a
 
@@ -114,13 +114,13 @@ class _Sim:
     def run(self) -> None:
         steps = 0
         while True:
-            for a in self.agents:
+            for a in self.partitions:
                 if a.error is not None:
                     self.stop()
                     if isinstance(a.error, ProtocolError):
                         raise ProtocolError(f"{a.name}: {a.error}") from a.error
                     raise a.error
-            live = [a for a in self.agents if not a.done]
+            live = [a for a in self.partitions if not a.done]
             if not live and not self.events:
                 return
             runnable = [a for a in live if a.cond is None or a.cond()]
@@ -150,7 +150,7 @@ class _Sim:
 
     def stop(self) -> None:
         self.abort = True
-        for a in self.agents:
+        for a in self.partitions:
             if not a.done:
                 self.back.clear()
                 a.go.set()
@@ -599,7 +599,7 @@ def run_kernel(ks: KernelSource, m: int, n: int, k: int, *, programs: int, seed:
         try:
             s.spawn("kernel", fn, args)
             s.run()
-            left = [a_.name for a_ in s.agents if a_.wgmma or a_.stores]
+            left = [a_.name for a_ in s.partitions if a_.wgmma or a_.stores]
             if left:
                 raise ProtocolError(f"program {pid}: {left} ended with wgmma groups or TMA stores in flight")
             if any(s.loading) or any(s.storing.values()):
