@@ -2,13 +2,19 @@
 (torch.matmul) and alcop's Triton lowering (alcop_triton.matmul), under CUDA graphs.
 
     python benchmarks/hopper_gemm.py --out DIR [--shapes MxNxK[:LAYOUT],...] [--dtypes float16,bfloat16]
-                                     [--level-sets 1,1+2,1+2+3] [--dry-run]
+                                     [--level-sets 1,1+2,1+2+3] [--timeout SECONDS] [--dry-run]
 
 Shapes default to the GEMMs of benchmarks/workloads/models.json with M >= 512 (their layouts) in each
 dtype, plus 8192^3 bf16 ("nn"). Per level set a few configs (``LEVEL_SETS``), each planned for the shape
 (``alcop_triton.hopper.plan``: clamps and their reasons are recorded); every kernel is checked against
 float64 first (a wrong one is reported and not timed), then timed with ``triton.testing.do_bench_cudagraph``
 (median). Writes DIR/hopper_gemm.{json,md} naming device, versions, date, timer and command.
+
+Every group of cases (the baselines of a dtype; one requested config in one dtype over the shapes) runs in
+a child process, one result line per case: a case with no result within ``--timeout`` seconds (default 60;
+a kernel whose barriers deadlock spins forever) has its process killed, a case whose process dies is
+recorded with the exit code and the end of its stderr; either way the case is a failed row (never chosen,
+never timed) and the group carries on in a fresh process.
 
 ``--dry-run`` (no GPU): generate every planned kernel and compile it for sm90 on the CPU (wgmma, TMA,
 shared memory), nothing timed.
@@ -20,8 +26,14 @@ import argparse
 import datetime
 import json
 import math
+import os
+import queue
 import shlex
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -82,69 +94,198 @@ def operands(m: int, n: int, k: int, layout: str, dtype: str) -> tuple[Any, Any]
     return a, b
 
 
-def run_dry(todo: list[tuple[int, int, int, str, str]], sets: list[str]) -> list[dict[str, Any]]:
+ROW = "@@hopper_gemm_row "
+"""A worker's result lines start with this (anything else it prints is passed through)."""
+STARTUP_S = 90.0
+"""Allowance for a worker's start (torch, the CUDA context) on top of its first case's timeout."""
+
+
+# ------------------------------------------------------------------------------------------ the worker
+def _dry_case(m: int, n: int, k: int, layout: str, spec: dict[str, Any], seen: dict[Any, Any]) -> dict[str, Any]:
     from alcop_triton.hopper.sm90_check import compile_sm90
-    rows, seen = [], {}
-    for m, n, k, layout, dtype in todo:
-        for level in sets:
-            for req in LEVEL_SETS[level]:
-                p = plan(m, n, k, req)
-                key = (p.config, dtype, layout)
-                if key not in seen:
-                    seen[key] = compile_sm90(p.config, dtype, layout)
-                got = seen[key]
-                rows.append({"shape": [m, n, k], "layout": layout, "dtype": dtype, "levels": level,
-                             "requested": req.tag(), "config": p.config.tag(), "notes": list(p.notes),
-                             "kernel": got["name"], "wgmma": got["wgmma"], "tma": got["tma"], "shared": got["shared"]})
-                print(f"{m}x{n}x{k}:{layout} {dtype} [{level}] {got['name']}: wgmma={got['wgmma']} tma={got['tma']} "
-                      f"shared={got['shared']}", flush=True)
-    return rows
+    p = plan(m, n, k, HopperConfig.from_dict(spec["config"]))
+    key = (p.config, spec["dtype"], layout)
+    if key not in seen:
+        seen[key] = compile_sm90(p.config, spec["dtype"], layout)
+    got = seen[key]
+    return {"config": p.config.tag(), "notes": list(p.notes), "kernel": got["name"], "wgmma": got["wgmma"],
+            "tma": got["tma"], "shared": got["shared"]}
 
 
-def run_gpu(todo: list[tuple[int, int, int, str, str]], sets: list[str]) -> list[dict[str, Any]]:
+def _baseline_case(m: int, n: int, k: int, layout: str, dtype: str) -> dict[str, Any]:
     import torch
-    import triton
 
     import alcop_triton as at
+    a, b = operands(m, n, k, layout, dtype)
+    ref = a.double() @ b.double()
+    torch_ms = _bench(lambda: torch.matmul(a, b))
+    alcop_err = _rel_err(at.matmul(a, b), ref)
+    alcop_ms = _bench(lambda: at.matmul(a, b))
+    return {"torch_ms": torch_ms, "alcop_triton_ms": alcop_ms, "alcop_triton_rel_err": alcop_err,
+            "alcop_triton_vs_torch": torch_ms / alcop_ms}
+
+
+def _config_case(m: int, n: int, k: int, layout: str, spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
     from alcop_triton.hopper.launch import matmul as hopper_matmul
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    p = plan(m, n, k, HopperConfig.from_dict(spec["config"]), sms=sms)
+    row: dict[str, Any] = {"config": p.config.tag(), "notes": list(p.notes)}
+    a, b = operands(m, n, k, layout, spec["dtype"])
+    try:
+        out = torch.full((m, n), float("nan"), dtype=a.dtype, device="cuda")
+        hopper_matmul(a, b, config=p.config, out=out)
+        torch.cuda.synchronize()
+        row["rel_err"] = e = _rel_err(out, a.double() @ b.double())
+        if not e <= 1e-2:  # NaN included
+            row["error"] = f"relative error {e:.3g} > 1e-2: not timed"
+        else:
+            ms = _bench(lambda: hopper_matmul(a, b, config=p.config, out=out))
+            row.update(ms=ms, tflops=2.0 * m * n * k / ms / 1e9)
+    except Exception as exc:  # a config that fails to compile or launch is recorded, not chosen
+        row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    return row
+
+
+def _bench(fn: Any) -> float:
+    import triton
+    return float(triton.testing.do_bench_cudagraph(fn, rep=100))
+
+
+def _rel_err(out: Any, ref: Any) -> float:
+    return float(((out.double() - ref).norm() / ref.norm()).item())
+
+
+def worker() -> int:
+    """One group's cases (a JSON spec on stdin), each result one ``ROW`` line on stdout as soon as it is known."""
+    spec = json.loads(sys.stdin.read())
+    seen: dict[Any, Any] = {}
+    for m, n, k, layout in spec["cases"]:
+        if spec["kind"] == "dry":
+            res = _dry_case(m, n, k, layout, spec, seen)
+        elif spec["kind"] == "baseline":
+            res = _baseline_case(m, n, k, layout, spec["dtype"])
+        else:
+            res = _config_case(m, n, k, layout, spec)
+        print(ROW + json.dumps({"case": [m, n, k, layout], **res}), flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ the parent
+def _valid(rec: Any, case: list[Any]) -> bool:
+    """A worker's line, validated before use: an object naming the case expected next, JSON values only."""
+    return isinstance(rec, dict) and rec.get("case") == case and all(isinstance(k, str) for k in rec)
+
+
+def run_group(spec: dict[str, Any], timeout: float, cmd: list[str] | None = None) -> list[dict[str, Any]]:
+    """The results of ``spec``'s cases, in order, each computed in a child process: a case with no result
+    within ``timeout`` seconds (a kernel that hangs) gets its child killed, a case whose child dies (a
+    crash, an illegal address) is recorded as such; either way the case gets an ``error`` (never chosen,
+    never timed) and the rest of the group carries on in a fresh child."""
+    cmd = cmd or [sys.executable, str(Path(__file__).resolve()), "--worker"]
+    todo = [list(c) for c in spec["cases"]]
+    results: list[dict[str, Any]] = []
+    while todo:
+        with tempfile.TemporaryFile(mode="w+") as err:
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                                    cwd=ROOT, start_new_session=True)
+            lines: queue.Queue[str | None] = queue.Queue()
+
+            def pump(stream: Any = proc.stdout) -> None:
+                for line in stream:
+                    lines.put(line)
+                lines.put(None)
+
+            threading.Thread(target=pump, daemon=True).start()
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(dict(spec, cases=todo)))
+            proc.stdin.close()
+            wait = timeout + STARTUP_S
+            try:
+                while todo:
+                    try:
+                        line = lines.get(timeout=wait)
+                    except queue.Empty:
+                        results.append({"case": todo.pop(0), "error": f"timed out: no result within {timeout:g} s "
+                                        "(a kernel that hangs?); its process was killed"})
+                        break
+                    if line is None:
+                        proc.wait()
+                        err.seek(0)
+                        tail = " | ".join(err.read().strip().splitlines()[-3:])[-400:]
+                        results.append({"case": todo.pop(0), "error": f"crashed: its process exited with code "
+                                        f"{proc.returncode}: {tail}"})
+                        break
+                    if not line.startswith(ROW):
+                        print(line, end="", flush=True)
+                        continue
+                    try:
+                        rec = json.loads(line[len(ROW):])
+                    except json.JSONDecodeError:
+                        rec = None
+                    if not _valid(rec, todo[0]):
+                        results.append({"case": todo.pop(0), "error": f"malformed worker record: {line[:200]!r}"})
+                        break
+                    results.append(rec)
+                    todo.pop(0)
+                    wait = timeout
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return results
+
+
+def _groups(todo: list[tuple[int, int, int, str, str]], sets: list[str], kind: str) -> list[dict[str, Any]]:
+    """Baselines per dtype, then one group per (level set, requested config, dtype), each over its shapes."""
+    out: list[dict[str, Any]] = []
+    dtypes = sorted({d for *_, d in todo})
+    if kind == "gpu":
+        out += [{"kind": "baseline", "dtype": d, "cases": [[m, n, k, lay] for m, n, k, lay, dd in todo if dd == d]}
+                for d in dtypes]
+    for level in sets:
+        for req in LEVEL_SETS[level]:
+            out += [{"kind": "dry" if kind == "dry" else "config", "level": level, "config": req.to_dict(), "dtype": d,
+                     "cases": [[m, n, k, lay] for m, n, k, lay, dd in todo if dd == d]} for d in dtypes]
+    return out
+
+
+def run_all(todo: list[tuple[int, int, int, str, str]], sets: list[str], timeout: float, dry: bool
+            ) -> list[dict[str, Any]]:
+    """Every (shape, dtype, level set, config) row, each group of cases run apart (``run_group``)."""
+    base: dict[tuple[Any, ...], dict[str, Any]] = {}
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for g in _groups(todo, sets, "dry" if dry else "gpu"):
+        for rec in run_group(g, timeout):
+            case = tuple(rec.pop("case"))
+            if g["kind"] == "baseline":
+                base[case + (g["dtype"], )] = rec
+            else:
+                found[case + (g["dtype"], g["level"], HopperConfig.from_dict(g["config"]).tag())] = rec
     rows = []
-
-    def bench(fn: Any) -> float:
-        return float(triton.testing.do_bench_cudagraph(fn, rep=100))
-
     for m, n, k, layout, dtype in todo:
-        a, b = operands(m, n, k, layout, dtype)
-        ref = a.double() @ b.double()
-
-        def err(out: Any) -> float:
-            return float(((out.double() - ref).norm() / ref.norm()).item())
-        flops = 2.0 * m * n * k
-        torch_ms = bench(lambda: torch.matmul(a, b))
-        alcop_err = err(at.matmul(a, b))
-        alcop_ms = bench(lambda: at.matmul(a, b))
-        base = {"shape": [m, n, k], "layout": layout, "dtype": dtype, "torch_ms": torch_ms, "alcop_triton_ms": alcop_ms,
-                "alcop_triton_rel_err": alcop_err, "alcop_triton_vs_torch": torch_ms / alcop_ms}
+        b = base.get((m, n, k, layout, dtype), {})
         for level in sets:
             for req in LEVEL_SETS[level]:
-                p = plan(m, n, k, req, sms=sms)
-                row = dict(base, levels=level, requested=req.tag(), config=p.config.tag(), notes=list(p.notes))
-                try:
-                    out = torch.full((m, n), float("nan"), dtype=a.dtype, device="cuda")
-                    hopper_matmul(a, b, config=p.config, out=out)
-                    torch.cuda.synchronize()
-                    row["rel_err"] = e = err(out)
-                    if not e <= 1e-2:  # NaN included
-                        row["error"] = f"relative error {e:.3g} > 1e-2: not timed"
-                    else:
-                        ms = bench(lambda: hopper_matmul(a, b, config=p.config, out=out))
-                        row.update(ms=ms, tflops=flops / ms / 1e9, vs_torch=torch_ms / ms)
-                except Exception as exc:  # a config that fails to compile or launch is recorded, not chosen
-                    row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                rec = found[(m, n, k, layout, dtype, level, req.tag())]
+                row = {"shape": [m, n, k], "layout": layout, "dtype": dtype, "levels": level, "requested": req.tag(),
+                       "config": plan(m, n, k, req).config.tag(), "notes": [], **b, **rec}
+                if "error" in b and "error" not in row:
+                    row["error"] = f"baseline: {b['error']}"
+                if "ms" in row and "torch_ms" in row:
+                    row["vs_torch"] = row["torch_ms"] / row["ms"]
+                if dry:
+                    row.setdefault("wgmma", False)
+                    row.setdefault("tma", False)
+                    row.setdefault("shared", 0)
+                    row.setdefault("kernel", "")
+                    note = row.get("error") or f"wgmma={row['wgmma']} tma={row['tma']} shared={row['shared']}"
+                else:
+                    note = (f"{row['ms']:.4f} ms, {row['vs_torch']:.3f}x torch" if "vs_torch" in row
+                            else row.get("error", "not timed"))
+                print(f"{m}x{n}x{k}:{layout} {dtype} [{level}] {row['config']}: {note}", flush=True)
                 rows.append(row)
-                print(f"{m}x{n}x{k}:{layout} {dtype} [{level}] {p.config.tag()}: "
-                      + (f"{row['ms']:.4f} ms, {row['vs_torch']:.3f}x torch" if "ms" in row else row["error"])
-                      + f" (torch {torch_ms:.4f} ms, alcop triton {torch_ms / alcop_ms:.3f}x)", flush=True)
     return rows
 
 
@@ -180,13 +321,23 @@ def _ratio(x: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="directory for hopper_gemm.json and hopper_gemm.md")
+    ap.add_argument("--out", help="directory for hopper_gemm.json and hopper_gemm.md")
     ap.add_argument("--shapes", default=None, help="MxNxK[:LAYOUT],... (default: models.json GEMMs with M >= 512)")
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--level-sets", default=",".join(LEVEL_SETS))
     ap.add_argument("--no-big", action="store_true", help=f"leave out {BIG} bf16")
     ap.add_argument("--dry-run", action="store_true", help="generate and compile for sm90 on the CPU only")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds one case (compile, float64 check, timing) may take before its process is killed "
+                         "and the case recorded as failed (default 60)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.worker:
+        return worker()
+    if not a.out:
+        ap.error("--out DIR is required")
+    if not a.timeout > 0:
+        raise SystemExit(f"--timeout={a.timeout}: must be a positive number of seconds")
     sets = a.level_sets.split(",")
     bad = [s for s in sets if s not in LEVEL_SETS]
     dtypes = a.dtypes.split(",")
@@ -198,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton
 
     from alcop_triton.version import __version__
-    rows = run_dry(todo, sets) if a.dry_run else run_gpu(todo, sets)
+    rows = run_all(todo, sets, a.timeout, a.dry_run)
     meta = {"device": "none (dry run: compiled for sm90 on the CPU)" if a.dry_run else torch.cuda.get_device_name(),
             "torch": torch.__version__, "triton": triton.__version__, "alcop_triton": __version__,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -222,11 +373,12 @@ def main(argv: list[str] | None = None) -> int:
                   "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {'x'.join(map(str, r['shape']))} | {r['layout']} | {r['dtype']} | {r['levels']} | {r['config']} | "
                   + (f"{r['ms']:.4f} | {r['tflops']:.0f} | {r['vs_torch']:.3f}x" if "ms" in r else "| | ")
-                  + f" | {r['alcop_triton_vs_torch']:.3f}x | {r.get('error', '; '.join(r['notes']))} |" for r in rows]
+                  + f" | {_ratio(r.get('alcop_triton_vs_torch'))} | {r.get('error', '; '.join(r['notes']))} |"
+                  for r in rows]
     else:
         lines += ["| shape | layout | dtype | levels | kernel | wgmma | TMA | shared B |", "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {'x'.join(map(str, r['shape']))} | {r['layout']} | {r['dtype']} | {r['levels']} | {r['kernel']} | "
-                  f"{r['wgmma']} | {r['tma']} | {r['shared']} |" for r in rows]
+        lines += [f"| {'x'.join(map(str, r['shape']))} | {r['layout']} | {r['dtype']} | {r['levels']} | "
+                  f"{r['kernel'] or r.get('error', '')} | {r['wgmma']} | {r['tma']} | {r['shared']} |" for r in rows]
     (out / "hopper_gemm.md").write_text("\n".join(lines) + "\n")
     failed = [r for r in rows if "error" in r or (a.dry_run and not (r["wgmma"] and r["tma"]))]
     return 1 if failed else 0

@@ -1,9 +1,16 @@
 """The generated sm90 kernels on the GPU: float64 references, odd sizes, all four layouts, both dtypes,
-outputs poisoned (NaN-filled ``out``)."""
+outputs poisoned (NaN-filled ``out``).
+
+Each test runs its case in a process of its own, killed after ``TIMEOUT_S``: a kernel whose barriers
+deadlock spins forever on the GPU, and must fail its test rather than stall the suite (and the device).
+"""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +18,10 @@ import torch
 from alcop_triton.hopper import HopperConfig
 
 pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 180
+"""Per test: a fresh process (torch, CUDA context), a few kernel compiles and four shapes fit well within."""
 
 CONFIGS = {
     "level1": HopperConfig(warp_specialize=False, persistent=False, wgmma_depth=0, stages=4),
@@ -34,10 +45,26 @@ def _check(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
     assert err <= 1e-2, f"{what}: relative error {err:.3g}"
 
 
+def _apart(call: str) -> None:
+    """``call``, a function of this module with its arguments, run in a new process killed after TIMEOUT_S."""
+    code = f"import torch; import tests.hopper.test_matmul_gpu as t; t.{call}"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{call}: no result within {TIMEOUT_S} s, killed (a kernel that hangs?); output so far: "
+                    f"{(exc.stderr or b'')[-2000:]!r}")
+    assert done.returncode == 0, f"{call}: exit code {done.returncode}\n{done.stderr[-4000:]}"
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 def test_matches_float64(name: str, dtype: torch.dtype, layout: str) -> None:
+    _apart(f"check_matches_float64({name!r}, {dtype}, {layout!r})")
+
+
+def check_matches_float64(name: str, dtype: torch.dtype, layout: str) -> None:
     from alcop_triton.hopper.launch import matmul
     gen = torch.Generator(device="cuda").manual_seed(zlib.crc32(f"{name}/{dtype}/{layout}".encode()))
     for m, n, k in SHAPES:
@@ -51,6 +78,10 @@ def test_matches_float64(name: str, dtype: torch.dtype, layout: str) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_bias_relu_and_unaligned_rows(dtype: torch.dtype) -> None:
+    _apart(f"check_bias_relu_and_unaligned_rows({dtype})")
+
+
+def check_bias_relu_and_unaligned_rows(dtype: torch.dtype) -> None:
     from alcop_triton.hopper.launch import matmul
     gen = torch.Generator(device="cuda").manual_seed(7)
     m, n, k = 999, 1001, 515  # rows of odd length: copied into TMA-ready buffers, C copied out
