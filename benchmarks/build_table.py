@@ -649,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton
 
     import alcop_triton
+    from alcop_triton.autotune import devices
     from alcop_triton.autotune.database import read_jsonl
     from alcop_triton.autotune.dispatch import default_tables
     from alcop_triton.model.hardware import detect
@@ -658,7 +659,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"gpu": spec.name, "device": torch.cuda.get_device_name(),
             "cc": ".".join(map(str, torch.cuda.get_device_capability())), "mma": spec.mma,
             "triton": triton.__version__, "torch": torch.__version__.split("+")[0], "alcop": alcop_triton.__version__,
-            "date": datetime.date.today().isoformat()}
+            "date": datetime.date.today().isoformat(),
+            "measured_on": devices.identify("cuda").to_dict()}  # the GPU itself: UUID, name, SM clock, driver
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"default_{spec.name.lower()}.jsonl"
