@@ -81,7 +81,7 @@ def measure(case: suite.Case, variant: str, device: str, backend: str) -> dict[s
         if backend == "inductor":
             from torch._inductor.utils import run_and_get_code
             out, code = run_and_get_code(fn, a, b)
-            row["alcop_in_graph"] = any("alcop" in c for c in code)
+            row["alcop_in_graph"] = suite.alcop_calls(code) > 0
         else:
             out = fn(a, b)
         if device == "cuda":

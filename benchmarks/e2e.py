@@ -64,7 +64,6 @@ import json
 import math
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -79,6 +78,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import suite  # noqa: E402  (benchmarks/suite.py: shared harness helpers)
 import timing  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 MODES = ("eager", "patched", "compile", "compile_max", "compile_alcop")
@@ -467,21 +467,6 @@ def cold_caches(mode: str, device: str, root: str) -> ContextManager[Any]:
     return fresh(dir=root, delete=False)
 
 
-_ALCOP_CALL = re.compile(r"=\s*torch\.ops\.alcop\.\w+\.default\(")
-
-
-def alcop_calls(code: Sequence[str]) -> int:
-    """How many calls of alcop's ops the code Inductor wrote for a compiled module holds (its graph's
-    comments and size asserts name the ops too: only the calls count)."""
-    return sum(len(_ALCOP_CALL.findall(c)) for c in code)
-
-
-def run_and_get_code(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
-    """``fn()`` and the source of every module Inductor compiled during the call."""
-    from torch._inductor.utils import run_and_get_code as inductor_code
-    return inductor_code(fn)
-
-
 def build_order(modes: Sequence[str]) -> list[str]:
     """eager first (the reference), the compile modes, patched last (see the module docstring)."""
     return sorted(modes, key=lambda m: (m != "eager", m == "patched", MODES.index(m)))
@@ -525,8 +510,9 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
                 t0 = time.perf_counter()
                 with cold_caches(mode, device, cache_root):
                     if device == "cuda" and mode.startswith("compile"):
+                        from torch._inductor.utils import run_and_get_code
                         out, code = run_and_get_code(fn)  # first call: compiles; the code Inductor wrote
-                        r["alcop_calls_in_code"] = alcop_calls(code)
+                        r["alcop_calls_in_code"] = suite.alcop_calls(code)
                     else:
                         out = fn()   # first call: builds kernels (alcop)
                 if device == "cuda":

@@ -499,6 +499,16 @@ def _failed(row: dict[str, Any], timer: str, exc: Exception) -> float:
     return math.nan
 
 
+_ALCOP_CALL = re.compile(r"=\s*torch\.ops\.alcop\.\w+\.default\(")
+
+
+def alcop_calls(code: Sequence[str]) -> int:
+    """How many calls of alcop's ops the code Inductor wrote holds (``torch._inductor.utils.run_and_get_code``'s
+    sources). Only the calls count: the graph's comments and size asserts name the ops too, and Inductor's
+    comments name the source files it traced, patch mode's among them."""
+    return sum(len(_ALCOP_CALL.findall(c)) for c in code)
+
+
 def error_text(exc: BaseException) -> str:
     """An exception as a result's error text: its type and first line, at most 300 characters."""
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]

@@ -325,3 +325,13 @@ def test_conv_backward_case_matches_torch_in_the_interpreter():
     case3 = su.Case("conv3d_bwd", "conv3d", (1, 4, 6, 6, 64, 16, 3, 3, 3, 2, 1), "ndhwc", "test", backward=True)
     inputs3 = su.make_inputs(case3, "cpu")
     assert su.rel_error(su.impl_fn("alcop", case3)(*inputs3), su.reference(case3, inputs3)) <= su.TOLERANCE
+
+
+def test_alcop_calls_counts_calls_not_mentions():
+    code = ["buf0 = torch.ops.alcop.mm.default(a, b)\n"
+            "# %mm : call_function[target=torch.ops.alcop.mm.default](args = (%x, %w))\n"
+            "assert_size_stride(buf0, (64, 256), (256, 1), 'torch.ops.alcop.mm.default')\n"
+            "# File: alcop_triton/patch.py:211 in routed\n",
+            "buf3 = torch.ops.alcop.linear.default(buf2, w, b, x, 'gelu')\n"]
+    assert su.alcop_calls(code) == 2
+    assert su.alcop_calls(["# alcop_triton/patch.py\nbuf0 = extern_kernels.mm(a, b)\n"]) == 0
