@@ -245,17 +245,24 @@ _ACC = '''    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0
 '''
 
 
-def _consumer(x: _Ctx) -> str:
-    if not x.cfg.warp_specialize:
-        return ""
+def _partition(x: _Ctx, name: str, doc: str) -> str:
+    """The head of a ``warp_specialize`` partition: every partition takes the same arguments (Gluon passes
+    one tuple to all), then the sizes each computes for itself."""
+    indent = " " * (len("def ") + len(name) + 1)
     return f'''
 
 @gluon.jit
-def _consumer(a_desc, b_desc, c_desc, {x.ep_args}a_ring, b_ring, {x.bars}, c_bufs, M, N, K,
-              FIRST: gl.constexpr, STRIDE: gl.constexpr):
-    """A consumer partition: of this program's tiles (pid, pid + nprog, ...) it takes every STRIDE-th from
-    the FIRST-th, in the loader's order, so its chunks sit at ring positions g = (tile's turn) * kt + k."""
-{_SIZES}{_ACC}    c_smem = c_bufs.index(FIRST)
+def {name}(a_desc, b_desc, c_desc, {x.ep_args}a_ring, b_ring, {x.bars}, c_bufs, M, N, K,
+{indent}FIRST: gl.constexpr, STRIDE: gl.constexpr):
+    """{doc}"""
+{_SIZES}'''
+
+
+def _consumer(x: _Ctx) -> str:
+    if not x.cfg.warp_specialize:
+        return ""
+    return _partition(x, "_consumer", """A consumer partition: of this program's tiles (pid, pid + nprog, ...) it takes every STRIDE-th from
+    the FIRST-th, in the loader's order, so its chunks sit at ring positions g = (tile's turn) * kt + k.""") + f'''{_ACC}    c_smem = c_bufs.index(FIRST)
     for t in range(pid + FIRST * nprog, n_tiles, STRIDE * nprog):
         g = ((t - pid) // nprog) * kt
         off_m, off_n = _tile_offsets(t, n_m, n_n)
@@ -268,14 +275,8 @@ def _consumer(a_desc, b_desc, c_desc, {x.ep_args}a_ring, b_ring, {x.bars}, c_buf
 def _loader(x: _Ctx) -> str:
     if not x.cfg.warp_specialize:
         return ""
-    return f'''
-
-@gluon.jit
-def _loader(a_desc, b_desc, c_desc, {x.ep_args}a_ring, b_ring, {x.bars}, c_bufs, M, N, K,
-            FIRST: gl.constexpr, STRIDE: gl.constexpr):
-    """Level 1's producer, one warp: every chunk of this program's tiles in order, each into the next ring
-    slot once its consumer has released it (``empty``; a fresh barrier passes the first round's wait)."""
-{_SIZES}    g = 0
+    return _partition(x, "_loader", """Level 1's producer, one warp: every chunk of this program's tiles in order, each into the next ring
+    slot once its consumer has released it (``empty``; a fresh barrier passes the first round's wait).""") + f'''    g = 0
     for t in range(pid, n_tiles, nprog):
         off_m, off_n = _tile_offsets(t, n_m, n_n)
         for k in range(kt):
