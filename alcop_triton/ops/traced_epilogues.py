@@ -75,8 +75,9 @@ def _residual(node: torch.fx.Node, out: torch.fx.Node) -> torch.fx.Node | None:
     return other
 
 
-def _fold_one(graph: torch.fx.Graph, call: torch.fx.Node) -> bool:
-    """Fold what follows one routed linear ``call`` into it; whether anything was folded."""
+def _fold_one(graph: torch.fx.Graph, call: torch.fx.Node, order: dict[torch.fx.Node, int]) -> bool:
+    """Fold what follows one routed linear ``call`` into it; whether anything was folded. ``order``: each
+    node's position in the graph (a residual must exist when the call runs)."""
     args = list(call.args) + [None] * (5 - len(call.args))
     x, w, bias, residual, activation = args[:5]
     if residual is not None or activation is not None or call.kwargs:
@@ -87,7 +88,7 @@ def _fold_one(graph: torch.fx.Graph, call: torch.fx.Node) -> bool:
             and _value(users[0]).dtype == _value(call).dtype:  # type: ignore[union-attr]
         activation, tail, folded = act, users[0], True
     users = list(tail.users)
-    if len(users) == 1 and (res := _residual(users[0], tail)) is not None and _before(res, call):
+    if len(users) == 1 and (res := _residual(users[0], tail)) is not None and order[res] < order[call]:
         residual, tail, folded = res, users[0], True
     if not folded:
         return False
@@ -109,21 +110,13 @@ def _chain(call: torch.fx.Node, tail: torch.fx.Node) -> list[torch.fx.Node]:
     return out
 
 
-def _before(node: torch.fx.Node, call: torch.fx.Node) -> bool:
-    """Whether ``node`` comes before ``call`` in the graph (the residual must exist when the call runs)."""
-    cur = call.prev
-    while cur.op != "root":
-        if cur is node:
-            return True
-        cur = cur.prev
-    return False
-
-
 def fold(graph: torch.fx.Graph) -> int:
     """Fold activations and residual adds into the routed linears of ``graph``; returns how many calls
     changed (0: the graph is untouched)."""
     from .gemm import ROUTED
-    n = sum(_fold_one(graph, node) for node in list(graph.nodes)
+    nodes = list(graph.nodes)
+    order = {node: i for i, node in enumerate(nodes)}  # folding erases nodes after a call, never before one
+    n = sum(_fold_one(graph, node, order) for node in nodes
             if node.op == "call_function" and node.target is ROUTED.linear)
     if n:
         graph.lint()
