@@ -51,10 +51,15 @@ LEVEL_SETS: dict[str, list[HopperConfig]] = {
     "1+2": [HopperConfig(warp_specialize=False, persistent=False, wgmma_depth=1, stages=4),
             HopperConfig(warp_specialize=True, persistent=False, wgmma_depth=1, stages=4),
             HopperConfig(warp_specialize=True, persistent=False, wgmma_depth=2, stages=4)],
-    # + level 3: persistent, two consumers in ping-pong (or cooperative on a wider tile), subtiled epilogue
+    # + level 3: persistent, two consumers in ping-pong (or cooperative on a wider tile), subtiled epilogue;
+    # a deeper ring where the shared memory has room for it
     "1+2+3": [HopperConfig(consumers=2, policy="pingpong", stages=4, wgmma_depth=1, epilogue_subtile=2),
-              HopperConfig(consumers=2, policy="pingpong", stages=4, wgmma_depth=2, epilogue_subtile=2),
+              HopperConfig(consumers=2, policy="pingpong", stages=6, wgmma_depth=1, epilogue_subtile=2),
               HopperConfig(block_n=256, consumers=2, policy="cooperative", stages=3, wgmma_depth=1,
+                           epilogue_subtile=2),
+              HopperConfig(block_n=256, consumers=2, policy="cooperative", stages=4, wgmma_depth=1,
+                           epilogue_subtile=4),
+              HopperConfig(block_m=256, consumers=2, policy="cooperative", stages=4, wgmma_depth=1,
                            epilogue_subtile=2)],
 }
 BIG = "8192x8192x8192:nn"
@@ -319,37 +324,12 @@ def _ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.3f}x"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", help="directory for hopper_gemm.json and hopper_gemm.md")
-    ap.add_argument("--shapes", default=None, help="MxNxK[:LAYOUT],... (default: models.json GEMMs with M >= 512)")
-    ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--level-sets", default=",".join(LEVEL_SETS))
-    ap.add_argument("--no-big", action="store_true", help=f"leave out {BIG} bf16")
-    ap.add_argument("--dry-run", action="store_true", help="generate and compile for sm90 on the CPU only")
-    ap.add_argument("--timeout", type=float, default=60.0,
-                    help="seconds one case (compile, float64 check, timing) may take before its process is killed "
-                         "and the case recorded as failed (default 60)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
-    if a.worker:
-        return worker()
-    if not a.out:
-        ap.error("--out DIR is required")
-    if not a.timeout > 0:
-        raise SystemExit(f"--timeout={a.timeout}: must be a positive number of seconds")
-    sets = a.level_sets.split(",")
-    bad = [s for s in sets if s not in LEVEL_SETS]
-    dtypes = a.dtypes.split(",")
-    if bad or any(d not in ("float16", "bfloat16") for d in dtypes):
-        raise SystemExit(f"--level-sets from {list(LEVEL_SETS)}, --dtypes from float16,bfloat16; got {sets}, {dtypes}")
-    shapes = a.shapes.split(",") if a.shapes else default_shapes()
-    todo = cases(shapes, dtypes, not a.no_big and a.shapes is None)
+def write_report(rows: list[dict[str, Any]], sets: list[str], a: argparse.Namespace, argv: list[str] | None) -> None:
+    """DIR/hopper_gemm.{json,md}: the rows so far, their summary, device, versions, date, timer and command."""
     import torch
     import triton
 
     from alcop_triton.version import __version__
-    rows = run_all(todo, sets, a.timeout, a.dry_run)
     meta = {"device": "none (dry run: compiled for sm90 on the CPU)" if a.dry_run else torch.cuda.get_device_name(),
             "torch": torch.__version__, "triton": triton.__version__, "alcop_triton": __version__,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -380,6 +360,39 @@ def main(argv: list[str] | None = None) -> int:
         lines += [f"| {'x'.join(map(str, r['shape']))} | {r['layout']} | {r['dtype']} | {r['levels']} | "
                   f"{r['kernel'] or r.get('error', '')} | {r['wgmma']} | {r['tma']} | {r['shared']} |" for r in rows]
     (out / "hopper_gemm.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="directory for hopper_gemm.json and hopper_gemm.md")
+    ap.add_argument("--shapes", default=None, help="MxNxK[:LAYOUT],... (default: models.json GEMMs with M >= 512)")
+    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--level-sets", default=",".join(LEVEL_SETS))
+    ap.add_argument("--no-big", action="store_true", help=f"leave out {BIG} bf16")
+    ap.add_argument("--dry-run", action="store_true", help="generate and compile for sm90 on the CPU only")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds one case (compile, float64 check, timing) may take before its process is killed "
+                         "and the case recorded as failed (default 60)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        return worker()
+    if not a.out:
+        ap.error("--out DIR is required")
+    if not a.timeout > 0:
+        raise SystemExit(f"--timeout={a.timeout}: must be a positive number of seconds")
+    sets = a.level_sets.split(",")
+    bad = [s for s in sets if s not in LEVEL_SETS]
+    dtypes = a.dtypes.split(",")
+    if bad or any(d not in ("float16", "bfloat16") for d in dtypes):
+        raise SystemExit(f"--level-sets from {list(LEVEL_SETS)}, --dtypes from float16,bfloat16; got {sets}, {dtypes}")
+    shapes = a.shapes.split(",") if a.shapes else default_shapes()
+    todo = cases(shapes, dtypes, not a.no_big and a.shapes is None)
+    rows: list[dict[str, Any]] = []
+    # one dtype at a time, the report rewritten after each: a run stopped part way keeps what it measured
+    for dtype in dtypes:
+        rows += run_all([c for c in todo if c[4] == dtype], sets, a.timeout, a.dry_run)
+        write_report(rows, sets, a, argv)
     failed = [r for r in rows if "error" in r or (a.dry_run and not (r["wgmma"] and r["tma"]))]
     return 1 if failed else 0
 
