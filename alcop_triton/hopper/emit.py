@@ -6,9 +6,12 @@ constants (``gl.constexpr``), each helper one concern. Nothing but validated val
 config's ints, bools and enum strings (``HopperConfig.validate``), and the dtype, layout and activation
 checked against fixed tuples here.
 
-The kernel: ``NAME(a_desc, b_desc, c_desc, [bias,] M, N, K)`` over TMA descriptors of the stored A and B
-(a "t" operand is described as it is stored, (K, M) or (N, K), and handed to wgmma as a transposed view of
-its shared-memory tile, which wgmma reads for 16-bit types) and of C, whose box is one epilogue slice.
+The kernel: ``NAME(a_ptr, b_ptr, [bias,] c_ptr, a_desc, b_desc, c_desc, M, N, K)`` over TMA descriptors of the stored A
+and B (a "t" operand is described as it is stored, (K, M) or (N, K), and handed to wgmma as a transposed
+view of its shared-memory tile, which wgmma reads for 16-bit types) and of C, whose box is one epilogue
+slice. The tensors come first, as every alcop kernel takes them (``runtime.prebind``: a prebound launch
+rebuilds each descriptor from the address of the tensor at its index); the kernel reads A, B and C only
+through their descriptors.
 """
 
 from __future__ import annotations
@@ -297,7 +300,7 @@ def _entry(x: _Ctx) -> str:
     head = f'''
 
 @gluon.jit
-def {x.name}(a_desc, b_desc, c_desc, {x.ep_args}M, N, K):
+def {x.name}(a_ptr, b_ptr, {x.ep_args}c_ptr, a_desc, b_desc, c_desc, M, N, K):
 '''
     if c.warp_specialize:
         args = f"a_desc, b_desc, c_desc, {x.ep_args}a_ring, b_ring, {x.bars}, c_bufs, M, N, K"

@@ -68,19 +68,27 @@ def gl_descriptor(x: Any, block: list[int]) -> Any:
                             gl.NVMMASharedLayout.get_default_for(block, dt))
 
 
+def descriptor_dims(layout: str, cfg: HopperConfig, bias: bool) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]:
+    """The kernel's TMA descriptors as ``(tensor index, dims, block)`` over its tensors (A, B as the math
+    operands, [bias,] C), ``runtime.tma_descriptor``'s terms: a "t" operand is described as it is stored
+    (dims (1, 0): its unit-stride dim last), C in column slices of ``epilogue_subtile``."""
+    a_dims, a_box = ((0, 1), (cfg.block_m, cfg.block_k)) if layout[0] == "n" else ((1, 0), (cfg.block_k, cfg.block_m))
+    b_dims, b_box = ((0, 1), (cfg.block_k, cfg.block_n)) if layout[1] == "n" else ((1, 0), (cfg.block_n, cfg.block_k))
+    c_box = (cfg.block_m, cfg.block_n // cfg.epilogue_subtile)
+    return ((0, a_dims, a_box), (1, b_dims, b_box), (3 if bias else 2, (0, 1), c_box))
+
+
 def launch_args(ks: KernelSource, a: Any, b: Any, c: Any, bias: Any = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The kernel's positional arguments and launch options for ``c = a @ b``: A, B, C as stored matrices
-    ("t": the transposed, contiguous storage), descriptors with the config's boxes."""
+    """The kernel's positional arguments and launch options for ``c = a @ b``: the tensors (A, B,
+    [bias,] C), then Gluon descriptors of A and B as stored ("t": the transposed storage) and of C with
+    the config's boxes, then the sizes."""
     cfg = ks.plan.config
     m, k = a.shape
     n = b.shape[1]
-    a_st = a if ks.layout[0] == "n" else a.t()
-    b_st = b if ks.layout[1] == "n" else b.t()
-    a_box = [cfg.block_m, cfg.block_k] if ks.layout[0] == "n" else [cfg.block_k, cfg.block_m]
-    b_box = [cfg.block_k, cfg.block_n] if ks.layout[1] == "n" else [cfg.block_n, cfg.block_k]
-    c_box = [cfg.block_m, cfg.block_n // cfg.epilogue_subtile]
-    descs = (gl_descriptor(a_st, a_box), gl_descriptor(b_st, b_box), gl_descriptor(c, c_box))
-    args = (*descs, *((bias,) if ks.bias else ()), m, n, k)
+    tensors = (a, b, *((bias,) if ks.bias else ()), c)
+    descs = tuple(gl_descriptor(tensors[i].permute(*dims), list(block))
+                  for i, dims, block in descriptor_dims(ks.layout, cfg, ks.bias))
+    args = (*tensors, *descs, m, n, k)
     options: dict[str, Any] = {"num_warps": cfg.num_warps}
     if cfg.maxnreg:
         options["maxnreg"] = cfg.maxnreg

@@ -591,7 +591,9 @@ def run_kernel(ks: KernelSource, m: int, n: int, k: int, *, programs: int, seed:
     b_box = [cfg.block_k, cfg.block_n] if ks.layout[1] == "n" else [cfg.block_n, cfg.block_k]
     c_box = [cfg.block_m, cfg.block_n // cfg.epilogue_subtile]
     fn = load_model(source if source is not None else ks.source, ks.name)
-    args = (_Desc(a_st, a_box), _Desc(b_st, b_box), _Desc(c, c_box), *((_Ptr(bias),) if ks.bias else ()), m, n, k)
+    # the kernel's tensors (read only through the descriptors but bias), then the descriptors and sizes
+    tensors = (None, None, *((_Ptr(bias),) if ks.bias else ()), None)
+    args = (*tensors, _Desc(a_st, a_box), _Desc(b_st, b_box), _Desc(c, c_box), m, n, k)
     for pid in range(programs):
         s = _Sim(seed * 1000003 + pid, max_steps)
         s.pid, s.nprog = pid, programs

@@ -43,10 +43,12 @@ def test_launch_arguments_describe_the_stored_operands() -> None:
     ks = emit(cfg, "float16", "tn", bias=True)
     a = torch.zeros(48, 40, dtype=torch.float16).t()  # (40, 48) math, stored (48, 40): "t"
     b = torch.zeros(48, 24, dtype=torch.float16)
-    args, opts = launch_args(ks, a, b, torch.zeros(40, 24, dtype=torch.float16), torch.zeros(24, dtype=torch.float16))
-    a_d, b_d, c_d = args[:3]
+    c, bias = torch.zeros(40, 24, dtype=torch.float16), torch.zeros(24, dtype=torch.float16)
+    args, opts = launch_args(ks, a, b, c, bias)
+    assert args[:4] == (a, b, bias, c)  # the tensors first, as runtime.prebind binds them
+    a_d, b_d, c_d = args[4:7]
     assert list(a_d.shape) == [48, 40] and list(a_d.block_shape) == [64, 128]
     assert list(b_d.block_shape) == [64, 128] and list(c_d.block_shape) == [128, 64]
-    assert args[4:] == (40, 24, 48) and opts == {"num_warps": 4, "maxnreg": 168}
+    assert args[7:] == (40, 24, 48) and opts == {"num_warps": 4, "maxnreg": 168}
     assert grid(cfg, 8192, 8192, 132) == (132, ) and grid(cfg.replace(policy="cooperative", persistent=False),
                                                           1000, 1000, 132) == (64, )
