@@ -12,7 +12,7 @@ from typing import TypeVar, Union
 
 from . import te
 from .errors import ScheduleError
-from .records import ASYNC_COPIES, TAIL_CONFIG, KernelConfig
+from .records import ASYNC_COPIES, GLUON_COPIES, TAIL_CONFIG, KernelConfig
 
 
 @dataclass(frozen=True)
@@ -243,10 +243,12 @@ class Schedule:
 
     def async_copy(self, mechanism: str) -> None:
         """'pointer' (cp.async) or 'tma' (tensor descriptors)."""
-        steps = tuple(m for m in ASYNC_COPIES if m != "box")
-        if mechanism == "box":
-            raise ScheduleError(f"async_copy('box'): the box is the library convolution kernel's copy "
-                                f"(kernels/conv_window.py), not a schedule step; must be one of {steps}")
+        steps = tuple(m for m in ASYNC_COPIES if m not in GLUON_COPIES)
+        if mechanism in GLUON_COPIES:
+            kernel = "convolution" if mechanism == "box" else "warp-specialized GEMM"
+            raise ScheduleError(f"async_copy({mechanism!r}): the library {kernel} kernel's copy "
+                                f"(kernels/conv_window.py, kernels/matmul_ws.py), not a schedule step; must be one "
+                                f"of {steps}")
         if mechanism not in steps:
             raise ScheduleError(f"async_copy({mechanism!r}): must be one of {steps}")
         self.steps.append(AsyncCopyStep(mechanism))

@@ -31,7 +31,8 @@ so is a channels-last 1x1 stride-1 convolution: as the GEMM it runs (``kernels.c
 
 Candidates per workload: the analytical model's ``--top-k`` over its shortlist (split-K included), the
 model's best config of every split factor it offers, and what dispatch picks today from the
-measured neighbours; for a GEMM with B stored N x K on wgmma, each 8-warp tile also with 4 warps (Triton's
+measured neighbours; for a single GEMM on wgmma, the warp-specialized kernel's configs (``--candidates ws``:
+only those); for a GEMM with B stored N x K on wgmma, each 8-warp tile also with 4 warps (Triton's
 two-warpgroup tiles run such GEMMs slowly, docs/decisions.md#d32); each also with the other copy
 mechanism (pointer or TMA) where both apply. They are compiled first in worker processes, then each is checked against torch's
 call in higher precision (output poisoned with NaN, normwise relative error <= 1e-2 against products in
@@ -318,7 +319,16 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
             twin = c.replace(wave_tail=True)
             if twin not in out and shape_reason(w, twin, spec) is None:
                 out.append(twin)
-    return out
+    return out + [c for c in ws_candidates(w, spec) if c not in out]
+
+
+def ws_candidates(w: Workload, spec: Any) -> list[KernelConfig]:
+    """A single GEMM on wgmma: the warp-specialized kernel's configs (``kernels.matmul_ws.ws_configs``), which
+    the model does not rank (it knows nothing of a loader warp or of ping-pong), so they are measured."""
+    from alcop_triton.kernels.matmul_ws import ws_configs
+    if w.op != "matmul" or getattr(spec, "mma", "") != "wgmma":
+        return []
+    return ws_configs(w.dtype)
 
 
 def _pair_key(w: Workload, config: KernelConfig | None) -> str:
@@ -635,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--new-candidates", action="store_true",
                     help="also workloads the file completes: measure their candidates it lacks (nothing twice)")
+    ap.add_argument("--candidates", choices=("all", "ws"), default="all",
+                    help="'ws': only the warp-specialized kernel's configs (with --new-candidates: add them to a table)")
     ap.add_argument("--install", action="store_true",
                     help="no measuring: merge OUT_DIR/default_*.jsonl into the shipped tables (--data-dir)")
     ap.add_argument("--data-dir", default=str(ROOT / "alcop_triton" / "data"))
@@ -678,7 +690,8 @@ def main(argv: list[str] | None = None) -> int:
             f.flush()
 
         def prepare(part: list[tuple[Workload, Workload]]) -> list[tuple[Workload, Workload, list[KernelConfig]]]:
-            out = [(called, w, candidates(w, spec, a.top_k, known)) for called, w in part]
+            out = [(called, w, ws_candidates(w, spec) if a.candidates == "ws" else candidates(w, spec, a.top_k, known))
+                   for called, w in part]
             precompile([(w, c) for _, w, cands in out for c in cands if _pair_key(w, c) not in done], a.workers)
             return out
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from alcop_triton import fastpath, settings, te
-from alcop_triton.build import CompiledKernel, build
+from alcop_triton.build import CompiledKernel, Runs, build
 from alcop_triton.records import KernelConfig, Workload
 from alcop_triton.schedule import Schedule
 from alcop_triton.records import dtype_name
@@ -82,9 +82,18 @@ def _axis_names(batched: int) -> tuple[str, ...]:
     return {0: (), 1: ("b",), 2: ("b0", "b1")}[batched] + ("i", "j")
 
 
-def compiled(dtype: str, batched: int, ep: Epilogue, cfg: KernelConfig, out_dtype: str | None = None) -> CompiledKernel:
+def compiled(dtype: str, batched: int, ep: Epilogue, cfg: KernelConfig, out_dtype: str | None = None) -> Runs:
     """The kernel for one (dtype, batch dims, epilogue, config) under the current ``ALCOP_STRICT``
-    (whether a pipeline depth the shape cannot have is clamped or refused); cached per process."""
+    (whether a pipeline depth the shape cannot have is clamped or refused); cached per process. A
+    warp-specialized config (``async_copy="ws"``) of a single GEMM gets the generated sm90 kernel
+    (``matmul_ws.WarpSpecializedGemm``, which runs its "tma" twin where it cannot run); of a batched one,
+    or with another output dtype, the twin."""
+    if cfg.async_copy == "ws":
+        if batched or out_dtype not in (None, dtype):
+            cfg = cfg.tma_twin()
+        else:
+            from .matmul_ws import WarpSpecializedGemm
+            return WarpSpecializedGemm(dtype, ep, cfg)
     return _compiled(dtype, batched, ep, cfg, out_dtype, settings.strict())
 
 

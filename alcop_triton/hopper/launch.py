@@ -101,7 +101,7 @@ def grid(cfg: HopperConfig, m: int, n: int, sms: int) -> tuple[int]:
 
 
 @functools.lru_cache(maxsize=256)
-def _source(p: HopperPlan, dtype: str, layout: str, bias: bool, activation: str | None) -> KernelSource:
+def source(p: HopperPlan, dtype: str, layout: str, bias: bool, activation: str | None) -> KernelSource:
     return emit(p, dtype, layout, bias=bias, activation=activation)
 
 
@@ -158,7 +158,7 @@ def matmul(a: Any, b: Any, *, config: HopperConfig | None = None, bias: Any = No
     c = out if _tma_ready(out) else _padded(out)
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     p = plan(m, n, k, config, sms=sms)
-    ks = _source(p, str(a.dtype).removeprefix("torch."), la + lb, bias is not None, activation)
+    ks = source(p, str(a.dtype).removeprefix("torch."), la + lb, bias is not None, activation)
     args, options = launch_args(ks, a_k, b_k, c, bias)
     with torch.cuda.device(a.device):
         kernel(ks)[grid(p.config, m, n, sms)](*args, **options)
