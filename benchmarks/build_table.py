@@ -324,11 +324,13 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
 
 def ws_candidates(w: Workload, spec: Any) -> list[KernelConfig]:
     """A single GEMM on wgmma: the warp-specialized kernel's configs (``kernels.matmul_ws.ws_configs``), which
-    the model does not rank (it knows nothing of a loader warp or of ping-pong), so they are measured."""
+    the model does not rank (it knows nothing of a loader warp or of ping-pong), so they are measured
+    (``docs/decisions.md#d42``)."""
+    from alcop_triton.autotune.space import shape_reason
     from alcop_triton.kernels.matmul_ws import ws_configs
     if w.op != "matmul" or getattr(spec, "mma", "") != "wgmma":
         return []
-    return ws_configs(w.dtype)
+    return [c for c in ws_configs(w.dtype) if shape_reason(w, c, spec) is None]
 
 
 def _pair_key(w: Workload, config: KernelConfig | None) -> str:

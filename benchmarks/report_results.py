@@ -286,6 +286,20 @@ def build_table_section(r: Report) -> list[str]:
             f"alcop's best against torch {_x(r['geomean_speedup'])} geomean, {r['below_0.9']} below 0.9x.", ""]
 
 
+def hopper_gemm_section(r: Report) -> list[str]:
+    m = r["meta"]
+    out = [f"{m['device']}, torch {m['torch']}, Triton {m['triton']}, alcop_triton {m['alcop_triton']}, {m['date']}. "
+           f"Timer: {m['timer']}. Per shape the best config of each level set against torch (cuBLAS):", "",
+           "| dtype | levels | shapes | geomean vs torch | min | gain over the previous set |", "|---|---|---|---|---|---|"]
+    out += [f"| {s['dtype']} | {s['levels']} | {s['shapes']} | {_x(s['geomean_vs_torch'])} | {_x(s['min_vs_torch'])} | "
+            f"{_x(s['gain_over_previous_set']) if s['gain_over_previous_set'] else ''} |" for s in r["summary"]]
+    big = [row for row in r["rows"] if row["shape"] == [8192, 8192, 8192] and "vs_torch" in row]
+    if big:
+        best = max(big, key=lambda row: row["vs_torch"])
+        out += ["", f"8192³ bf16: {_x(best['vs_torch'])} torch ({best['config']}, {best['tflops']:.0f} TF/s)."]
+    return out + [""]
+
+
 def fuzz_section(r: Report) -> list[str]:
     return [f"{r['what']}; {r['date']}, torch {r['torch']}, Triton {r['triton']}, alcop_triton {r['alcop_triton']}, "
             f"`{r['command']}`. Timer: none (correctness only). {r['cases']} cases: {r['ok']} matched torch, "
@@ -354,7 +368,10 @@ HARNESSES: tuple[Harness, ...] = (
             "python benchmarks/build_table.py benchmarks/results/build_table", render=build_table_section),
     Harness("Building the shipped table: the H200's, the workloads of e2e.py", "table_h200/build_table.json",
             "python benchmarks/build_table.py benchmarks/results/table_h200 --sets train,e2e --dtypes bfloat16, then "
-            "--sets e2e --dtypes float16 (each resumed once), then --install", render=build_table_section),
+            "--sets e2e --dtypes float16 (each resumed once), then --sets e2e,train --ops matmul --new-candidates "
+            "--candidates ws, then --install", render=build_table_section),
+    Harness("ALCOP's three levels on Hopper: the generated warp-specialized GEMM", "hopper_gemm/hopper_gemm.json",
+            "python benchmarks/hopper_gemm.py --out benchmarks/results/hopper_gemm", render=hopper_gemm_section),
     Harness("GEMMs inside torch.compile", "compile_gemm/compile_gemm.json",
             "python benchmarks/compile_gemm.py --out benchmarks/results/compile_gemm --limit 4",
             render=compile_gemm_section),
@@ -441,6 +458,17 @@ def readme_block(results: Path, headline: Path | None = None) -> str:
             out += [f"End to end under `patched()` against eager ({m['device']}, {m['date']}; CUDA events around a "
                     "pass, host included, modes alternated, median, `benchmarks/e2e.py`): fp16 inference "
                     + ", ".join(parts["infer"]) + "; one bf16 training step " + ", ".join(parts["train"]) + ".", ""]
+    hop = results / "hopper_gemm" / "hopper_gemm.json"
+    if hop.is_file():
+        r = json.loads(hop.read_text())
+        m = r["meta"]
+        per: dict[str, list[str]] = {}
+        for s in r["summary"]:
+            per.setdefault(s["dtype"], []).append(_x(s["geomean_vs_torch"]))
+        out += [f"ALCOP's levels on Hopper, the generated warp-specialized GEMM ({m['device']}, {m['date'][:10]}; graph "
+                "timer, `benchmarks/hopper_gemm.py`), best config against cuBLAS over the LLM/model GEMMs, level 1 -> "
+                "1+2 -> 1+2+3: " + "; ".join(f"{d} {' -> '.join(v)}" for d, v in per.items())
+                + ". Dispatch runs it where the table measured it fastest ([docs/hopper.md](docs/hopper.md)).", ""]
     out.append(README_END)
     return "\n".join(out)
 

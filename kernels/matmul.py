@@ -87,7 +87,8 @@ def compiled(dtype: str, batched: int, ep: Epilogue, cfg: KernelConfig, out_dtyp
     (whether a pipeline depth the shape cannot have is clamped or refused); cached per process. A
     warp-specialized config (``async_copy="ws"``) of a single GEMM gets the generated sm90 kernel
     (``matmul_ws.WarpSpecializedGemm``, which runs its "tma" twin where it cannot run); of a batched one,
-    or with another output dtype, the twin."""
+    or with another output dtype, the twin. Which lowering a workload gets is the records' choice
+    (``docs/decisions.md#d42``)."""
     if cfg.async_copy == "ws":
         if batched or out_dtype not in (None, dtype):
             cfg = cfg.tma_twin()

@@ -1,8 +1,9 @@
 """A GEMM on the warp-specialized sm90 kernel (``async_copy="ws"``): host side of ``alcop_triton.hopper``'s
 generated Gluon kernels, behind the same ``bind`` / ``label`` interface as ``build.CompiledKernel``.
 
-``matmul.compiled`` returns this for a "ws" config of a single GEMM (no batch dims) whose epilogue the
-kernel applies: bias, relu, neither. The kernel is ALCOP's three levels on Hopper (``docs/hopper.md``):
+``matmul.compiled`` returns this for a "ws" config of a single GEMM (no batch dims); it runs an epilogue
+``act(acc + bias) + residual`` itself (any part optional, every activation of the implicit-GEMM kernel).
+The kernel is ALCOP's three levels on Hopper (``docs/hopper.md``):
 a TMA ring of ``smem_stages`` fed by a loader warp, ``reg_stages - 1`` wgmma groups in flight per
 consumer warpgroup, persistent programs whose two consumers take alternate tiles (``pingpong``) or split
 one. Where it cannot run (no sm90 GPU, Triton's interpreter, operands TMA cannot describe, an epilogue it
@@ -21,7 +22,6 @@ from alcop_triton.records import WS_DTYPES, KernelConfig, ScheduleError
 
 WS_CC = (9, 0)
 """Compute capability from which the kernel runs (TMA, wgmma, warp specialization: Hopper)."""
-WS_ACTIVATIONS: tuple[str | None, ...] = (None, "relu")
 
 
 @dataclass(frozen=True)
@@ -45,18 +45,21 @@ class WarpSpecializedGemm(Runs):
         return f"warp-specialized sm90 GEMM ({self.config})"
 
     def applies(self) -> bool:
-        """Whether the kernel computes this epilogue itself (bias, then relu; no scale, no residual)."""
+        """Whether the kernel computes this epilogue itself: ``act(acc + bias) + residual`` with any of the
+        activations, but no scale of the product or of the residual (``addmm``'s alpha and beta)."""
+        from alcop_triton.hopper.emit import ACTIVATIONS
         ep = self.epilogue
-        return (self.dtype in WS_DTYPES and not ep.residual and ep.alpha == 1.0
-                and ep.activation in WS_ACTIVATIONS)
+        return (self.dtype in WS_DTYPES and ep.alpha == 1.0 and (not ep.residual or ep.beta == 1.0)
+                and ep.activation in ACTIVATIONS)
 
     def twin(self) -> Any:
         from . import matmul
         return matmul.compiled(self.dtype, 0, self.epilogue, self.config.tma_twin())
 
     def runs_here(self, tensors: Sequence[Any]) -> bool:
-        """Whether the kernel runs on ``tensors`` (A, B, [bias,] C): an sm90+ CUDA device, 2-d operands each
-        stored row- or column-major, C row-major, and TMA's rules on A, B and C (``build.tma_aligned``)."""
+        """Whether the kernel runs on ``tensors`` (A, B, [bias,] [residual,] C): an sm90+ CUDA device, 2-d
+        operands each stored row- or column-major, C and a residual row-major and contiguous (the residual is
+        read by pointers at ``row * N + col``), and TMA's rules on A, B and C (``build.tma_aligned``)."""
         import torch
 
         from alcop_triton.hopper.launch import stored_layout
@@ -66,6 +69,8 @@ class WarpSpecializedGemm(Runs):
         if a.dim() != 2 or b.dim() != 2 or c.dim() != 2 or c.stride(1) != 1 and c.shape[1] > 1:
             return False
         if a.shape[1] == 0 or stored_layout(a) is None or stored_layout(b) is None:
+            return False
+        if self.epilogue.residual and not tensors[-2].is_contiguous():
             return False
         return tma_aligned([a, b, c])
 
@@ -91,14 +96,15 @@ class WarpSpecializedGemm(Runs):
         layout = "".join(stored_layout(x) or "n" for x in (a, b))
         sms = _sms(a.device.index if a.device.index is not None else torch.cuda.current_device())
         p = plan(m, n, k, self.config.hopper(), sms=sms)
-        ks = source(p, self.dtype, layout, self.epilogue.bias, self.epilogue.activation)
-        args, options = launch_args(ks, a, b, out, tensors[2] if self.epilogue.bias else None)
+        ep = self.epilogue
+        ks = source(p, self.dtype, layout, ep.bias, ep.activation, ep.residual)
+        args, options = launch_args(ks, a, b, out, tensors[2] if ep.bias else None, tensors[-2] if ep.residual else None)
         fn = kernel(ks)
         grid = _grid(p.config, m, n, sms)
         with torch.cuda.device(a.device):
             run = fn[grid]
         return Launch(fn, run, grid, args, options, len(tensors), a.device,
-                      descriptor_dims(layout, p.config, self.epilogue.bias)), out
+                      descriptor_dims(layout, p.config, int(ep.bias) + int(ep.residual))), out
 
 
 @lru_cache(maxsize=16)
@@ -116,7 +122,8 @@ def ws_configs(dtype: str) -> list[KernelConfig]:
     """The warp-specialized configs a table measures for a GEMM in ``dtype``: the level-3 set of the Hopper
     ablation (``benchmarks/hopper_gemm.py``, all three levels; each won some of its shapes on the H200):
     ping-pong over 128 x 128 tiles with a ring of 4 or 6, cooperative 128 x 256 with 3 or 4 stages, cooperative
-    256 x 128; one wgmma group in flight (a second costs a ring slot and lost everywhere: ``docs/hopper.md``)."""
+    256 x 128; one wgmma group in flight (a second costs a ring slot and lost everywhere):
+    ``docs/decisions.md#d41``."""
     if dtype not in WS_DTYPES:
         return []
 

@@ -28,7 +28,16 @@ from .plan import HopperPlan, describe
 
 DTYPES: dict[str, str] = {"float16": "f16", "bfloat16": "bf16"}
 LAYOUTS: tuple[str, ...] = ("nn", "nt", "tn", "tt")
-ACTIVATIONS: tuple[str | None, ...] = (None, "relu")
+ACTIVATION_CODE: dict[str, str] = {
+    "relu": "gl.maximum(part, 0.0)",
+    "gelu": "0.5 * part * (1.0 + gl.erf(part * 0.7071067811865476))",  # exact (erf) GELU, torch's default
+    "silu": "part / (1.0 + gl.exp(-part))",
+    "sigmoid": "1.0 / (1.0 + gl.exp(-part))",
+    "tanh": "2.0 / (1.0 + gl.exp(-2.0 * part)) - 1.0",  # saturates to +-1 where exp over- or underflows
+}
+"""The epilogue's activations, applied in float32 to the accumulator slice ``part`` (the implicit-GEMM
+kernel's set, ``kernels.matmul.ACTIVATIONS``)."""
+ACTIVATIONS: tuple[str | None, ...] = (None, *ACTIVATION_CODE)
 
 
 @dataclass(frozen=True)
@@ -40,13 +49,14 @@ class KernelSource:
     layout: str
     bias: bool
     activation: str | None
+    residual: bool = False
 
 
 def kernel_name(config: HopperConfig, dtype: str, layout: str, bias: bool = False,
-                activation: str | None = None) -> str:
+                activation: str | None = None, residual: bool = False) -> str:
     """Stable: the same (config, dtype, layout, epilogue) always names the same kernel (and cache file)."""
     _check(dtype, layout, activation)
-    ep = ("_bias" if bias else "") + (f"_{activation}" if activation else "")
+    ep = ("_bias" if bias else "") + (f"_{activation}" if activation else "") + ("_res" if residual else "")
     return f"hopper_gemm_{layout}_{DTYPES[dtype]}{ep}_{config.tag()}"
 
 
@@ -70,10 +80,12 @@ class _Ctx:
     bias: bool
     activation: str | None
     name: str
+    residual: bool = False
 
     @property
     def ep_args(self) -> str:
-        return "bias, " if self.bias else ""
+        """The epilogue's tensors, in the order every alcop GEMM kernel takes them: bias, then residual."""
+        return ("bias, " if self.bias else "") + ("residual, " if self.residual else "")
 
     @property
     def bars(self) -> str:
@@ -86,7 +98,9 @@ def _header(x: _Ctx) -> str:
     a_store = "A stored (M, K), K contiguous" if x.layout[0] == "n" else "A stored (K, M), M contiguous: wgmma reads its tile transposed"
     b_store = "B stored (K, N), N contiguous" if x.layout[1] == "n" else "B stored (N, K), K contiguous: wgmma reads its tile transposed"
     ep = " + bias[n]" if x.bias else ""
-    op = f"C[m, n] = {x.activation + '(' if x.activation else ''}sum_k A[m, k] * B[k, n]{ep}{')' if x.activation else ''}"
+    res = " + residual[m, n]" if x.residual else ""
+    op = (f"C[m, n] = {x.activation + '(' if x.activation else ''}sum_k A[m, k] * B[k, n]{ep}"
+          f"{')' if x.activation else ''}{res}")
     lines = [
         f"alcop_triton generated Hopper (sm90) GEMM kernel {x.name}",
         "",
@@ -176,21 +190,30 @@ def _epilogue(x: _Ctx) -> str:
     for i in range(s):
         v = f"parts[{i}]"
         body.append(f"    part = {v}")
+        if x.bias or x.residual:
+            body.append("    cols = off_n + " + f"{i} * SLICE_N + gl.arange(0, SLICE_N, layout=gl.SliceLayout(0, part.type.layout))")
         if x.bias:
-            body += ["    cols = off_n + " + f"{i} * SLICE_N + gl.arange(0, SLICE_N, layout=gl.SliceLayout(0, part.type.layout))",
-                     "    part = part + gl.load(bias + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]"]
-        if x.activation == "relu":
-            body.append("    part = gl.maximum(part, 0.0)")
+            body.append("    part = part + gl.load(bias + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]")
+        if x.activation:
+            body.append(f"    part = {ACTIVATION_CODE[x.activation]}")
+        if x.residual:  # a row-major (M, N) residual, read by pointers in the accumulator's layout
+            body += ["    in_c = (rows < M)[:, None] & (cols < N)[None, :]",
+                     "    part = part + gl.load(residual + rows[:, None] * N + cols[None, :], mask=in_c, other=0.0)"
+                     ".to(gl.float32)"]
         body += ["    tma.store_wait(pendings=0)  # the buffer's previous store has left shared memory",
                  "    c_smem.store(part.to(c_desc.dtype))",
                  "    fence_async_shared()",
                  f"    tma.async_copy_shared_to_global(c_desc, [off_m, off_n + {i} * SLICE_N], c_smem)"]
+    if x.residual:
+        body.insert(0, "    rows = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, parts[0].type.layout))")
     how = "the whole tile" if s == 1 else f"{s} column slices of SLICE_N (split in registers, one TMA store each)"
+    what = ("; bias added" if x.bias else "") + (f"; {x.activation}" if x.activation else "") + (
+        "; residual added" if x.residual else "")
     return f'''
 
 @gluon.jit
-def _epilogue(acc, c_desc, c_smem, {x.ep_args}off_m, off_n, N):
-    """Level 3: the tile to C by TMA through shared memory, {how}{'; bias added' if x.bias else ''}{'; relu' if x.activation else ''}."""
+def _epilogue(acc, c_desc, c_smem, {x.ep_args}off_m, off_n, M, N):
+    """Level 3: the tile to C by TMA through shared memory, {how}{what}."""
 ''' + "\n".join(split + body) + "\n"
 
 
@@ -270,7 +293,7 @@ def _consumer(x: _Ctx) -> str:
         g = ((t - pid) // nprog) * kt
         off_m, off_n = _tile_offsets(t, n_m, n_n)
         acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
-{_turn_wait(x)}{_main_loop(x, "        ", released=True, inline=False, turn=x.cfg.policy == "pingpong")}        _epilogue(acc, c_desc, c_smem, {x.ep_args}off_m, off_n, N)
+{_turn_wait(x)}{_main_loop(x, "        ", released=True, inline=False, turn=x.cfg.policy == "pingpong")}        _epilogue(acc, c_desc, c_smem, {x.ep_args}off_m, off_n, M, N)
     tma.store_wait(pendings=0)
 '''
 
@@ -336,7 +359,7 @@ def {x.name}(a_ptr, b_ptr, {x.ep_args}c_ptr, a_desc, b_desc, c_desc, M, N, K):
             if i < kt:
                 _copy_chunk(a_desc, b_desc, a_ring, b_ring, ready, (g + i) % STAGES, off_m, off_n, i)
         acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
-{_main_loop(x, "        ", released=False, inline=True)}        _epilogue(acc, c_desc, c_smem, {x.ep_args}off_m, off_n, N)
+{_main_loop(x, "        ", released=False, inline=True)}        _epilogue(acc, c_desc, c_smem, {x.ep_args}off_m, off_n, M, N)
     tma.store_wait(pendings=0)
 '''
 
@@ -348,15 +371,16 @@ EMITTERS: tuple[tuple[str, Callable[[_Ctx], str]], ...] = (
 
 
 def emit(config: HopperConfig | HopperPlan, dtype: str, layout: str, *, bias: bool = False,
-         activation: str | None = None) -> KernelSource:
+         activation: str | None = None, residual: bool = False) -> KernelSource:
     """The Gluon source of one kernel. ``config``: a plan (its levels' reasons go to the header) or a bare
     config (described as given)."""
     plan = config if isinstance(config, HopperPlan) else describe(config)
     plan.config.validate()  # a record built around __post_init__ (dataclasses.replace keeps it) is checked again
     _check(dtype, layout, activation)
-    if not isinstance(bias, bool):
-        raise ScheduleError(f"hopper emit: bias={bias!r}: must be True or False")
-    name = kernel_name(plan.config, dtype, layout, bias, activation)
-    x = _Ctx(plan.config, plan, dtype, layout, bias, activation, name)
+    for flag, v in (("bias", bias), ("residual", residual)):
+        if not isinstance(v, bool):
+            raise ScheduleError(f"hopper emit: {flag}={v!r}: must be True or False")
+    name = kernel_name(plan.config, dtype, layout, bias, activation, residual)
+    x = _Ctx(plan.config, plan, dtype, layout, bias, activation, name, residual)
     source = "".join(fn(x) for _, fn in EMITTERS)
-    return KernelSource(name, source, plan, dtype, layout, bias, activation)
+    return KernelSource(name, source, plan, dtype, layout, bias, activation, residual)

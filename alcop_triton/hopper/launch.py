@@ -68,26 +68,28 @@ def gl_descriptor(x: Any, block: list[int]) -> Any:
                             gl.NVMMASharedLayout.get_default_for(block, dt))
 
 
-def descriptor_dims(layout: str, cfg: HopperConfig, bias: bool) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]:
+def descriptor_dims(layout: str, cfg: HopperConfig, epilogue_tensors: int) -> tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]:
     """The kernel's TMA descriptors as ``(tensor index, dims, block)`` over its tensors (A, B as the math
-    operands, [bias,] C), ``runtime.tma_descriptor``'s terms: a "t" operand is described as it is stored
+    operands, then ``epilogue_tensors`` of bias and residual, then C), ``runtime.tma_descriptor``'s terms: a "t" operand is described as it is stored
     (dims (1, 0): its unit-stride dim last), C in column slices of ``epilogue_subtile``."""
     a_dims, a_box = ((0, 1), (cfg.block_m, cfg.block_k)) if layout[0] == "n" else ((1, 0), (cfg.block_k, cfg.block_m))
     b_dims, b_box = ((0, 1), (cfg.block_k, cfg.block_n)) if layout[1] == "n" else ((1, 0), (cfg.block_n, cfg.block_k))
     c_box = (cfg.block_m, cfg.block_n // cfg.epilogue_subtile)
-    return ((0, a_dims, a_box), (1, b_dims, b_box), (3 if bias else 2, (0, 1), c_box))
+    return ((0, a_dims, a_box), (1, b_dims, b_box), (2 + epilogue_tensors, (0, 1), c_box))
 
 
-def launch_args(ks: KernelSource, a: Any, b: Any, c: Any, bias: Any = None) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The kernel's positional arguments and launch options for ``c = a @ b``: the tensors (A, B,
-    [bias,] C), then Gluon descriptors of A and B as stored ("t": the transposed storage) and of C with
-    the config's boxes, then the sizes."""
+def launch_args(ks: KernelSource, a: Any, b: Any, c: Any, bias: Any = None, residual: Any = None
+                ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The kernel's positional arguments and launch options for ``c = a @ b`` (+ epilogue): the tensors
+    (A, B, [bias,] [residual,] C), then Gluon descriptors of A and B as stored ("t": the transposed
+    storage) and of C with the config's boxes, then the sizes."""
     cfg = ks.plan.config
     m, k = a.shape
     n = b.shape[1]
-    tensors = (a, b, *((bias,) if ks.bias else ()), c)
+    ep = (*((bias,) if ks.bias else ()), *((residual,) if ks.residual else ()))
+    tensors = (a, b, *ep, c)
     descs = tuple(gl_descriptor(tensors[i].permute(*dims), list(block))
-                  for i, dims, block in descriptor_dims(ks.layout, cfg, ks.bias))
+                  for i, dims, block in descriptor_dims(ks.layout, cfg, len(ep)))
     args = (*tensors, *descs, m, n, k)
     options: dict[str, Any] = {"num_warps": cfg.num_warps}
     if cfg.maxnreg:
@@ -101,8 +103,9 @@ def grid(cfg: HopperConfig, m: int, n: int, sms: int) -> tuple[int]:
 
 
 @functools.lru_cache(maxsize=256)
-def source(p: HopperPlan, dtype: str, layout: str, bias: bool, activation: str | None) -> KernelSource:
-    return emit(p, dtype, layout, bias=bias, activation=activation)
+def source(p: HopperPlan, dtype: str, layout: str, bias: bool, activation: str | None,
+           residual: bool = False) -> KernelSource:
+    return emit(p, dtype, layout, bias=bias, activation=activation, residual=residual)
 
 
 def kernel(ks: KernelSource) -> Any:
@@ -112,8 +115,9 @@ def kernel(ks: KernelSource) -> Any:
 
 
 def matmul(a: Any, b: Any, *, config: HopperConfig | None = None, bias: Any = None,
-           activation: str | None = None, out: Any = None) -> Any:
-    """``a @ b`` (+ ``bias`` over columns, then ``activation``) for 2-d fp16/bf16 CUDA tensors on an sm90+ GPU,
+           activation: str | None = None, residual: Any = None, out: Any = None) -> Any:
+    """``act(a @ b + bias) + residual`` (each part optional; ``activation`` one of ``emit.ACTIVATIONS``) for
+    2-d fp16/bf16 CUDA tensors on an sm90+ GPU,
     by the generated kernel of ``plan(m, n, k, config)``; the output has the inputs' dtype (written into
     ``out``, a contiguous (m, n) tensor of that dtype and device, where given)."""
     import torch
@@ -140,6 +144,12 @@ def matmul(a: Any, b: Any, *, config: HopperConfig | None = None, bias: Any = No
             raise ValueError(f"hopper matmul: bias must be a ({n},) {a.dtype} tensor on {a.device}, got "
                              f"{getattr(bias, 'shape', type(bias).__name__)}")
         bias = bias.contiguous()
+    if residual is not None:
+        if (not isinstance(residual, torch.Tensor) or tuple(residual.shape) != (m, n) or residual.dtype != a.dtype
+                or residual.device != a.device):
+            raise ValueError(f"hopper matmul: residual must be a ({m}, {n}) {a.dtype} tensor on {a.device}, got "
+                             f"{getattr(residual, 'shape', type(residual).__name__)}")
+        residual = residual.contiguous()
     if out is None:
         out = torch.empty(m, n, dtype=a.dtype, device=a.device)
     elif (not isinstance(out, torch.Tensor) or tuple(out.shape) != (m, n) or out.dtype != a.dtype
@@ -149,17 +159,18 @@ def matmul(a: Any, b: Any, *, config: HopperConfig | None = None, bias: Any = No
     if m == 0 or n == 0:
         return out
     if k == 0:
-        out.zero_()
-        if bias is not None:
-            out += bias
-        return torch.relu(out) if activation == "relu" else out
+        from ..fallback import TORCH_ACTIVATIONS
+        z = torch.zeros(m, n, dtype=torch.float32, device=a.device) + (0 if bias is None else bias.float())
+        z = TORCH_ACTIVATIONS[activation](z) if activation else z
+        out.copy_(z if residual is None else z + residual.float())
+        return out
     a_k, la = _operand(a)
     b_k, lb = _operand(b)
     c = out if _tma_ready(out) else _padded(out)
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
     p = plan(m, n, k, config, sms=sms)
-    ks = source(p, str(a.dtype).removeprefix("torch."), la + lb, bias is not None, activation)
-    args, options = launch_args(ks, a_k, b_k, c, bias)
+    ks = source(p, str(a.dtype).removeprefix("torch."), la + lb, bias is not None, activation, residual is not None)
+    args, options = launch_args(ks, a_k, b_k, c, bias, residual)
     with torch.cuda.device(a.device):
         kernel(ks)[grid(p.config, m, n, sms)](*args, **options)
     if c is not out:

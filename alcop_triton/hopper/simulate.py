@@ -17,13 +17,15 @@ error. This module executes the *emitted Gluon text* (not a re-statement of it) 
 * partitions (``warp_specialize``) run as threads that a seeded random scheduler interleaves at every
   primitive; nothing runnable and nothing in flight while a partition still waits is a deadlock.
 
-Operands are small integers in float64, so the result must equal ``A @ B`` (+ bias, relu) exactly; C starts
+Operands are small integers in float64, so the result must equal ``A @ B`` (+ bias, relu, residual)
+exactly (the smooth activations to float64 rounding, computed as the emitted formula is); C starts
 as NaN, so a tile never written shows. ``ProtocolError`` names what went wrong and where each partition was.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import random
 import threading
 from dataclasses import dataclass
@@ -207,6 +209,29 @@ class _T:
     def __lt__(self, other: Any) -> "_T":
         return _T(self.data < _val(other))
 
+    def __and__(self, other: Any) -> "_T":
+        return _T(self.data & _val(other))
+
+    def __mul__(self, other: Any) -> "_T":
+        return _T(self.data * _val(other))
+
+    __rmul__ = __mul__
+
+    def __sub__(self, other: Any) -> "_T":
+        return _T(self.data - _val(other))
+
+    def __rsub__(self, other: Any) -> "_T":
+        return _T(_val(other) - self.data)
+
+    def __truediv__(self, other: Any) -> "_T":
+        return _T(self.data / _val(other))
+
+    def __rtruediv__(self, other: Any) -> "_T":
+        return _T(_val(other) / self.data)
+
+    def __neg__(self) -> "_T":
+        return _T(-self.data)
+
 
 def _val(x: Any) -> Any:
     if isinstance(x, _Future):
@@ -332,6 +357,9 @@ class _Shared:
         return _Slot(self, i)
 
 
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+
 # ------------------------------------------------------------------------------------------ the model of gl & co.
 class _Gluon:
     @staticmethod
@@ -368,6 +396,15 @@ class _GL:
     @staticmethod
     def maximum(a: Any, b: Any) -> Any:
         return _T(np.maximum(_val(a), _val(b))) if isinstance(a, _T) or isinstance(b, _T) else max(a, b)
+
+    @staticmethod
+    def exp(x: Any) -> _T:
+        with np.errstate(over="ignore"):  # exp overflows to inf as on the GPU; the formulas saturate
+            return _T(np.exp(_val(x)))
+
+    @staticmethod
+    def erf(x: Any) -> _T:
+        return _T(_ERF(_val(x)))
 
     @staticmethod
     def zeros(shape: tuple[int, ...], dtype: Any = None, layout: Any = None) -> _T:
@@ -584,6 +621,7 @@ def run_kernel(ks: KernelSource, m: int, n: int, k: int, *, programs: int, seed:
     a = rng.integers(-2, 3, (m, k)).astype(np.float64)
     b = rng.integers(-2, 3, (k, n)).astype(np.float64)
     bias = rng.integers(-2, 3, n).astype(np.float64)
+    residual = rng.integers(-2, 3, (m, n)).astype(np.float64)
     c = np.full((m, n), np.nan)
     a_st = a if ks.layout[0] == "n" else np.ascontiguousarray(a.T)
     b_st = b if ks.layout[1] == "n" else np.ascontiguousarray(b.T)
@@ -592,7 +630,8 @@ def run_kernel(ks: KernelSource, m: int, n: int, k: int, *, programs: int, seed:
     c_box = [cfg.block_m, cfg.block_n // cfg.epilogue_subtile]
     fn = load_model(source if source is not None else ks.source, ks.name)
     # the kernel's tensors (read only through the descriptors but bias), then the descriptors and sizes
-    tensors = (None, None, *((_Ptr(bias),) if ks.bias else ()), None)
+    tensors = (None, None, *((_Ptr(bias),) if ks.bias else ()), *((_Ptr(residual.ravel()),) if ks.residual else ()),
+               None)
     args = (*tensors, _Desc(a_st, a_box), _Desc(b_st, b_box), _Desc(c, c_box), m, n, k)
     for pid in range(programs):
         s = _Sim(seed * 1000003 + pid, max_steps)
@@ -609,20 +648,34 @@ def run_kernel(ks: KernelSource, m: int, n: int, k: int, *, programs: int, seed:
         finally:
             _SIM.pop()
     ref = a @ b + (bias[None, :] if ks.bias else 0.0)
-    if ks.activation == "relu":
-        ref = np.maximum(ref, 0.0)
+    if ks.activation is not None:
+        with np.errstate(over="ignore"):
+            ref = _ACTIVATIONS[ks.activation](ref)
+    if ks.residual:
+        ref = ref + residual
     if np.isnan(c).any():
         rows, cols = np.nonzero(np.isnan(c))
         raise ProtocolError(f"{ks.name}: {rows.size} element(s) of C never written, e.g. ({rows[0]}, {cols[0]})")
-    if not np.array_equal(c, ref):
-        rows, cols = np.nonzero(c != ref)
+    exact = ks.activation in (None, "relu")
+    if not (np.array_equal(c, ref) if exact else np.allclose(c, ref, rtol=1e-12, atol=1e-12)):
+        rows, cols = np.nonzero(c != ref if exact else ~np.isclose(c, ref, rtol=1e-12, atol=1e-12))
         raise ProtocolError(f"{ks.name}: {rows.size} element(s) of C wrong, e.g. ({rows[0]}, {cols[0]}): "
                             f"{c[rows[0], cols[0]]} != {ref[rows[0], cols[0]]}")
 
 
+_ACTIVATIONS: dict[str, Callable[[Any], Any]] = {
+    # torch's definitions in float64, independent of the emitted formulas
+    "relu": lambda z: np.maximum(z, 0.0),
+    "gelu": lambda z: 0.5 * z * (1.0 + _ERF(z / math.sqrt(2.0))),
+    "silu": lambda z: z / (1.0 + np.exp(-z)),
+    "sigmoid": lambda z: 1.0 / (1.0 + np.exp(-z)),
+    "tanh": np.tanh,
+}
+
+
 def simulate(config: HopperConfig | HopperPlan, dtype: str, layout: str, m: int, n: int, k: int, *,
              programs: int | None = None, sms: int = 132, bias: bool = False, activation: str | None = None,
-             seed: int = 0, planned: bool = True) -> SimResult:
+             residual: bool = False, seed: int = 0, planned: bool = True) -> SimResult:
     """Generate the kernel of ``config`` (planned for (m, n, k) on ``sms`` SMs unless ``planned=False`` or a
     plan is given) and run it over the launch's grid (or ``programs`` programs); raises ``ProtocolError``."""
     if isinstance(config, HopperPlan):
@@ -633,6 +686,6 @@ def simulate(config: HopperConfig | HopperPlan, dtype: str, layout: str, m: int,
     tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
     if programs is None:
         programs = max(1, min(tiles, sms)) if cfg.persistent else tiles
-    ks = emit(p, dtype, layout, bias=bias, activation=activation)
+    ks = emit(p, dtype, layout, bias=bias, activation=activation, residual=residual)
     run_kernel(ks, m, n, k, programs=programs, seed=seed)
     return SimResult(ks.name, programs, tiles)

@@ -74,9 +74,18 @@ def test_every_variant_is_valid_python_with_one_kernel() -> None:
 
 
 @pytest.mark.parametrize("kw, word", [({"dtype": "float32"}, "dtype='float32'"), ({"layout": "nx"}, "layout='nx'"),
-                                      ({"activation": "gelu"}, "activation='gelu'"), ({"bias": 1}, "bias=1")])
+                                      ({"activation": "gelu_tanh"}, "activation='gelu_tanh'"), ({"bias": 1}, "bias=1"),
+                                      ({"residual": "yes"}, "residual='yes'")])
 def test_only_checked_values_reach_the_source(kw, word) -> None:
     args = {"dtype": "float16", "layout": "nn"} | {k: v for k, v in kw.items() if k in ("dtype", "layout")}
     extra = {k: v for k, v in kw.items() if k not in ("dtype", "layout")}
     with pytest.raises(ScheduleError, match=word.replace("(", "\\(")):
         emit(PP, args["dtype"], args["layout"], **extra)
+
+
+def test_the_epilogue_names_each_part_in_header_name_and_docstring() -> None:
+    ks = emit(PP, "bfloat16", "nt", bias=True, activation="silu", residual=True)
+    assert ks.name.startswith("hopper_gemm_nt_bf16_bias_silu_res_") and ks.residual
+    assert "op:       C[m, n] = silu(sum_k A[m, k] * B[k, n] + bias[n]) + residual[m, n]" in ks.source
+    assert "bias added; silu; residual added" in ks.source
+    assert "def hopper_gemm_nt_bf16_bias_silu_res_" in ks.source and "(a_ptr, b_ptr, bias, residual, c_ptr," in ks.source

@@ -44,6 +44,16 @@ def test_planned_configs_and_the_epilogue_options() -> None:
              300, 300, 64, sms=2)
 
 
+@pytest.mark.parametrize("activation", ["gelu", "silu", "sigmoid", "tanh", None])
+def test_every_activation_and_a_residual_in_slices_of_odd_tiles(activation: str | None) -> None:
+    # the residual read by pointers at (row, col) of each slice; rows and columns past C masked
+    pp = HopperConfig(consumers=2, policy="pingpong", stages=3, wgmma_depth=1, epilogue_subtile=2)
+    simulate(pp, "float16", "nt", 200, 150, 96, sms=2, bias=activation is not None, activation=activation,
+             residual=True)
+    simulate(HopperConfig(block_n=64, epilogue_subtile=4, warp_specialize=False), "bfloat16", "tn", 70, 90, 64,
+             sms=1, activation=activation, residual=True)
+
+
 # Each a mistake in the protocol, planted in the generated text, that the model must catch.
 PLANTED = [
     ("pingpong", "((g // STAGES) & 1) ^ 1)", "((g // STAGES) & 1))", "deadlock"),  # loader: fresh empty blocks
@@ -69,3 +79,11 @@ def test_planted_protocol_mistakes_are_caught(name: str, old: str, new: str, say
     assert old in ks.source
     with pytest.raises(ProtocolError, match=says or None):
         run_kernel(ks, 520, 390, 330, programs=3, seed=3, source=ks.source.replace(old, new), max_steps=200_000)
+
+
+def test_a_residual_read_at_the_wrong_place_is_caught() -> None:
+    ks = emit(CONFIGS["pingpong"], "float16", "nt", residual=True)
+    old = "rows[:, None] * N + cols[None, :]"
+    assert old in ks.source
+    with pytest.raises(ProtocolError, match="wrong"):
+        run_kernel(ks, 200, 150, 96, programs=2, seed=1, source=ks.source.replace(old, "rows[:, None] * N"))

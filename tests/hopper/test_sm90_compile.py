@@ -14,19 +14,23 @@ LEVEL12_WS = HopperConfig(warp_specialize=True, persistent=False, wgmma_depth=2,
 PINGPONG = HopperConfig(consumers=2, policy="pingpong", stages=4, wgmma_depth=1, epilogue_subtile=2)
 COOP = HopperConfig(block_n=256, consumers=2, policy="cooperative", stages=3, wgmma_depth=1, epilogue_subtile=2)
 
-CASES = [  # (config, dtype, layout, bias, activation)
-    (LEVEL1, "float16", "nn", False, None),
-    (LEVEL12, "bfloat16", "nt", False, None),
-    (LEVEL12_WS, "float16", "tn", False, None),
-    (PINGPONG, "bfloat16", "tt", False, None),
-    (PINGPONG.replace(wgmma_depth=2, epilogue_subtile=4), "float16", "nt", True, "relu"),
-    (COOP, "bfloat16", "nn", True, None),
+CASES = [  # (config, dtype, layout, bias, activation, residual)
+    (LEVEL1, "float16", "nn", False, None, False),
+    (LEVEL12, "bfloat16", "nt", False, None, False),
+    (LEVEL12_WS, "float16", "tn", False, None, False),
+    (PINGPONG, "bfloat16", "tt", False, None, False),
+    (PINGPONG.replace(wgmma_depth=2, epilogue_subtile=4), "float16", "nt", True, "relu", False),
+    (COOP, "bfloat16", "nn", True, None, False),
+    (PINGPONG, "float16", "nt", True, "gelu", True),
+    (COOP, "bfloat16", "tn", False, "silu", True),
+    (LEVEL12, "float16", "nn", True, "tanh", False),
+    (LEVEL12_WS, "bfloat16", "nt", False, "sigmoid", True),
 ]
 
 
 def compile_all() -> list[dict]:
     from alcop_triton.hopper.sm90_check import compile_sm90
-    return [compile_sm90(c, d, lay, bias=b, activation=act) for c, d, lay, b, act in CASES]
+    return [compile_sm90(c, d, lay, bias=b, activation=act, residual=r) for c, d, lay, b, act, r in CASES]
 
 
 @pytest.mark.sm90_compile

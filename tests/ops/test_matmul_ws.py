@@ -85,8 +85,10 @@ def test_compiled_picks_the_kernel_for_single_gemms_and_the_twin_otherwise() -> 
     batched = km.compiled("float16", 1, km.Epilogue(), PP)
     assert not isinstance(batched, WarpSpecializedGemm) and batched.config == PP.tma_twin()
     assert not km.compiled("float16", 0, km.Epilogue(), PP, out_dtype="float32").config.async_copy == "ws"
-    gelu = WarpSpecializedGemm("float16", km.Epilogue(activation="gelu"), PP)
-    assert not gelu.applies() and WarpSpecializedGemm("float16", km.Epilogue(bias=True), PP).applies()
+    for ep in (km.Epilogue(bias=True, activation="gelu", residual=True), km.Epilogue(activation="tanh")):
+        assert WarpSpecializedGemm("float16", ep, PP).applies()
+    for ep in (km.Epilogue(alpha=2.0), km.Epilogue(residual=True, beta=0.5)):  # addmm's scales: the twin's
+        assert not WarpSpecializedGemm("float16", ep, PP).applies()
     with pytest.raises(ScheduleError, match="not 'ws'"):
         WarpSpecializedGemm("float16", km.Epilogue(), PP.tma_twin())
 
