@@ -1,7 +1,7 @@
 """Ablation of ALCOP's three pipeline levels on Hopper: the generated Gluon sm90 GEMM kernels against cuBLAS
 (torch.matmul) and alcop's Triton lowering (alcop_triton.matmul), under CUDA graphs.
 
-    python benchmarks/hopper_gemm.py --out DIR [--shapes MxNxK[:LAYOUT],...] [--dtypes float16,bfloat16]
+    python benchmarks/hopper_gemm.py --out DIR [--shapes MxNxK[:LAYOUT],...|heldout] [--dtypes float16,bfloat16]
                                      [--level-sets 1,1+2,1+2+3] [--timeout SECONDS] [--dry-run]
 
 Shapes default to the GEMMs of benchmarks/workloads/models.json with M >= 512 (their layouts) in each
@@ -69,6 +69,12 @@ def default_shapes() -> list[str]:
     data = json.loads((ROOT / "benchmarks" / "workloads" / "models.json").read_text())
     return [f"{'x'.join(map(str, w['shape']))}:{w['layout']}" for w in data["workloads"]
             if w["op"] == "matmul" and w["shape"][0] >= 512]
+
+
+def heldout_shapes() -> list[str]:
+    """The held-out GEMMs (``benchmarks/workloads/heldout.json``: in no table, fixed before any result)."""
+    data = json.loads((ROOT / "benchmarks" / "workloads" / "heldout.json").read_text())
+    return [f"{'x'.join(map(str, w['shape']))}:{w['layout']}" for w in data["workloads"] if w["op"] == "matmul"]
 
 
 def parse_shape(text: str) -> tuple[int, int, int, str]:
@@ -365,7 +371,8 @@ def write_report(rows: list[dict[str, Any]], sets: list[str], a: argparse.Namesp
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="directory for hopper_gemm.json and hopper_gemm.md")
-    ap.add_argument("--shapes", default=None, help="MxNxK[:LAYOUT],... (default: models.json GEMMs with M >= 512)")
+    ap.add_argument("--shapes", default=None, help="MxNxK[:LAYOUT],... (default: models.json GEMMs with M >= 512), "
+                                                   "or 'heldout': the held-out set's GEMMs")
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--level-sets", default=",".join(LEVEL_SETS))
     ap.add_argument("--no-big", action="store_true", help=f"leave out {BIG} bf16")
@@ -386,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     dtypes = a.dtypes.split(",")
     if bad or any(d not in ("float16", "bfloat16") for d in dtypes):
         raise SystemExit(f"--level-sets from {list(LEVEL_SETS)}, --dtypes from float16,bfloat16; got {sets}, {dtypes}")
-    shapes = a.shapes.split(",") if a.shapes else default_shapes()
+    shapes = heldout_shapes() if a.shapes == "heldout" else a.shapes.split(",") if a.shapes else default_shapes()
     todo = cases(shapes, dtypes, not a.no_big and a.shapes is None)
     rows: list[dict[str, Any]] = []
     # one dtype at a time, the report rewritten after each: a run stopped part way keeps what it measured
