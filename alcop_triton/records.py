@@ -133,7 +133,7 @@ class KernelConfig:
                                 "per (tile, slice); use one or the other")
         if not isinstance(self.wave_tail, bool):
             raise ScheduleError(f"KernelConfig.wave_tail={self.wave_tail!r}: must be True or False")
-        if self.wave_tail and not tail_capable(self):
+        if self.wave_tail and self.async_copy != "ws" and not tail_capable(self):  # ws: hopper() says why
             raise ScheduleError(f"KernelConfig.wave_tail=True with persistent={self.persistent}, split_k={self.split_k}, "
                                 f"block_m={self.block_m}: a wave tail needs one program per whole tile (neither "
                                 f"persistent nor split-K) and block_m >= {TAIL_BLOCK} (the tail's rows start at a "
@@ -253,8 +253,9 @@ def check_record(workload: "Workload", config: KernelConfig) -> None:
 
 
 def tail_capable(c: KernelConfig) -> bool:
-    """Whether ``c`` has a ``wave_tail`` twin (one program per whole tile, tiles of at least 64 rows)."""
-    return not c.persistent and c.split_k == 1 and c.block_m >= TAIL_BLOCK
+    """Whether ``c`` has a ``wave_tail`` twin (one program per whole tile, tiles of at least 64 rows; not the
+    warp-specialized kernel's, which has no wave tail)."""
+    return not c.persistent and c.split_k == 1 and c.block_m >= TAIL_BLOCK and c.async_copy != "ws"
 
 
 def wave_tail_rows(tiles_m: int, tiles_n: int, sms: int) -> int:

@@ -306,7 +306,8 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
                     and shape_reason(w, four, spec) is None:
                 out.append(four)
     for c in list(out):
-        for mech in Knobs().async_copy:
+        # the warp-specialized kernel's configs are ws_candidates' (its knobs are not the other mechanisms')
+        for mech in (m for m in Knobs().async_copy if m != "ws" and c.async_copy != "ws"):
             twin = c.replace(async_copy=mech)
             if twin not in out and shape_reason(w, twin, spec) is None:
                 out.append(twin)

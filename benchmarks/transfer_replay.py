@@ -131,7 +131,9 @@ def with_copy_twins(w: Workload, order: Sequence[KernelConfig], spec: GPUSpec) -
 
     out: list[KernelConfig] = []
     for c in order:
-        for twin in [c] + [c.replace(async_copy=m) for m in Knobs().async_copy if m != c.async_copy]:
+        # the warp-specialized kernel's knobs are its own: a "ws" config has no twin of another mechanism here
+        mechs = [m for m in Knobs().async_copy if m not in (c.async_copy, "ws")] if c.async_copy != "ws" else []
+        for twin in [c] + [c.replace(async_copy=m) for m in mechs]:
             if twin not in out and (twin == c or shape_reason(w, twin, spec) is None):
                 out.append(twin)
     return out

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from .. import generation, settings
-from ..errors import DatabaseError, TuningError
-from ..records import KernelConfig, Workload, tail_capable
+from ..errors import DatabaseError, ScheduleError, TuningError
+from ..records import WS_DTYPES, KernelConfig, Workload, tail_capable
 from .database import (GpuKey, TuningRecord, best_of, current_version_group, gpu_key, mma_of, rank_configs, read_jsonl,
                        select)
 from .store import TuningStore, open_database
@@ -123,6 +123,27 @@ def model_shortlist(workload: Workload, spec: Any) -> list[KernelConfig]:
         return ConfigSpace.build(workload, spec, knobs=dispatch_knobs(workload.op)).ranked()
     except TuningError:
         return ConfigSpace.build(workload, spec, knobs=dispatch_knobs(workload.op, small=True)).ranked()
+
+
+def ws_seeds(workload: Workload, spec: Any) -> list[KernelConfig]:
+    """The warp-specialized kernel's measured configs (``kernels.matmul_ws.ws_configs``) for a half-precision
+    single GEMM (op "matmul") on a GPU with wgmma, each as ``hopper.plan`` runs it on ``workload`` (ping-pong
+    made cooperative below two tiles per SM, persistence dropped with no more tiles than SMs, the ring cut
+    to the reduction's chunks): the config the space holds for what the kernel runs there. Else none."""
+    if workload.op != "matmul" or workload.dtype not in WS_DTYPES or getattr(spec, "mma", "") != "wgmma":
+        return []
+    from ..kernels.matmul_ws import ws_configs
+    from ..model.analytical import ws_plan
+
+    out: list[KernelConfig] = []
+    for c in ws_configs(workload.dtype):
+        h = ws_plan(workload, c, spec)
+        try:
+            out.append(c.replace(smem_stages=h.stages, reg_stages=h.wgmma_depth + 1, num_warps=4 * h.consumers,
+                                 persistent=h.persistent, pingpong=h.policy == "pingpong"))
+        except ScheduleError:  # a plan whose level 3 a KernelConfig cannot say: the request as it is
+            out.append(c)
+    return list(dict.fromkeys(out))
 
 
 def transfer_ranking(workload: Workload, records: Sequence[TuningRecord], spec: Any
@@ -337,13 +358,19 @@ class Dispatcher:
 
     def seeds(self, workload: Workload, spec: Any) -> list[KernelConfig]:
         """What dispatch knows about ``workload``, best first: the config an untuned call runs (never
-        tuning for it, whatever ``ALCOP_AUTOTUNE`` says), then the other candidates ``transfer_ranking``
-        scores from the nearest measured shapes, then the model's shortlist. A tuning run measures these
-        first (``Tuner``'s ``seed_configs``), so what it finds is never slower than the untuned call."""
+        tuning for it, whatever ``ALCOP_AUTOTUNE`` says), then the warp-specialized kernel's measured
+        configs (``ws_seeds``), then the other candidates ``transfer_ranking`` scores from the nearest
+        measured shapes, then the model's shortlist. A tuning run measures these first (``Tuner``'s
+        ``seed_configs``), so what it finds is never slower than the untuned call.
+
+        The warp-specialized configs come second, not after the neighbours' candidates: a run measures
+        only the first ``session.SEED_BATCHES`` batches of seeds (16 configs at the default batch of 8),
+        and the untuned call and its neighbours' candidates are 20 to 30; so each run measures both
+        lowerings of a single GEMM before its tuner's own proposals."""
         first = self._decide(workload, spec, autotune=False).config
         near = self._nearest(workload, spec)
         shortlist = model_shortlist(workload, spec)[:MODEL_TOP]
-        known = [first, *(near[1] if near is not None else [])]
+        known = [first, *ws_seeds(workload, spec), *(near[1] if near is not None else [])]
         # Each measured config's wave-tail twin right after it (where one can exist: the space drops the
         # twins whose tiles fill whole waves): it differs only in how its last wave runs, which the
         # measurements of other shapes say nothing of.

@@ -10,13 +10,22 @@ Pruning, cheapest first:
    nothing (a persistent kernel's flattened loop runs every chunk of a program's tiles),
    ``reg_split > 1`` without register prefetch only splits the dot, TMA needs sm90, persistence
    needs more tiles than SMs, split-K is for problems with fewer tiles than SMs and slices of at
-   least two chunks, a wave tail is for one-batch GEMMs by TMA on sm90 with more tiles than SMs;
+   least two chunks, a wave tail is for one-batch GEMMs by TMA on sm90 with more tiles than SMs, the
+   warp-specialized kernel (``async_copy="ws"``) is for a single half-precision GEMM on sm90 with wgmma
+   (``_ws_rules``: its own rules as ``KernelConfig`` checks them, then what it runs well);
 2. the variant filter (the paper's ablation: none / double_buffer / smem_multistage / full);
 3. the model's resource accounting: ``model.analytical.resources(...).valid`` (shared memory,
    registers, threads), so out-of-resource configs are never compiled;
 4. optionally the analytical model's ``top_k`` (an int, or a fraction <= 1 as in Triton).
 At least one config always survives: if the model rejects everything, the config with the
 smallest shared-memory footprint is kept and compilation gets the last word.
+
+The product is enumerated in two families (``_families``): every other copy mechanism with the
+warp-specialized knobs at their defaults, and the "ws" configs over the values their kernel can take
+(``WS_FAMILY``). A combination outside both is one ``KernelConfig`` refuses for its warp-specialized
+knobs alone (``pingpong`` without "ws", a "ws" config of 2 warps) or a ws tile outside ``WS_TILES``: it
+is neither enumerated nor counted in ``pruned``. So the two knobs of that kernel add its few hundred
+configs to a space instead of multiplying it.
 """
 
 from __future__ import annotations
@@ -33,14 +42,16 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import numpy as np
 
 from ..errors import ScheduleError, TuningError
-from ..records import TAIL_BLOCK, KernelConfig, Workload
+from ..hopper.config import COMPILER_SLACK, ELEM_BYTES, MAX_ACC_REGS, SMEM_LIMIT, WARPGROUP
+from ..records import TAIL_BLOCK, WS_DTYPES, KernelConfig, Workload
 
 VARIANTS: tuple[str, ...] = ("none", "double_buffer", "smem_multistage", "full")
 """Ablation variants (ALCOP Figure 10): no pipelining, 2-stage shared only, multi-stage shared only,
 multi-stage multi-level (shared + register)."""
 
 KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
-                               "reg_stages", "reg_split", "async_copy", "persistent", "split_k", "wave_tail")
+                               "reg_stages", "reg_split", "async_copy", "persistent", "split_k", "wave_tail",
+                               "pingpong", "epilogue_subtile")
 _knob_values = operator.attrgetter(*KNOB_NAMES)
 _LOCKS = threading.Lock()  # guards the creation of each space's own lock (``ConfigSpace.details``)
 
@@ -62,6 +73,8 @@ class Candidate(NamedTuple):
     persistent: Any
     split_k: Any
     wave_tail: Any
+    pingpong: Any
+    epilogue_subtile: Any
 
 
 @dataclass(frozen=True)
@@ -76,25 +89,33 @@ class Knobs:
     smem_stages: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
     reg_stages: tuple[int, ...] = (1, 2, 3)
     reg_split: tuple[int, ...] = (1, 2, 4)
-    async_copy: tuple[str, ...] = ("pointer", "tma", "box")
+    async_copy: tuple[str, ...] = ("pointer", "tma", "box", "ws")
     persistent: tuple[bool, ...] = (False, True)
     split_k: tuple[int, ...] = (1, 2, 4, 8)
     wave_tail: tuple[bool, ...] = (False, True)
+    pingpong: tuple[bool, ...] = (False, True)
+    epilogue_subtile: tuple[int, ...] = (1, 2, 4)
 
     def values(self) -> list[tuple[Any, ...]]:
         return [getattr(self, k) for k in KNOB_NAMES]
 
 
 DISPATCH_KNOBS = Knobs(block_m=(16, 32, 64, 128), block_n=(32, 64, 128, 256), block_k=(32, 64, 128), group_m=(8,),
-                       num_warps=(4, 8), smem_stages=(3, 4, 5), reg_stages=(1,), reg_split=(1,), wave_tail=(False,))
+                       num_warps=(4, 8), smem_stages=(3, 4, 5), reg_stages=(1,), reg_split=(1,),
+                       async_copy=("pointer", "tma", "box"), wave_tail=(False,), pingpong=(False,),
+                       epilogue_subtile=(1,))
 """The model's own shortlist when a call finds no measurement of its shape: the knobs that decide most
 of the time on the GPUs measured so far (the register level never won there), small enough that
-ranking it stays well under a second on a first call. Wave tails come from measurements only (tuning,
-the table): the model's estimate of the overlap is new and not yet checked against many shapes."""
+ranking it stays well under a second on a first call. Wave tails and the warp-specialized kernel
+(``async_copy="ws"``) come from measurements only (tuning, the table, its seeds
+``kernels.matmul_ws.ws_configs``): the model's estimate of a wave tail's overlap is new and not yet
+checked against many shapes, and its estimate of a loader warp, wgmma groups in flight and ping-pong
+(``model.analytical``) is a sketch of what the kernel does, not yet fitted to its measurements."""
 
 SMALL_PROBLEM_KNOBS = Knobs(block_m=(16, 32), block_n=(16, 32, 64), block_k=(16, 32, 64), group_m=(8,),
                             num_warps=(2, 4), smem_stages=(1, 2, 3), reg_stages=(1,), reg_split=(1,),
-                            persistent=(False,), split_k=(1,), wave_tail=(False,))
+                            async_copy=("pointer", "tma", "box"), persistent=(False,), split_k=(1,),
+                            wave_tail=(False,), pingpong=(False,), epilogue_subtile=(1,))
 """The shortlist of problems no ``DISPATCH_KNOBS`` config fits: a dim below its smallest tile, a
 reduction of one or two chunks."""
 
@@ -143,6 +164,71 @@ def _cdiv(a: Any, b: Any) -> Any:
 
 Rule = tuple[str, Callable[[Any], Any]]
 
+WS = "ws"
+WS_TILES: tuple[int, ...] = (128, 256)
+WS_BLOCK_K: tuple[int, ...] = (64,)
+"""The warp-specialized kernel's tiles in the space: 128 or 256 rows and columns, chunks of 64. The kernel
+issues 64-row wgmmas per consumer warpgroup (a cooperative pair splits 128 rows), so its tiles start at
+64 rows, and a 64-row tile leaves one warpgroup's wgmma short of the tensor cores' rate where Triton's
+lowering of the same tile does as well; 64 half-precision columns are one 128-byte swizzled TMA row,
+and every H200 measurement of the kernel (``benchmarks/results/hopper_gemm/``, ``docs/hopper.md``)
+used block_k 64."""
+WS_FAMILY: dict[str, tuple[Any, ...]] = dict(block_m=WS_TILES, block_n=WS_TILES, block_k=WS_BLOCK_K,
+                                             num_warps=(4, 8), reg_split=(1,), split_k=(1,), wave_tail=(False,))
+"""The values a "ws" config's knobs are enumerated over (``_families``): its tiles, and what
+``KernelConfig.hopper`` allows (one or two consumer warpgroups; no register sub-tiles, split-K or wave
+tail). The shape rules (``WS_CONFIG_RULES``, ``_ws_rules``) say the same of one config."""
+
+
+def _none_of(column: Any, values: tuple[Any, ...]) -> Any:
+    """``column`` is none of ``values`` (elementwise on numpy columns)."""
+    return functools.reduce(operator.and_, (column != v for v in values))
+
+
+def _is_ws(c: Any) -> Any:
+    return c.async_copy == WS
+
+
+def _ws_tile_warpgroups(c: Any) -> Any:
+    """``HopperConfig.tile_warpgroups``: two when 8 warps share one tile (cooperative), else one."""
+    return 1 + ((c.num_warps == 2 * WARPGROUP) & np.logical_not(c.pingpong))
+
+
+def ws_smem_bytes(c: Any) -> Any:
+    """``HopperConfig.smem_bytes`` of a "ws" config's knobs (ints or numpy columns): the TMA ring, the
+    epilogue buffer of each consumer partition (two in ping-pong), the ring's and the turns' mbarriers
+    and the compiler's slack."""
+    slices = np.maximum(c.epilogue_subtile, 1)
+    ring = c.smem_stages * (c.block_m + c.block_n) * c.block_k * ELEM_BYTES
+    epilogue = (1 + c.pingpong) * c.block_m * (c.block_n // slices) * ELEM_BYTES
+    return ring + epilogue + 8 * (2 * c.smem_stages + 2 * c.pingpong) + COMPILER_SLACK
+
+
+def ws_acc_regs(c: Any) -> Any:
+    """``HopperConfig.acc_regs`` of a "ws" config's knobs: fp32 accumulator registers per consumer thread."""
+    return c.block_m * c.block_n // (32 * WARPGROUP * _ws_tile_warpgroups(c))
+
+
+WS_CONFIG_RULES: tuple[Rule, ...] = (
+    ("pingpong or epilogue_subtile without the warp-specialized kernel",
+     lambda c: np.logical_not(_is_ws(c)) & (c.pingpong | (c.epilogue_subtile != 1))),
+    ("ws: one or two consumer warpgroups (4 or 8 warps), no register sub-tiles, split-K or wave tail",
+     lambda c: _is_ws(c) & (_none_of(c.num_warps, (4, 8)) | (c.reg_split != 1) | (c.split_k != 1) | c.wave_tail)),
+    ("ws tile: block_m 64 to 256, block_n and block_k at most 256 and 128",
+     lambda c: _is_ws(c) & ((c.block_m < 64) | (c.block_m > 256) | (c.block_n > 256) | (c.block_k > 128))),
+    ("ws: more wgmma groups in flight than ring stages - 1", lambda c: _is_ws(c) & (c.reg_stages > c.smem_stages)),
+    ("ws: epilogue slices narrower than 16 columns",
+     lambda c: _is_ws(c) & (c.block_n // np.maximum(c.epilogue_subtile, 1) < 16)),
+    ("ws ping-pong without two consumers (8 warps) and persistent programs",
+     lambda c: _is_ws(c) & c.pingpong & ((c.num_warps != 2 * WARPGROUP) | np.logical_not(c.persistent))),
+    ("ws: block_m not a multiple of 64 rows per warpgroup of the tile",
+     lambda c: _is_ws(c) & (c.block_m % (64 * _ws_tile_warpgroups(c)) != 0)),
+    (f"ws: more than {MAX_ACC_REGS} accumulator registers per thread", lambda c: _is_ws(c) & (ws_acc_regs(c) > MAX_ACC_REGS)),
+    (f"ws: shared memory over {SMEM_LIMIT} bytes", lambda c: _is_ws(c) & (ws_smem_bytes(c) > SMEM_LIMIT)))
+"""``KernelConfig``'s own checks of the warp-specialized knobs (``KernelConfig.hopper``, ``HopperConfig``'s
+rules and arithmetic) as column expressions: a combination of valid knob values that passes them all makes a
+"ws" config, one that fails any is refused (``tests/autotune/test_autotune_space.py`` checks both ways)."""
+
 
 SCALAR_LOADS_MAX = 80
 """Most operand elements per thread and reduction chunk (``BLOCK_K * (BLOCK_M + BLOCK_N) / threads``) for a
@@ -177,7 +263,8 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
         ("split-K slices shorter than two chunks", lambda c: (c.split_k > 1) & (trips(c) < 2)),
         # The register prologue would sit inside the flattened tile loop; on the GPU the register
         # level loses to shared-only pipelining anyway (docs/decisions.md#d05).
-        ("register prefetch in a persistent tile loop", lambda c: c.persistent & (c.reg_stages > 1))]
+        ("register prefetch in a persistent tile loop",
+         lambda c: c.persistent & (c.reg_stages > 1) & np.logical_not(_is_ws(c)))]
     if batch != 1 or workload.op not in ("matmul", "linear") or spec is None or _cc_tuple(spec.cc) < (9, 0):
         # the tail launch overlaps the first by programmatic dependent launch (sm90) and splits rows of one batch
         rules.append(("wave tail outside one-batch GEMMs on sm90", lambda c: c.wave_tail))
@@ -195,15 +282,19 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
         # (docs/decisions.md#d06), by 20-70x where the model ranked them first (a
         # conv3d 3x3x3 layer: 62 ms against 0.9 ms with one program per tile).
         rules.append(("persistent convolution", lambda c: c.persistent))
+    def flattened(c: Any) -> Any:
+        # a persistent Triton program's flattened loop runs every chunk of its tiles; the warp-specialized
+        # kernel's ring is cut to one tile's chunks (hopper.plan)
+        return c.persistent & np.logical_not(_is_ws(c))
+
     if spec is not None:
         rules += [
             ("persistent with no more tiles than SMs", lambda c: c.persistent & (tiles(c) <= sms)),
-            # a persistent program's flattened loop runs every chunk of its tiles
             ("more smem stages than reduction steps", lambda c: (c.smem_stages > 1) & (
-                c.smem_stages > trips(c) * (1 + c.persistent * (_cdiv(tiles(c), sms) - 1))))]
+                c.smem_stages > trips(c) * (1 + flattened(c) * (_cdiv(tiles(c), sms) - 1))))]
     else:  # without a GPU the tiles per program are unknown: a persistent config keeps its stages
         rules.append(("more smem stages than reduction steps",
-                      lambda c: (c.smem_stages > 1) & (c.smem_stages > trips(c)) & np.logical_not(c.persistent)))
+                      lambda c: (c.smem_stages > 1) & (c.smem_stages > trips(c)) & np.logical_not(flattened(c))))
     rules += [
         ("reg_split without register prefetch", lambda c: (c.reg_split > 1) & (c.reg_stages == 1)),
         ("more register stages than sub-tiles",
@@ -232,7 +323,34 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
         else:
             rules.append((reason, lambda c: (c.async_copy == "tma") & (channels % c.block_k != 0)))
     rules += _box_rules(workload)
+    rules += [*WS_CONFIG_RULES, *_ws_rules(workload, spec)]
     return tuple(rules)
+
+
+def _ws_rules(workload: Workload, spec: Any | None) -> list[Rule]:
+    """Where the warp-specialized kernel (``async_copy="ws"``, ``kernels/matmul_ws.py``) runs, and which of
+    its configs the space offers. It runs a single GEMM (``records.check_record``: op "matmul") in half
+    precision on an sm90 GPU with wgmma whose operands and output TMA can describe (rows of whole 16-byte
+    vectors); elsewhere a "ws" config runs as its "tma" twin, a config the space holds already. Of its
+    configs: ``WS_TILES`` x ``WS_BLOCK_K`` tiles, and none that ``hopper.plan`` would run as another
+    (ping-pong below two tiles per SM runs cooperative; the ring is cut to a tile's chunks: see
+    ``flattened`` in ``_shape_rules``)."""
+    batch, m, n, k = workload.gemm_dims()
+    vec = 16 // workload.elem_bytes
+    if (workload.op != "matmul" or batch != 1 or workload.dtype not in WS_DTYPES or spec is None
+            or _cc_tuple(spec.cc) < (9, 0) or getattr(spec, "mma", "") != "wgmma"):
+        return [("the warp-specialized kernel is a single half-precision GEMM's on an sm90 GPU with wgmma", _is_ws)]
+    rules: list[Rule] = [
+        (f"ws tile outside {'/'.join(map(str, WS_TILES))} x {'/'.join(map(str, WS_TILES))} x "
+         f"{'/'.join(map(str, WS_BLOCK_K))}",
+         lambda c: _is_ws(c) & (_none_of(c.block_m, WS_TILES) | _none_of(c.block_n, WS_TILES)
+                                | _none_of(c.block_k, WS_BLOCK_K)))]
+    if any(r % vec for r in (*workload.operand_rows(), n)):
+        rules.append(("ws operands or output whose rows TMA cannot describe", _is_ws))
+    sms = spec.num_sms
+    rules.append(("ws ping-pong with fewer than two tiles per SM (it runs cooperative)",
+                  lambda c: _is_ws(c) & c.pingpong & (_cdiv(m, c.block_m) * _cdiv(n, c.block_n) < 2 * sms)))
+    return rules
 
 
 def _box_rules(workload: Workload) -> list[Rule]:
@@ -463,58 +581,102 @@ class ConfigSpace:
         return out
 
 
+_WS_PROBE = dict(block_m=128, block_n=128, block_k=64, num_warps=8, smem_stages=4, reg_stages=2, async_copy=WS,
+                 persistent=True)
+"""A "ws" config that admits every value of its own knobs (``pingpong``, ``epilogue_subtile``)."""
+
+
 def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
     """(knob, type, value) of every value ``KernelConfig`` refuses on its own.
 
     ``KernelConfig``'s rules each read one knob, except three combinations (``reg_split`` against
     ``block_k``, ``split_k`` with ``persistent``, ``wave_tail`` with either or a short ``block_m``) that
-    ``_survivors`` checks itself: so a combination is refused exactly when one of these values is in it or
-    one of those three holds. Each value is tried beside
-    ``block_k=512``, which admits every ``reg_split``, and the defaults, which admit the rest. The type is
-    part of the key so that ``True`` and ``1`` stay apart.
+    ``_survivors`` checks itself, and the warp-specialized kernel's (``WS_CONFIG_RULES``, which are shape
+    rules): so a combination is refused exactly when one of these values is in it or one of those holds.
+    Each value is tried beside ``block_k=512``, which admits every ``reg_split``, and the defaults, which
+    admit the rest; "ws" and the values of its own knobs beside ``_WS_PROBE``. The type is part of the key
+    so that ``True`` and ``1`` stay apart.
     """
     bad: set[tuple[str, type, Any]] = set()
     for name, values in zip(KNOB_NAMES, knobs.values()):
         for v in values:
+            ws = name in ("pingpong", "epilogue_subtile") or (name == "async_copy" and v == WS)
             try:
-                KernelConfig(**{"block_k": 512, name: v})
+                KernelConfig(**({**_WS_PROBE, name: v} if ws else {"block_k": 512, name: v}))
             except ScheduleError:
                 bad.add((name, type(v), v))
     return frozenset(bad)
 
 
-def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned: Counter[str]) -> list[KernelConfig]:
-    """Every combination of ``knobs`` that makes a valid config passing the shape rules and the variant, in
-    grid order, each refused one counted in ``pruned`` under its first failing rule: the tile rule, split-K
-    on a full grid, ``KernelConfig``'s own checks (``_invalid_values`` and its two combination rules), then
-    the other shape rules and the variant, as making each config first and asking ``shape_reason`` gives.
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
 
-    The rules run on numpy columns of the whole product (a large GEMM's space is 345,600 combinations),
-    and only survivors are made ``KernelConfig``s, whose checks then cannot fail."""
-    values = knobs.values()
-    grid = np.indices([len(v) for v in values]).reshape(len(values), -1)  # itertools.product's order
-    c = Candidate(*(np.asarray(v)[i] for v, i in zip(values, grid)))
+
+def _keep(values: tuple[Any, ...], allowed: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(v for v in values if any(_same(v, a) for a in allowed))
+
+
+def _families(knobs: Knobs) -> list[Knobs]:
+    """The parts of ``knobs``' product ``_survivors`` enumerates (see the module docstring): every copy
+    mechanism but "ws" with ``pingpong=False, epilogue_subtile=1`` (``KernelConfig`` refuses the other
+    values there), then the "ws" configs over ``WS_FAMILY``. Empty families are left out."""
+    base = dataclasses.replace(knobs, async_copy=tuple(a for a in knobs.async_copy if a != WS),
+                               pingpong=_keep(knobs.pingpong, (False,)),
+                               epilogue_subtile=_keep(knobs.epilogue_subtile, (1,)))
+    families = [base]
+    if WS in knobs.async_copy:
+        families.append(dataclasses.replace(knobs, async_copy=(WS,), **{
+            name: _keep(getattr(knobs, name), allowed) for name, allowed in WS_FAMILY.items()}))
+    return [f for f in families if all(f.values())]
+
+
+def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned: Counter[str]) -> list[KernelConfig]:
+    """Every combination of ``knobs``' families (``_families``) that makes a valid config passing the shape
+    rules and the variant, in grid order (that of ``knobs``' whole product), each refused one counted in
+    ``pruned`` under its first failing rule: the tile rule, split-K on a full grid, ``KernelConfig``'s own
+    checks (``_invalid_values``, its three combination rules and the warp-specialized kernel's,
+    ``WS_CONFIG_RULES``), then the other shape rules and the variant, as making each config first and
+    asking ``shape_reason`` gives.
+
+    The rules run on numpy columns of each family's whole product (a large GEMM's space is 2,073,600
+    combinations and the "ws" family's 4,608), and only survivors are made ``KernelConfig``s, whose checks
+    then cannot fail."""
     bad = _invalid_values(knobs)
-    invalid = (c.persistent & (c.split_k > 1)) | (c.block_k // c.reg_split < 16) | (
-        c.wave_tail & (c.persistent | (c.split_k > 1) | (c.block_m < TAIL_BLOCK)))
-    for name, column, vals in zip(KNOB_NAMES, c, values):
-        refused = [v for v in vals if (name, type(v), v) in bad]
-        if refused:
-            invalid = invalid | np.isin(column, refused)
     rules = _shape_rules(workload, spec)
     first = ("tile larger than the problem", "split-K with enough tiles to fill the GPU")
-    ordered = [r for r in rules if r[0] in first] + [("invalid knob combination", lambda _: invalid)] \
-        + [r for r in rules if r[0] not in first] + [(f"outside variant {variant!r}", lambda c: np.logical_not(
-            variant_ok(c, variant)))]
-    alive = np.ones(grid.shape[1], dtype=bool)
-    for reason, test in ordered:
-        hit = alive & test(c)
-        count = int(np.count_nonzero(hit))
-        if count:
-            pruned[reason] += count
-            alive &= ~hit
-    keep = [column[alive].tolist() for column in c]
-    return [KernelConfig(**dict(zip(KNOB_NAMES, row))) for row in zip(*keep)]
+    ws_checks = [r for r in rules if r in WS_CONFIG_RULES]
+    later = [r for r in rules if r[0] not in first and r not in WS_CONFIG_RULES]
+    full = knobs.values()
+    kept: list[np.ndarray] = []  # per family: indices into ``full`` of each survivor's values (knobs x survivors)
+    for family in _families(knobs):
+        values = family.values()
+        grid = np.indices([len(v) for v in values]).reshape(len(values), -1)  # itertools.product's order
+        c = Candidate(*(np.asarray(v)[i] for v, i in zip(values, grid)))
+        invalid = (c.persistent & (c.split_k > 1)) | (c.block_k // c.reg_split < 16) | (
+            c.wave_tail & (c.persistent | (c.split_k > 1) | (c.block_m < TAIL_BLOCK)))
+        for name, column, vals in zip(KNOB_NAMES, c, values):
+            refused = [v for v in vals if (name, type(v), v) in bad]
+            if refused:
+                invalid = invalid | np.isin(column, refused)
+        ordered = [r for r in rules if r[0] in first] + [("invalid knob combination", lambda _: invalid)] \
+            + ws_checks + later + [(f"outside variant {variant!r}", lambda c: np.logical_not(variant_ok(c, variant)))]
+        alive = np.ones(grid.shape[1], dtype=bool)
+        for reason, test in ordered:
+            hit = alive & test(c)
+            count = int(np.count_nonzero(hit))
+            if count:
+                pruned[reason] += count
+                alive &= ~hit
+        # the family's value indices, as indices into the whole product's values
+        to_full = [np.array([next(j for j, u in enumerate(fv) if _same(u, v)) for v in vs], dtype=np.int64)
+                   for vs, fv in zip(values, full)]
+        kept.append(np.stack([m[i[alive]] for m, i in zip(to_full, grid)]))
+    if not kept:
+        return []
+    rows = np.concatenate(kept, axis=1)
+    order = np.lexsort(rows[::-1])  # the whole product's order: the first knob varies slowest
+    return [KernelConfig(**{name: vals[i] for name, vals, i in zip(KNOB_NAMES, full, row)})
+            for row in rows[:, order].T.tolist()]
 
 
 def _reason_class(reason: str) -> str:

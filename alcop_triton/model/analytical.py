@@ -41,6 +41,21 @@ Where this model departs from the table, and why:
 * Wave tail (``config.wave_tail``): the rows of tiles within whole waves are estimated as a kernel of
   their own, the remaining rows as ``TAIL_CONFIG``'s kernel, less the share of it that runs on the SMs
   the first kernel's last wave leaves idle.
+* The warp-specialized kernel (``async_copy="ws"``, ``alcop_triton.hopper``) is estimated as its
+  ``hopper.plan`` runs it on the workload (the ring cut to a tile's chunks, ping-pong made cooperative
+  below two tiles per SM, ...), with the same terms and these differences: the loader warp issues
+  the TMA copies in its own instruction stream, so no issue time lands on the consumers (T_issue = 0)
+  and the shared level's N_pipe is ``stages - wgmma_depth`` (a slot is refilled once the wgmma that
+  read it has retired); the register level's PLM is the wgmma's (``wgmma_depth + 1`` groups, its
+  latency hidden behind the groups in flight or the other warpgroup of a cooperative tile);
+  resources are ``HopperConfig``'s (its shared memory, ``maxnreg`` registers, the loader's warpgroup
+  among the threads), and a persistent grid is one program per SM. Ping-pong's two consumers are two
+  tiles at once on the SM, sharing its tensor cores (so N_threadblk_per_SM = 2), and every round of
+  tiles after a program's first hides its epilogue behind the other consumer's main loop, as a
+  persistent program hides the next tile's T_init (the loader runs ahead into it). The epilogue
+  stores the tile from registers through one shared-memory pass (no fp32 layout conversion); its
+  column slices (``epilogue_subtile``) change shared memory, not time. Where the kernel does not run
+  (a batched or float32 GEMM, no wgmma) a "ws" config runs as, and is estimated as, its "tma" twin.
 
 ``resources`` does Triton's resource accounting (shared memory as Triton allocates it, a
 register estimate, threads) and the occupancy simulation that sets N_threadblk_per_SM.
@@ -55,7 +70,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..records import TAIL_CONFIG, KernelConfig, Workload, ceil_div, wave_tail_rows
+from ..hopper.config import HopperConfig
+from ..hopper.plan import plan
+from ..records import TAIL_CONFIG, WS_DTYPES, KernelConfig, Workload, ceil_div, wave_tail_rows
 from .hardware import GPUSpec
 
 # Triton streams k=16 slices of MMA operands through registers when no explicit register
@@ -157,9 +174,44 @@ def resources(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Resour
     for pointer loads,
     and a fixed base. More than ``spec.max_regs_per_thread`` would spill and is treated as invalid.
     """
-    c = config
+    c = runs_as(workload, config, spec)
+    if c.async_copy == "ws":
+        return _ws_resources(ws_plan(workload, c, spec), spec)
     return _resources(workload.elem_bytes, _TileKnobs(c.block_m, c.block_n, c.block_k, c.num_warps, c.smem_stages,
                                                       c.reg_stages, c.reg_split, c.async_copy, c.persistent), spec)
+
+
+def ws_kernel_runs(workload: Workload, spec: GPUSpec) -> bool:
+    """Whether a "ws" config of ``workload`` runs the warp-specialized kernel on ``spec``: a single GEMM
+    (``kernels.matmul.compiled``) in half precision on a GPU with wgmma; elsewhere its "tma" twin runs."""
+    return (workload.op in ("matmul", "linear") and workload.gemm_dims()[0] == 1
+            and workload.dtype in WS_DTYPES and spec.mma == "wgmma")
+
+
+def runs_as(workload: Workload, config: KernelConfig, spec: GPUSpec) -> KernelConfig:
+    """The config that runs: ``config``, or a "ws" config's "tma" twin where its kernel does not run."""
+    if config.async_copy == "ws" and not ws_kernel_runs(workload, spec):
+        return config.tma_twin()
+    return config
+
+
+def ws_plan(workload: Workload, config: KernelConfig, spec: GPUSpec) -> HopperConfig:
+    """The ``HopperConfig`` a "ws" config runs with on ``workload`` (``hopper.plan``'s clamps applied)."""
+    _, m, n, k = workload.gemm_dims()
+    return _planned(m, n, k, config.hopper(), spec.num_sms)
+
+
+@lru_cache(maxsize=4096)
+def _planned(m: int, n: int, k: int, h: HopperConfig, sms: int) -> HopperConfig:
+    return plan(m, n, k, h, sms=sms).config
+
+
+@lru_cache(maxsize=4096)
+def _ws_resources(h: HopperConfig, spec: GPUSpec) -> Resources:
+    """The warp-specialized kernel's program: ``HopperConfig``'s shared memory; the registers its launch
+    asks for (``maxnreg``, the same for every thread) over all its warps, the loader's warpgroup included."""
+    assert h.maxnreg is not None  # the kernel always has a loader warp (KernelConfig.hopper)
+    return _fit(h.smem_bytes, h.maxnreg, 32 * h.total_warps, "wgmma", spec)
 
 
 class _TileKnobs(NamedTuple):
@@ -206,6 +258,13 @@ def _resources(eb: int, c: _TileKnobs, spec: GPUSpec) -> Resources:
     prefetch = (c.block_m + c.block_n) * c.sub_k * eb / 4 / threads * (c.reg_stages - 1)
     addr = 2 * stage / 16 / threads if c.async_copy == "pointer" else 4
     regs = int(8 * math.ceil((acc + frag + prefetch + addr + _BASE_REGS) / 8))
+    return _fit(smem, regs, threads, path, spec)
+
+
+def _fit(smem: int, regs: int, threads: int, path: str, spec: GPUSpec) -> Resources:
+    """A block of ``smem`` bytes, ``regs`` registers per thread and ``threads`` threads on ``spec``: whether
+    it fits, and how many fit on one SM."""
+    warps = threads // 32
 
     def out(blocks: int, valid: bool, reason: str = "", limited_by: str = "") -> Resources:
         return Resources(smem_bytes=smem, regs_per_thread=regs, threads=threads, blocks_per_sm=blocks,
@@ -220,14 +279,14 @@ def _resources(eb: int, c: _TileKnobs, spec: GPUSpec) -> Resources:
     warp_regs = 256 * math.ceil(regs * 32 / 256)   # registers are allocated per warp in 256s
     limits = {
         "smem": spec.smem_per_sm // (smem + _RESERVED_SMEM_PER_BLOCK),
-        "regs": (spec.regs_per_sm // warp_regs) // c.num_warps,
+        "regs": (spec.regs_per_sm // warp_regs) // warps,
         "threads": spec.max_threads_per_sm // threads,
         "blocks": spec.max_blocks_per_sm,
     }
     limited_by = min(limits, key=lambda k: limits[k])
     blocks = limits[limited_by]
     if blocks < 1:
-        need = {"regs": f"{warp_regs * c.num_warps} registers, limit {spec.regs_per_sm} per SM",
+        need = {"regs": f"{warp_regs * warps} registers, limit {spec.regs_per_sm} per SM",
                 "threads": f"{threads} threads, limit {spec.max_threads_per_sm} per SM",
                 "smem": f"{smem + _RESERVED_SMEM_PER_BLOCK} bytes of shared memory, limit {spec.smem_per_sm} per SM"}
         return out(0, False, f"{limited_by}: block needs {need.get(limited_by, limited_by)}", limited_by)
@@ -270,6 +329,8 @@ class _Ctx:
     n_loop: int           # chunks per block: one split-K slice of ceil(K / BLOCK_K)
     a_dram_ratio: float   # DRAM bytes of A per byte of A tile loads (< 1 for convolutions)
     dram_scale: float     # share of per-batch working-set traffic that really comes from DRAM
+    tiles_per_sm: int     # output tiles an SM works on at once (N_threadblk_per_SM)
+    ws: HopperConfig | None = None  # the warp-specialized kernel as planned for the workload, or None
 
 
 def _a_dram_ratio(wl: Workload) -> float:
@@ -291,10 +352,12 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
 
     # Register level: one reg loop is a sub-tile of sub_k along the reduction.
     flops_reg = 2.0 * c.block_m * c.block_n * c.sub_k
+    ws = ctx.ws
     if ctx.path == "wgmma":
         # A warpgroup drives all four sub-partitions' tensor cores; a second issuer per SM
-        # (another warpgroup or block) fills the gaps between one stream's wgmma waits.
-        n_mplx = c.num_warps // 4
+        # (another warpgroup or block) fills the gaps between one stream's wgmma waits. In the
+        # warp-specialized kernel the issuers of one tile are its warpgroups (two when cooperative).
+        n_mplx = ws.tile_warpgroups if ws is not None else c.num_warps // 4
         util = 1.0 if n_mplx * b_sm >= 2 else spec.single_issuer_util
     else:
         # mma.sync runs on the issuing warp's sub-partition: all four need a warp, and two per
@@ -309,14 +372,18 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
     # bandwidth, charged in the shared-memory floor below.
     reg_bytes = _operand_smem_reads(c, ctx.path, _MMA_K, eb)
     t_reg_load = _SMEM_LAT_CYCLES / clk + reg_bytes / smem_bw
-    t_reg_loop = pipeline_latency(t_reg_load, t_compute, c.reg_split, c.reg_stages, n_mplx)
+    # The warp-specialized kernel's register level is its wgmma groups in flight (ALCOP's level 2 on Hopper).
+    reg_pipe = ws.wgmma_depth + 1 if ws is not None else c.reg_stages
+    t_reg_loop = pipeline_latency(t_reg_load, t_compute, c.reg_split, reg_pipe, n_mplx)
 
     # Load issue: pointer loads spend address arithmetic + one cp.async per 16 bytes per thread,
     # spread over the block's schedulers; TMA issues one descriptor copy per operand per stage.
     stage_bytes = (c.block_m + c.block_n) * c.block_k * eb
     conv = spec.conv_index_factor if wl.op.startswith("conv") else 1.0
     a_share = c.block_m / (c.block_m + c.block_n)
-    if c.async_copy == "pointer":
+    if ws is not None:
+        t_issue = 0.0  # the loader warp issues the copies in its own instruction stream
+    elif c.async_copy == "pointer":
         warp_instr = stage_bytes / 16 / 32
         t_issue = warp_instr * spec.ptr_issue_cycles * (1 - a_share + a_share * conv) / min(4, c.num_warps) / clk
     else:
@@ -340,7 +407,11 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
     # Triton keeps one wgmma group in flight (warpgroup.wait(1)); its stage buffer cannot be
     # refilled until it retires, so on that path one of the S buffers always belongs to the
     # tensor cores (measured: num_stages=2 is nearly as slow as 1 with wgmma, not with mma.sync).
-    if c.reg_stages > 1:
+    if ws is not None:
+        # The loader refills a slot once the wgmma that read it has retired: with wgmma_depth groups in
+        # flight it keeps stages - 1 - depth chunks ahead of the one in use.
+        n_pipe = max(1, min(ws.stages - ws.wgmma_depth, n_loop))
+    elif c.reg_stages > 1:
         # alcop_triton's register level (rewrite/prefetch_reg.py) loads sub-tiles from global
         # memory into registers R-1 sub-tiles ahead, as loop-carried values: Triton's cp.async
         # pipeline no longer applies (measured: num_stages stops mattering), and the load-ahead
@@ -363,8 +434,10 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
     # Accumulators leave through a shared-memory layout conversion, then stores land in the
     # write-back L2, which drains to DRAM while later batches run: the batch pays L2 bandwidth,
     # and DRAM write bandwidth is charged once for the whole kernel (see ``estimate``).
-    t_epilogue = (spec.lat_dram_write + out_tile * n_act / spec.l2_bw
-                  + b_sm * (c.block_m * c.block_n * 4 + out_tile) / smem_bw)
+    # The warp-specialized kernel converts in registers and passes the tile through shared memory once,
+    # to its TMA store.
+    staged = out_tile if ws is not None else c.block_m * c.block_n * 4 + out_tile
+    t_epilogue = spec.lat_dram_write + out_tile * n_act / spec.l2_bw + b_sm * staged / smem_bw
     return {
         "t_threadblk": t_init + t_main + t_epilogue, "t_init": t_init, "t_main_loop": t_main,
         "t_plm": t_plm, "t_epilogue": t_epilogue, "t_smem_load": t_smem_load, "t_smem_use": t_smem_use,
@@ -372,7 +445,7 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
         "t_llc": t_llc, "t_dram": t_dram, "util": util, "blocks_per_sm_active": float(b_sm),
         "blocks_in_batch": float(n_act), "dram_bytes_per_loop": dram_iter,
         "smem_load_bound": float(t_smem_load > (n_pipe * b_sm - 1) * t_smem_use),
-        "reg_load_bound": float(t_reg_load > (c.reg_stages * n_mplx - 1) * t_compute),
+        "reg_load_bound": float(t_reg_load > (reg_pipe * n_mplx - 1) * t_compute),
         **floors,
     }
 
@@ -380,13 +453,18 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
 def _context(workload: Workload, config: KernelConfig, spec: GPUSpec, res: Resources) -> _Ctx:
     batch, m, n, k = workload.gemm_dims()
     c, eb = config, workload.elem_bytes
+    ws = ws_plan(workload, c, spec) if c.async_copy == "ws" else None
+    tiles_per_sm = res.blocks_per_sm
+    if ws is not None:
+        # a persistent grid is one program per SM; ping-pong's program works on two tiles at once
+        tiles_per_sm = (1 if ws.persistent else res.blocks_per_sm) * ws.consumer_partitions
     tiles_m, tiles_n = ceil_div(m, c.block_m), ceil_div(n, c.block_n)
     a_ratio = _a_dram_ratio(workload)
     # Inputs and output that fit in L2 come from DRAM once; otherwise every batch refetches its
     # working set. Compare the sum of per-batch working sets with the compulsory traffic.
     compulsory_in = batch * (m * k * a_ratio + k * n) * eb
     fits = compulsory_in + batch * m * n * eb <= _L2_FIT_FRACTION * spec.l2_bytes
-    per_batch = spec.num_sms * res.blocks_per_sm
+    per_batch = spec.num_sms * tiles_per_sm
     total = batch * tiles_m * tiles_n * c.split_k
     n_loop = ceil_div(ceil_div(k, c.block_k), c.split_k)
     k_slice = min(k, n_loop * c.block_k)
@@ -401,7 +479,7 @@ def _context(workload: Workload, config: KernelConfig, spec: GPUSpec, res: Resou
         dram_scale = min(1.0, compulsory_in / loads) if loads > 0 else 1.0
     return _Ctx(wl=workload, c=c, spec=spec, res=res, path=res.mma_path, batch=batch, m=m, n=n, k=k,
                 tiles_m=tiles_m, tiles_n=tiles_n, n_loop=n_loop, a_dram_ratio=a_ratio,
-                dram_scale=dram_scale)
+                dram_scale=dram_scale, tiles_per_sm=tiles_per_sm, ws=ws)
 
 
 def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimate:
@@ -410,30 +488,37 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
     Invalid configs (out of shared memory, registers, ...) give ``valid=False``, ``time_s=inf`` and
     the reason; tiles larger than the problem are valid (they are masked, and pay for the padding).
     """
+    config = runs_as(workload, config, spec)
     res = resources(workload, config, spec)
     base = {"smem_bytes": float(res.smem_bytes), "regs_per_thread": float(res.regs_per_thread),
             "threads": float(res.threads), "blocks_per_sm": float(res.blocks_per_sm),
-            "wgmma": float(res.mma_path == "wgmma")}
+            "wgmma": float(res.mma_path == "wgmma"), "ws": float(config.async_copy == "ws")}
     if not res.valid:
         return Estimate(math.inf, False, res.reason, base)
     if config.wave_tail:
         return _wave_tail(workload, config, spec, res.blocks_per_sm)
     ctx = _context(workload, config, spec, res)
     total = ctx.batch * ctx.tiles_m * ctx.tiles_n * config.split_k
-    per_batch = spec.num_sms * res.blocks_per_sm
+    per_batch = spec.num_sms * ctx.tiles_per_sm
     n_full, rem = divmod(total, per_batch)
-    full = _threadblock(ctx, res.blocks_per_sm, per_batch) if n_full else None
+    full = _threadblock(ctx, ctx.tiles_per_sm, per_batch) if n_full else None
     last = _threadblock(ctx, ceil_div(rem, spec.num_sms), rem) if rem else None
     t_batches = n_full * (full["t_threadblk"] if full else 0.0) + (last["t_threadblk"] if last else 0.0)
     n_batches = n_full + (1 if rem else 0)
     shown = full if full is not None else last
     assert shown is not None  # total >= 1 because Workload rejects empty GEMM dims
     hidden = 0.0
-    if config.persistent and config.smem_stages > 1 and n_batches > 1:
-        # Persistent programs with the tile loop flattened into the pipeline: each tile after a
-        # program's first has its first chunks copied during the previous tile's epilogue, so its
-        # load latency (T_init) and the store's write latency leave the critical path.
-        hidden = (n_batches - 1) * (shown["t_init"] + spec.lat_dram_write)
+    ws = ctx.ws
+    persistent, stages = (ws.persistent, ws.stages) if ws is not None else (config.persistent, config.smem_stages)
+    if persistent and stages > 1 and n_batches > 1:
+        # Persistent programs with the tile loop flattened into the pipeline (or a loader warp running
+        # ahead into the next tile): each tile after a program's first has its first chunks copied during
+        # the previous tile's epilogue, so its load latency (T_init) and the store's write latency leave
+        # the critical path; in ping-pong the whole epilogue overlaps the other consumer's main loop.
+        overlapped = spec.lat_dram_write
+        if ws is not None and ws.policy == "pingpong":
+            overlapped = min(shown["t_epilogue"], shown["t_main_loop"])
+        hidden = (n_batches - 1) * (shown["t_init"] + overlapped)
         t_batches -= hidden
     # Kernel-wide DRAM floor: the modelled reads of every batch plus the output written once.
     dram_reads = sum(count * tb["dram_bytes_per_loop"] * ctx.n_loop
@@ -447,6 +532,7 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
         "t_last_batch": last["t_threadblk"] if last else 0.0, "waves": total / per_batch,
         "total_blocks": float(total), "n_loop": float(ctx.n_loop), "dram_scale": ctx.dram_scale,
         "t_launch": spec.launch_s, "t_dram_kernel": t_dram_kernel, "t_split_reduction": t_split, "time_s": time,
+        "tiles_per_sm": float(ctx.tiles_per_sm),
     })
 
 

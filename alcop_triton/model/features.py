@@ -5,6 +5,11 @@ analytical model's terms. Time terms enter as shares of the threadblock time or 
 (FLOP rate / peak), never as raw seconds, so that trees learned on one workload transfer to
 workloads of other sizes: the ranking objective only ever compares configs of one workload.
 Terms of an invalid config are NaN (XGBoost's missing value) and ``valid`` is 0.
+
+The warp-specialized kernel's features (``_WS``: whether the config runs it, its wgmma groups in flight,
+consumer warpgroups, ping-pong, epilogue slices) come last and are 0 for every other config, so the
+features of the others are what version 3 gave them. A model saved with another version is refused on
+``load`` (``xgb_model``: retrain rather than reuse); no trained model ships with the package.
 """
 
 from __future__ import annotations
@@ -14,10 +19,10 @@ import math
 import numpy as np
 
 from ..records import OPS, KernelConfig, Workload, ceil_div
-from .analytical import Estimate, bottleneck_estimate, estimate
+from .analytical import Estimate, bottleneck_estimate, estimate, runs_as, ws_plan
 from .hardware import GPUSpec
 
-FEATURE_VERSION = 3
+FEATURE_VERSION = 4
 
 _KNOBS = ["log2_block_m", "log2_block_n", "log2_block_k", "log2_group_m", "log2_num_warps", "smem_stages",
           "reg_stages", "reg_split", "tma", "persistent", "log2_split_k", "elem_bytes", "is_fp32"]
@@ -28,7 +33,8 @@ _MODEL = ["valid", "wgmma", "blocks_per_sm", "warps_per_sm", "regs_per_thread", 
           "reg_load_use_ratio", "smem_load_bound", "reg_load_bound", "share_main", "share_init",
           "share_epilogue", "share_floor_compute", "share_floor_smem", "share_floor_llc", "share_floor_dram",
           "plm_over_floor", "dram_scale", "share_split_reduction"]
-FEATURE_NAMES: list[str] = [f"op_{op}" for op in OPS] + _KNOBS + _SHAPE + _MODEL
+_WS = ["ws", "ws_wgmma_depth", "ws_consumers", "ws_pingpong", "log2_ws_epilogue_subtile"]
+FEATURE_NAMES: list[str] = [f"op_{op}" for op in OPS] + _KNOBS + _SHAPE + _MODEL + _WS
 
 
 def _log2(x: float) -> float:
@@ -75,5 +81,10 @@ def featurize(workload: Workload, config: KernelConfig, spec: GPUSpec, est: Esti
                  share_floor_llc=b["floor_llc_bw"] / tb, share_floor_dram=b["floor_dram_bw"] / tb,
                  plm_over_floor=b["t_plm"] / floors, dram_scale=b["dram_scale"],
                  share_split_reduction=b["t_split_reduction"] / e.time_s)
+    f.update(dict.fromkeys(_WS, 0.0))
+    if runs_as(workload, c, spec).async_copy == "ws":  # as the kernel runs it on this workload (hopper.plan)
+        h = ws_plan(workload, c, spec)
+        f.update(ws=1.0, ws_wgmma_depth=h.wgmma_depth, ws_consumers=h.consumers,
+                 ws_pingpong=float(h.policy == "pingpong"), log2_ws_epilogue_subtile=math.log2(h.epilogue_subtile))
     return np.array([f.get(name, nan) for name in FEATURE_NAMES], dtype=np.float64)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -207,17 +209,19 @@ MIXED = Knobs(block_m=(16, 24, 64), block_n=(32, 64), block_k=(16, 64), group_m=
 
 
 def _config_first(w: Workload, knobs: Knobs, variant: str, spec=SPEC) -> tuple[list[KernelConfig], dict[str, int]]:
-    """The space as making each combination a KernelConfig first gives it: the two rules counted in bulk
-    (tile size, split-K on a full grid), then KernelConfig's checks, then the shape rules and the variant."""
+    """The space as making each combination of ``knobs``' families a KernelConfig first gives it: the two
+    rules counted in bulk (tile size, split-K on a full grid), then KernelConfig's checks, then the shape
+    rules and the variant; in the order of ``knobs``' whole product."""
     import itertools
     import math
     from collections import Counter
 
-    from alcop_triton.autotune.space import KNOB_NAMES, _next_pow2
+    from alcop_triton.autotune.space import KNOB_NAMES, WS_CONFIG_RULES, Candidate, _families, _next_pow2
 
     batch, m, n, k = w.gemm_dims()
     kept, pruned = [], Counter()
-    for values in itertools.product(*knobs.values()):
+    combos = [values for family in _families(knobs) for values in itertools.product(*family.values())]
+    for values in combos:
         kw = dict(zip(KNOB_NAMES, values))
         tiles = batch * math.ceil(m / kw["block_m"]) * math.ceil(n / kw["block_n"])
         if any(kw[b] > max(16, _next_pow2(d)) for b, d in (("block_m", m), ("block_n", n), ("block_k", k))):
@@ -229,14 +233,21 @@ def _config_first(w: Workload, knobs: Knobs, variant: str, spec=SPEC) -> tuple[l
         try:
             c = KernelConfig(**kw)
         except ScheduleError:
-            pruned["invalid knob combination"] += 1
+            # refused for the warp-specialized kernel's rules alone: counted under the first that fails
+            try:
+                KernelConfig(**{**kw, "async_copy": "tma", "pingpong": False, "epilogue_subtile": 1})
+                why = next(r for r, test in WS_CONFIG_RULES if test(Candidate(**kw)))
+            except ScheduleError:
+                why = "invalid knob combination"
+            pruned[why] += 1
             continue
         why = shape_reason(w, c, spec) or (None if variant_ok(c, variant) else f"outside variant {variant!r}")
         if why is None:
             kept.append(c)
         else:
             pruned[why] += 1
-    return kept, dict(pruned)
+    grid = {c: tuple(vals.index(getattr(c, name)) for name, vals in zip(KNOB_NAMES, knobs.values())) for c in kept}
+    return sorted(kept, key=grid.__getitem__), dict(pruned)
 
 
 def test_rows_16_byte_loads_cannot_read_limit_the_loads_per_thread():
@@ -268,3 +279,159 @@ def test_space_equals_making_every_config_first(workload, variant, spec):
     kept, pruned = _config_first(workload, MIXED, variant, spec)
     assert list(space.configs) == kept and space.pruned == pruned
     assert pruned["invalid knob combination"] > 0
+
+
+# ----------------------------------------------------------------------------- the warp-specialized kernel
+
+H200 = get_spec("H200")
+BIG = Workload("matmul", (4096, 4096, 4096), "float16", "nt")
+# Both families, with values KernelConfig refuses for a ws config (2 warps, reg_split 2, 64-row tiles
+# for a cooperative pair, stages below the wgmma depth, ping-pong without persistence) beside valid ones.
+MIXED_WS = Knobs(block_m=(64, 128, 256), block_n=(64, 128, 256), block_k=(64,), group_m=(8,), num_warps=(2, 4, 8),
+                 smem_stages=(1, 2, 4), reg_stages=(1, 2), reg_split=(1, 2), async_copy=("pointer", "tma", "ws"),
+                 persistent=(False, True), split_k=(1,), wave_tail=(False, True), pingpong=(False, True),
+                 epilogue_subtile=(1, 2, 4))
+
+
+@pytest.mark.parametrize("workload, spec", [(BIG, H200), (Workload("matmul", (512, 8192, 8192), "bfloat16", "nn"), SPEC),
+                                            (Workload("matmul", (1024, 1000, 512), "float16", "nn"), H200),
+                                            (Workload("bmm", (4, 1024, 1024, 1024), "float16", "nn"), H200),
+                                            (BIG, get_spec("A100")), (BIG, None)],
+                         ids=["big-h200", "mid-h100", "unaligned", "bmm", "a100", "no-gpu"])
+def test_ws_space_equals_making_every_config_first(workload, spec):
+    space = ConfigSpace.build(workload, spec, knobs=MIXED_WS, prune=False)
+    kept, pruned = _config_first(workload, MIXED_WS, "full", spec)
+    assert list(space.configs) == kept and space.pruned == pruned
+
+
+def test_the_families_lose_no_config():
+    # Every combination of the whole product (the warp-specialized knobs on every mechanism, ws tiles
+    # outside the family) that makes a config passing the rules is in the space, in product order.
+    import itertools
+
+    from alcop_triton.autotune.space import KNOB_NAMES
+    kept = []
+    for values in itertools.product(*MIXED_WS.values()):
+        try:
+            c = KernelConfig(**dict(zip(KNOB_NAMES, values)))
+        except ScheduleError:
+            continue
+        if shape_reason(BIG, c, H200) is None:
+            kept.append(c)
+    space = ConfigSpace.build(BIG, H200, knobs=MIXED_WS, prune=False)
+    assert list(space.configs) == kept and any(c.async_copy == "ws" for c in kept)
+
+
+def _ws_rows():
+    import itertools
+
+    from alcop_triton.autotune.space import KNOB_NAMES
+    values = dict(block_m=(64, 128, 256), block_n=(16, 64, 128, 256), block_k=(64, 128), group_m=(8,),
+                  num_warps=(2, 4, 8), smem_stages=(1, 2, 4, 8), reg_stages=(1, 2, 4), reg_split=(1, 2),
+                  async_copy=("ws", "tma"), persistent=(False, True), split_k=(1,), wave_tail=(False,),
+                  pingpong=(False, True), epilogue_subtile=(1, 2, 4))
+    return [dict(zip(KNOB_NAMES, v)) for v in itertools.product(*(values[k] for k in KNOB_NAMES))]
+
+
+def test_ws_config_rules_are_kernelconfigs_own():
+    # A combination passes every WS_CONFIG_RULES test (and the reg_split/block_k rule, which is not the ws
+    # kernel's) exactly when it makes a KernelConfig; the shared-memory and register arithmetic is
+    # HopperConfig's; and numpy columns of the same rows give the same verdicts.
+    from alcop_triton.autotune.space import KNOB_NAMES, WS_CONFIG_RULES, Candidate, ws_acc_regs, ws_smem_bytes
+    rows = _ws_rows()
+    fired = []
+    for kw in rows:
+        cand = Candidate(**kw)
+        hit = [why for why, test in WS_CONFIG_RULES if test(cand)]
+        fired.append(bool(hit))
+        try:
+            c = KernelConfig(**kw)
+        except ScheduleError:
+            assert hit or kw["block_k"] // kw["reg_split"] < 16, kw
+            continue
+        assert not hit, (c, hit)
+        if c.async_copy == "ws":
+            h = c.hopper()
+            assert (ws_smem_bytes(cand), ws_acc_regs(cand)) == (h.smem_bytes, h.acc_regs)
+    assert 0 < sum(fired) < len(rows)
+    columns = Candidate(*(np.asarray([kw[k] for kw in rows]) for k in KNOB_NAMES))
+    any_hit = np.zeros(len(rows), dtype=bool)
+    for _, test in WS_CONFIG_RULES:
+        any_hit |= test(columns)
+    assert any_hit.tolist() == fired
+
+
+def test_ws_configs_are_in_the_space_of_the_gemms_they_fit():
+    from alcop_triton.kernels.matmul_ws import ws_configs
+    for dtype, layout in (("float16", "nt"), ("bfloat16", "nn")):
+        w = Workload("matmul", (4096, 4096, 4096), dtype, layout)
+        for spec in (H200, SPEC):
+            space = ConfigSpace.build(w, spec)
+            assert all(c in space for c in ws_configs(dtype))
+            ws = [c for c in space if c.async_copy == "ws"]
+            # every ws config is one the kernel runs as it is (no clamp of hopper.plan), on tiles of the family
+            assert all(c.block_m in (128, 256) and c.block_n in (128, 256) and c.block_k == 64 for c in ws)
+            assert all(analytical.ws_plan(w, c, spec) == c.hopper() for c in ws)
+            assert {c.pingpong for c in ws} == {False, True} and {c.epilogue_subtile for c in ws} == {1, 2, 4}
+
+
+@pytest.mark.parametrize("workload, spec, reason", [
+    (Workload("linear", (4096, 4096, 4096), "float16", "nt"), H200, "single half-precision GEMM"),
+    (Workload("bmm", (8, 1024, 1024, 1024), "float16", "nn"), H200, "single half-precision GEMM"),
+    (Workload("matmul", (4096, 4096, 4096), "float32", "nt"), H200, "single half-precision GEMM"),
+    (BIG, H200.with_mma("mma_sync"), "single half-precision GEMM"),
+    (BIG, get_spec("A100"), "tma needs sm90"),
+    (Workload("matmul", (4096, 4100, 4096), "float16", "nn"), H200, "TMA cannot describe"),
+], ids=["linear", "bmm", "float32", "mma_sync", "a100", "unaligned-output"])
+def test_ws_only_where_its_kernel_runs(workload, spec, reason):
+    cfg = KernelConfig(128, 128, 64, group_m=8, num_warps=8, smem_stages=4, reg_stages=2, async_copy="ws",
+                       persistent=True, pingpong=True, epilogue_subtile=2)
+    assert reason in shape_reason(workload, cfg, spec)
+    assert not any(c.async_copy == "ws" for c in ConfigSpace.build(workload, spec, knobs=MIXED_WS, prune=False))
+
+
+def test_ws_configs_that_run_as_another_are_pruned():
+    pp = KernelConfig(128, 128, 64, group_m=8, num_warps=8, smem_stages=4, reg_stages=2, async_copy="ws",
+                      persistent=True, pingpong=True, epilogue_subtile=2)
+    # 256 tiles < 2 x 132 SMs: ping-pong runs cooperative (hopper.plan), which the space holds itself
+    mid = Workload("matmul", (512, 8192, 8192), "float16", "nt")
+    assert shape_reason(mid, pp, H200) == "ws ping-pong with fewer than two tiles per SM (it runs cooperative)"
+    assert shape_reason(mid, pp.replace(pingpong=False), H200) is None
+    # 128 tiles <= 132 SMs: persistence buys nothing
+    assert shape_reason(mid, pp.replace(pingpong=False, block_n=256), H200) == "persistent with no more tiles than SMs"
+    # K = 128 is two chunks: the ring is cut to two stages, persistent or not (unlike a Triton persistent config)
+    short = Workload("matmul", (8192, 8192, 128), "float16", "nt")
+    assert shape_reason(short, pp, H200) == "more smem stages than reduction steps"
+    assert shape_reason(short, pp.replace(smem_stages=2), H200) is None
+    assert shape_reason(short, pp.tma_twin(), H200) is None
+    # wgmma depth is not Triton's register prefetch: persistent ws configs keep reg_stages 2
+    assert shape_reason(BIG, pp, H200) is None
+    assert shape_reason(BIG, pp.tma_twin().replace(reg_stages=2), H200) == "register prefetch in a persistent tile loop"
+
+
+@pytest.mark.parametrize("workload, spec", [(BIG, H200), (Workload("matmul", (16, 4096, 4096), "float16", "nt"), H200),
+                                            (Workload("bmm", (8, 1024, 1024, 1024), "float16", "nn"), H200),
+                                            (BIG, get_spec("A100"))], ids=["big", "decode", "bmm", "a100"])
+def test_ws_adds_its_family_without_multiplying_the_space(workload, spec):
+    without = ConfigSpace.build(workload, spec, knobs=Knobs(async_copy=("pointer", "tma", "box")))
+    space = ConfigSpace.build(workload, spec)
+    assert [c for c in space if c.async_copy != "ws"] == list(without.configs)
+    assert sum(c.async_copy == "ws" for c in space) <= 640  # 4,608 ws combinations enumerated, not 2M x 6
+    # the model's shortlists for untuned calls never hold ws configs (they come from measurements)
+    from alcop_triton.autotune.space import DISPATCH_KNOBS, SMALL_PROBLEM_KNOBS
+    assert "ws" not in DISPATCH_KNOBS.async_copy and "ws" not in SMALL_PROBLEM_KNOBS.async_copy
+    assert not any(c.async_copy == "ws" for c in dispatch.model_shortlist(workload, spec))
+
+
+def test_ws_spaces_rank_and_move_inside():
+    space = ConfigSpace.build(BIG, H200)
+    ws = [c for c in space if c.async_copy == "ws"]
+    assert all(math.isfinite(space.estimates()[space.index(c)]) for c in ws)
+    rng = np.random.default_rng(1)
+    c = ws[0]
+    for _ in range(100):
+        c = space.mutate(c, rng)
+        assert c in space
+    assert all(n in space for n in space.neighbours(ws[0]))
+    assert any(n.pingpong != ws[0].pingpong or n.epilogue_subtile != ws[0].epilogue_subtile
+               for n in space.neighbours(ws[0]))
