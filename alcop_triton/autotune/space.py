@@ -167,12 +167,12 @@ Rule = tuple[str, Callable[[Any], Any]]
 WS = "ws"
 WS_TILES: tuple[int, ...] = (128, 256)
 WS_BLOCK_K: tuple[int, ...] = (64,)
-"""The warp-specialized kernel's tiles in the space: 128 or 256 rows and columns, chunks of 64. The kernel
-issues 64-row wgmmas per consumer warpgroup (a cooperative pair splits 128 rows), so its tiles start at
-64 rows, and a 64-row tile leaves one warpgroup's wgmma short of the tensor cores' rate where Triton's
-lowering of the same tile does as well; 64 half-precision columns are one 128-byte swizzled TMA row,
-and every H200 measurement of the kernel (``benchmarks/results/hopper_gemm/``, ``docs/hopper.md``)
-used block_k 64."""
+"""The warp-specialized kernel's tiles in the space: 128 or 256 rows and columns, chunks of 64, the tiles its
+H200 measurements cover (``benchmarks/results/hopper_gemm/``, ``docs/hopper.md``: every "ws" config there
+is 128 x 128, 128 x 256 or 256 x 128 with block_k 64). Its wgmmas are 64 rows per consumer warpgroup (a
+cooperative pair splits 128), so a smaller tile gives each warpgroup one short wgmma per chunk, which
+nothing measured says pays; 64 half-precision columns are one 128-byte swizzled TMA row. 256 x 256 is
+enumerated, and pruned: its accumulator needs more than 128 registers per thread."""
 WS_FAMILY: dict[str, tuple[Any, ...]] = dict(block_m=WS_TILES, block_n=WS_TILES, block_k=WS_BLOCK_K,
                                              num_warps=(4, 8), reg_split=(1,), split_k=(1,), wave_tail=(False,))
 """The values a "ws" config's knobs are enumerated over (``_families``): its tiles, and what
@@ -223,7 +223,8 @@ WS_CONFIG_RULES: tuple[Rule, ...] = (
      lambda c: _is_ws(c) & c.pingpong & ((c.num_warps != 2 * WARPGROUP) | np.logical_not(c.persistent))),
     ("ws: block_m not a multiple of 64 rows per warpgroup of the tile",
      lambda c: _is_ws(c) & (c.block_m % (64 * _ws_tile_warpgroups(c)) != 0)),
-    (f"ws: more than {MAX_ACC_REGS} accumulator registers per thread", lambda c: _is_ws(c) & (ws_acc_regs(c) > MAX_ACC_REGS)),
+    (f"ws: more than {MAX_ACC_REGS} accumulator registers per thread",
+     lambda c: _is_ws(c) & (ws_acc_regs(c) > MAX_ACC_REGS)),
     (f"ws: shared memory over {SMEM_LIMIT} bytes", lambda c: _is_ws(c) & (ws_smem_bytes(c) > SMEM_LIMIT)))
 """``KernelConfig``'s own checks of the warp-specialized knobs (``KernelConfig.hopper``, ``HopperConfig``'s
 rules and arithmetic) as column expressions: a combination of valid knob values that passes them all makes a

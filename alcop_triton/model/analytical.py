@@ -410,7 +410,7 @@ def _threadblock(ctx: _Ctx, b_sm: int, n_act: int) -> dict[str, float]:
     if ws is not None:
         # The loader refills a slot once the wgmma that read it has retired: with wgmma_depth groups in
         # flight it keeps stages - 1 - depth chunks ahead of the one in use.
-        n_pipe = max(1, min(ws.stages - ws.wgmma_depth, n_loop))
+        n_pipe: float = max(1, min(ws.stages - ws.wgmma_depth, n_loop))
     elif c.reg_stages > 1:
         # alcop_triton's register level (rewrite/prefetch_reg.py) loads sub-tiles from global
         # memory into registers R-1 sub-tiles ahead, as loop-carried values: Triton's cp.async

@@ -44,7 +44,7 @@ def _log2(x: float) -> float:
 def featurize(workload: Workload, config: KernelConfig, spec: GPUSpec, est: Estimate | None = None) -> np.ndarray:
     """Feature vector (float64, ordered as ``FEATURE_NAMES``); pass ``est`` to reuse an estimate."""
     e = est if est is not None else estimate(workload, config, spec)
-    c = config
+    c = runs_as(workload, config, spec)  # a "ws" config where its kernel does not run: its "tma" twin
     batch, m, n, k = workload.gemm_dims()
     eb = workload.elem_bytes
     tiles = batch * ceil_div(m, c.block_m) * ceil_div(n, c.block_n) * c.split_k
@@ -82,7 +82,7 @@ def featurize(workload: Workload, config: KernelConfig, spec: GPUSpec, est: Esti
                  plm_over_floor=b["t_plm"] / floors, dram_scale=b["dram_scale"],
                  share_split_reduction=b["t_split_reduction"] / e.time_s)
     f.update(dict.fromkeys(_WS, 0.0))
-    if runs_as(workload, c, spec).async_copy == "ws":  # as the kernel runs it on this workload (hopper.plan)
+    if c.async_copy == "ws":  # as the kernel runs it on this workload (hopper.plan)
         h = ws_plan(workload, c, spec)
         f.update(ws=1.0, ws_wgmma_depth=h.wgmma_depth, ws_consumers=h.consumers,
                  ws_pingpong=float(h.policy == "pingpong"), log2_ws_epilogue_subtile=math.log2(h.epilogue_subtile))

@@ -183,3 +183,51 @@ def test_the_learned_model_fits_without_waiting_for_its_preparation(space, monke
     threading.Timer(0.2, release.set).start()
     scores = model.predict([fast, slow_config])
     assert scores[0] > scores[1]
+
+
+# ----------------------------------------------------------------------------- the warp-specialized kernel
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_ws_configs_are_seeded_after_the_untuned_choice(tmp_path, dtype):
+    from alcop_triton.autotune.dispatch import ws_seeds
+    from alcop_triton.kernels.matmul_ws import ws_configs
+    from alcop_triton.model.hardware import get_spec
+    h200 = get_spec("H200")
+    w = Workload("matmul", (3000, 5000, 4000), dtype, "nt")  # no table measured it
+    seeds = Dispatcher(Database(tmp_path / "t.sqlite")).seeds(w, h200)
+    ws = ws_seeds(w, h200)
+    assert ws == ws_configs(dtype)  # enough tiles for ping-pong and persistence: as measured
+    # right after the untuned call's config (and its wave-tail twin): inside the seeds a run measures
+    pos = [seeds.index(c) for c in ws]
+    assert pos == sorted(pos) and 0 < pos[0] <= 2 and pos[-1] - pos[0] == len(ws) - 1
+    assert pos[-1] < SEED_BATCHES * 8
+    space = ConfigSpace.build(w, h200)
+    assert all(c in space for c in ws)
+    t = make_tuner("analytical+xgb", space, seed_configs=seeds)
+    assert not set(ws) & set(t.skipped_seeds)
+
+
+def test_ws_seeds_are_the_configs_the_kernel_runs_as():
+    from alcop_triton.autotune.dispatch import ws_seeds
+    from alcop_triton.model.hardware import get_spec
+    h200 = get_spec("H200")
+    # 256 tiles of 128 x 128 (< 2 x 132 SMs): ping-pong runs cooperative; 128 tiles of 128 x 256: no persistence
+    mid = Workload("matmul", (512, 8192, 8192), "float16", "nt")
+    seeds = ws_seeds(mid, h200)
+    assert seeds and not any(c.pingpong for c in seeds)
+    assert all(not c.persistent for c in seeds if c.block_m * c.block_n == 128 * 256)
+    assert all(c in ConfigSpace.build(mid, h200) for c in seeds)
+    for w, spec in ((mid, get_spec("A100")), (mid, h200.with_mma("mma_sync")),
+                    (Workload("bmm", (4, 512, 512, 512), "float16", "nn"), h200),
+                    (Workload("linear", (512, 8192, 8192), "float16", "nt"), h200),
+                    (Workload("matmul", (512, 8192, 8192), "float32", "nt"), h200)):
+        assert ws_seeds(w, spec) == []
+
+
+def test_no_ws_seed_where_the_kernel_does_not_run(tmp_path):
+    from alcop_triton.model.hardware import get_spec
+    d = Dispatcher(Database(tmp_path / "t.sqlite"))
+    for w, spec in ((Workload("matmul", (3000, 5000, 4000), "float32", "nt"), get_spec("H200")),
+                    (Workload("bmm", (4, 1000, 1500, 700), "float16", "nt"), get_spec("H200")),
+                    (Workload("matmul", (3000, 5000, 4000), "float16", "nt"), get_spec("A100"))):
+        assert not any(c.async_copy == "ws" for c in d.seeds(w, spec))

@@ -293,7 +293,8 @@ MIXED_WS = Knobs(block_m=(64, 128, 256), block_n=(64, 128, 256), block_k=(64,), 
                  epilogue_subtile=(1, 2, 4))
 
 
-@pytest.mark.parametrize("workload, spec", [(BIG, H200), (Workload("matmul", (512, 8192, 8192), "bfloat16", "nn"), SPEC),
+@pytest.mark.parametrize("workload, spec", [(BIG, H200),
+                                            (Workload("matmul", (512, 8192, 8192), "bfloat16", "nn"), SPEC),
                                             (Workload("matmul", (1024, 1000, 512), "float16", "nn"), H200),
                                             (Workload("bmm", (4, 1024, 1024, 1024), "float16", "nn"), H200),
                                             (BIG, get_spec("A100")), (BIG, None)],

@@ -208,3 +208,68 @@ def test_fuzz_never_crashes(case):
 def test_config_validation_is_records_job():
     with pytest.raises(ScheduleError):
         KernelConfig(block_k=16, reg_split=2)
+
+
+# ----------------------------------------------------------------------------- the warp-specialized kernel
+
+def _ws(bm=128, bn=128, warps=8, stages=4, depth=1, persistent=True, pingpong=True, sub=2) -> KernelConfig:
+    return KernelConfig(bm, bn, 64, group_m=8, num_warps=warps, smem_stages=stages, reg_stages=depth + 1,
+                        async_copy="ws", persistent=persistent, pingpong=pingpong, epilogue_subtile=sub)
+
+
+def test_ws_resources_are_the_kernels_program():
+    from alcop_triton.kernels.matmul_ws import ws_configs
+    h200 = get_spec("H200")
+    for c in [*ws_configs("float16"), _ws(warps=4, pingpong=False, persistent=False)]:
+        r, h = resources(MM, c, h200), c.hopper()
+        assert (r.smem_bytes, r.regs_per_thread, r.threads) == (h.smem_bytes, h.maxnreg, 32 * h.total_warps)
+        assert r.valid and r.mma_path == "wgmma" and r.blocks_per_sm >= 1
+
+
+@pytest.mark.parametrize("workload, spec", [
+    (Workload("bmm", (4, 1024, 1024, 1024)), "H200"), (Workload("matmul", (4096, 4096, 4096), "float32"), "H200"),
+    (MM, "A100"), (MM, "H100-mma_sync")])
+def test_ws_configs_are_estimated_as_their_twin_where_the_kernel_does_not_run(workload, spec):
+    s = get_spec(spec.split("-")[0])
+    s = s.with_mma("mma_sync") if spec.endswith("mma_sync") else s
+    e, twin = estimate(workload, _ws(), s), estimate(workload, _ws().tma_twin(), s)
+    assert e.time_s == twin.time_s and e.breakdown["ws"] == 0.0
+    assert resources(workload, _ws(), s) == resources(workload, _ws().tma_twin(), s)
+
+
+def test_ws_estimate_follows_what_the_kernel_does():
+    h200 = get_spec("H200")
+    pp, coop = estimate(MM, _ws(), h200), estimate(MM, _ws(pingpong=False), h200)
+    assert pp.valid and coop.valid and pp.breakdown["ws"] == 1.0
+    # the loader warp issues the copies: nothing on the consumers' side
+    assert pp.breakdown["t_issue"] == coop.breakdown["t_issue"] == 0.0
+    # ping-pong: two tiles per SM at once, and each later round's epilogue behind the other's main loop
+    assert (pp.breakdown["tiles_per_sm"], coop.breakdown["tiles_per_sm"]) == (2.0, 1.0)
+    rounds = pp.breakdown["n_batches"] - 1
+    assert pp.breakdown["t_hidden_by_persistence"] >= rounds * (pp.breakdown["t_init"] + h200.lat_dram_write)
+    # one consumer waiting for each wgmma (depth 0) exposes its latency; one group in flight hides it
+    one = dict(warps=4, pingpong=False, persistent=False)
+    d0, d1 = estimate(MM, _ws(depth=0, **one), h200), estimate(MM, _ws(depth=1, **one), h200)
+    assert d0.breakdown["t_reg_loop"] > d1.breakdown["t_reg_loop"] == d1.breakdown["t_compute"]
+    # and a wgmma group in flight holds a ring slot: depth 2 of 4 stages leaves one chunk ahead
+    assert estimate(MM, _ws(depth=2, **one), h200).time_s > d1.time_s
+
+
+def test_ws_estimate_is_that_of_the_planned_kernel():
+    # K = 128 is two chunks of 64: hopper.plan cuts the ring to two stages; 256 tiles < 2 x 132 SMs:
+    # ping-pong runs cooperative
+    h200 = get_spec("H200")
+    w = Workload("matmul", (2048, 2048, 128))
+    assert estimate(w, _ws(stages=4), h200).time_s == estimate(w, _ws(stages=2, pingpong=False), h200).time_s
+
+
+def test_every_ws_config_of_a_space_has_a_finite_estimate():
+    from alcop_triton.autotune.space import ConfigSpace
+    h200 = get_spec("H200")
+    for w in (MM, Workload("matmul", (512, 8192, 8192), "bfloat16", "nn"), Workload("matmul", (256, 384, 2048))):
+        ws = [c for c in ConfigSpace.build(w, h200, prune=False) if c.async_copy == "ws"]
+        assert ws
+        for c in ws:
+            e = estimate(w, c, h200)
+            assert e.valid and math.isfinite(e.time_s) and e.time_s > 0, (w, c, e.reason)
+            assert math.isfinite(bottleneck_estimate(w, c, h200))
