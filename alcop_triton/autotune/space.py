@@ -647,10 +647,14 @@ def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned
     first = ("tile larger than the problem", "split-K with enough tiles to fill the GPU")
     ws_checks = [r for r in rules if r in WS_CONFIG_RULES]
     later = [r for r in rules if r[0] not in first and r not in WS_CONFIG_RULES]
+    # The warp-specialized rules hold only of "ws" configs (or of its knobs off their defaults): the other
+    # family, millions of combinations for a large GEMM, skips them.
+    ws_only = {reason for reason, _ in (*WS_CONFIG_RULES, *_ws_rules(workload, spec))}
     full = knobs.values()
     kept: list[np.ndarray] = []  # per family: indices into ``full`` of each survivor's values (knobs x survivors)
     for family in _families(knobs):
         values = family.values()
+        skip = set() if WS in family.async_copy else ws_only
         grid = np.indices([len(v) for v in values]).reshape(len(values), -1)  # itertools.product's order
         c = Candidate(*(np.asarray(v)[i] for v, i in zip(values, grid)))
         invalid = (c.persistent & (c.split_k > 1)) | (c.block_k // c.reg_split < 16) | (
@@ -662,7 +666,7 @@ def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned
         ordered = [r for r in rules if r[0] in first] + [("invalid knob combination", lambda _: invalid)] \
             + ws_checks + later + [(f"outside variant {variant!r}", lambda c: np.logical_not(variant_ok(c, variant)))]
         alive = np.ones(grid.shape[1], dtype=bool)
-        for reason, test in ordered:
+        for reason, test in (r for r in ordered if r[0] not in skip):
             hit = alive & test(c)
             count = int(np.count_nonzero(hit))
             if count:
@@ -675,9 +679,9 @@ def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned
     if not kept:
         return []
     rows = np.concatenate(kept, axis=1)
-    order = np.lexsort(rows[::-1])  # the whole product's order: the first knob varies slowest
-    return [KernelConfig(**{name: vals[i] for name, vals, i in zip(KNOB_NAMES, full, row)})
-            for row in rows[:, order].T.tolist()]
+    rows = rows[:, np.lexsort(rows[::-1])]  # the whole product's order: the first knob varies slowest
+    columns = [np.array(vals + (None,), dtype=object)[:-1][idx].tolist() for vals, idx in zip(full, rows)]
+    return [KernelConfig(**dict(zip(KNOB_NAMES, row))) for row in zip(*columns)]
 
 
 def _reason_class(reason: str) -> str:
