@@ -12,7 +12,8 @@ Pruning, cheapest first:
    needs more tiles than SMs, split-K is for problems with fewer tiles than SMs and slices of at
    least two chunks, a wave tail is for one-batch GEMMs by TMA on sm90 with more tiles than SMs, the
    warp-specialized kernel (``async_copy="ws"``) is for a single half-precision GEMM on sm90 with wgmma
-   (``_ws_rules``: its own rules as ``KernelConfig`` checks them, then what it runs well);
+   (``WS_CONFIG_RULES``: its own rules, as ``KernelConfig`` checks them; ``_ws_rules``: where it runs,
+   and none of its configs that ``hopper.plan`` would run as another);
 2. the variant filter (the paper's ablation: none / double_buffer / smem_multistage / full);
 3. the model's resource accounting: ``model.analytical.resources(...).valid`` (shared memory,
    registers, threads), so out-of-resource configs are never compiled;
