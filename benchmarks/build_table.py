@@ -324,14 +324,12 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
 
 
 def ws_candidates(w: Workload, spec: Any) -> list[KernelConfig]:
-    """A single GEMM on wgmma: the warp-specialized kernel's configs (``kernels.matmul_ws.ws_configs``), which
-    the model does not rank (it knows nothing of a loader warp or of ping-pong), so they are measured
-    (``docs/decisions.md#d42``)."""
+    """A single GEMM on wgmma: the warp-specialized kernel's configs (``kernels.matmul_ws.ws_configs``) as its
+    planner runs them on ``w`` (``dispatch.ws_seeds``), so a record names what ran. The model does not rank
+    them (it was fitted without them), so they are measured (``docs/decisions.md#d42``)."""
+    from alcop_triton.autotune.dispatch import ws_seeds
     from alcop_triton.autotune.space import shape_reason
-    from alcop_triton.kernels.matmul_ws import ws_configs
-    if w.op != "matmul" or getattr(spec, "mma", "") != "wgmma":
-        return []
-    return [c for c in ws_configs(w.dtype) if shape_reason(w, c, spec) is None]
+    return [c for c in ws_seeds(w, spec) if shape_reason(w, c, spec) is None]
 
 
 def _pair_key(w: Workload, config: KernelConfig | None) -> str:
