@@ -93,9 +93,15 @@ def compiled(dtype: str, batched: int, ep: Epilogue, cfg: KernelConfig, out_dtyp
         if batched or out_dtype not in (None, dtype):
             cfg = cfg.tma_twin()
         else:
-            from .matmul_ws import WarpSpecializedGemm
-            return WarpSpecializedGemm(dtype, ep, cfg)
+            return _ws_compiled(dtype, ep, cfg)
     return _compiled(dtype, batched, ep, cfg, out_dtype, settings.strict())
+
+
+@lru_cache(maxsize=512)
+def _ws_compiled(dtype: str, ep: Epilogue, cfg: KernelConfig) -> Runs:
+    # cached as the Triton kernels are: a call that misses the fast path does not validate the config again
+    from .matmul_ws import WarpSpecializedGemm
+    return WarpSpecializedGemm(dtype, ep, cfg)
 
 
 @lru_cache(maxsize=512)
