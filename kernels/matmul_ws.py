@@ -52,6 +52,21 @@ class WarpSpecializedGemm(Runs):
         return (self.dtype in WS_DTYPES and ep.alpha == 1.0 and (not ep.residual or ep.beta == 1.0)
                 and ep.activation in ACTIVATIONS)
 
+    def variant(self, m: int, n: int, k: int, layout: str = "nt", sms: int = 132) -> Any:
+        """The generated kernel (``hopper.emit.KernelSource``: ``.name``, ``.source`` with its header) that a
+        call of an (m x k) @ (k x n) product stored as ``layout`` runs on a GPU of ``sms`` SMs."""
+        from alcop_triton.hopper.launch import source
+        from alcop_triton.hopper.plan import plan
+        ep = self.epilogue
+        return source(plan(m, n, k, self.config.hopper(), sms=sms), self.dtype, layout, ep.bias, ep.activation,
+                      ep.residual)
+
+    def explain(self, m: int, n: int, k: int, sms: int = 132) -> str:
+        """Each of the three levels on this shape: its depth and why (clamps named), as ``CompiledKernel.explain``
+        says it of a Triton kernel's buffers."""
+        from alcop_triton.hopper.plan import explain, plan
+        return explain(plan(m, n, k, self.config.hopper(), sms=sms))
+
     def twin(self) -> Any:
         from . import matmul
         return matmul.compiled(self.dtype, 0, self.epilogue, self.config.tma_twin())

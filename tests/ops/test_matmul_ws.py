@@ -93,6 +93,14 @@ def test_compiled_picks_the_kernel_for_single_gemms_and_the_twin_otherwise() -> 
         WarpSpecializedGemm("float16", km.Epilogue(), PP.tma_twin())
 
 
+def test_the_generated_variant_and_its_plan_are_readable_without_a_gpu() -> None:
+    kern = km.compiled("bfloat16", 0, km.Epilogue(bias=True, activation="gelu"), PP)
+    ks = kern.variant(4096, 4096, 4096, "nt")
+    assert ks.name.startswith("hopper_gemm_nt_bf16_bias_gelu_") and "level 1:" in ks.source
+    text = kern.explain(512, 1024, 4096)  # 32 tiles on 132 SMs: level 3's ping-pong and persistence clamp
+    assert text.splitlines()[0].startswith("level 1: global -> shared") and "note:" in text
+
+
 def test_table_candidates_are_valid_and_distinct() -> None:
     got = ws_configs("bfloat16")
     assert len(set(got)) == len(got) == 5 and all(c.async_copy == "ws" for c in got)
