@@ -93,8 +93,7 @@ class WarpSpecializedGemm(Runs):
         """(launch, out) as ``CompiledKernel.bind``; the "tma" twin's where the kernel cannot run here."""
         import torch
 
-        from alcop_triton.hopper.launch import descriptor_dims, kernel, launch_args, source, stored_layout
-        from alcop_triton.hopper.plan import plan
+        from alcop_triton.hopper.launch import descriptor_dims, grid, kernel, launch_args, stored_layout
         n_in = 2 + int(self.epilogue.bias) + int(self.epilogue.residual)
         if len(tensors) not in (n_in, n_in + 1):
             raise TypeError(f"{self.label()}: expected {n_in} inputs and optionally the output, got {len(tensors)} tensors")
@@ -108,29 +107,23 @@ class WarpSpecializedGemm(Runs):
             return self.twin().bind(*tensors)
         m, k = a.shape
         n = b.shape[1]
-        layout = "".join(stored_layout(x) or "n" for x in (a, b))
+        layout = f"{stored_layout(a)}{stored_layout(b)}"  # both known: runs_here checked them
         sms = _sms(a.device.index if a.device.index is not None else torch.cuda.current_device())
-        p = plan(m, n, k, self.config.hopper(), sms=sms)
+        ks = self.variant(m, n, k, layout, sms)
         ep = self.epilogue
-        ks = source(p, self.dtype, layout, ep.bias, ep.activation, ep.residual)
         args, options = launch_args(ks, a, b, out, tensors[2] if ep.bias else None, tensors[-2] if ep.residual else None)
         fn = kernel(ks)
-        grid = _grid(p.config, m, n, sms)
+        launch_grid = grid(ks.plan.config, m, n, sms)
         with torch.cuda.device(a.device):
-            run = fn[grid]
-        return Launch(fn, run, grid, args, options, len(tensors), a.device,
-                      descriptor_dims(layout, p.config, int(ep.bias) + int(ep.residual))), out
+            run = fn[launch_grid]
+        return Launch(fn, run, launch_grid, args, options, len(tensors), a.device,
+                      descriptor_dims(layout, ks.plan.config, int(ep.bias) + int(ep.residual))), out
 
 
 @lru_cache(maxsize=16)
 def _sms(index: int) -> int:
     import torch
     return int(torch.cuda.get_device_properties(index).multi_processor_count)
-
-
-def _grid(cfg: Any, m: int, n: int, sms: int) -> tuple[int]:
-    from alcop_triton.hopper.launch import grid
-    return grid(cfg, m, n, sms)
 
 
 def ws_configs(dtype: str) -> list[KernelConfig]:

@@ -71,10 +71,7 @@ def test_records_keep_ws_to_half_precision_gemms() -> None:
 
 
 def test_a_schedule_does_not_copy_by_ws() -> None:
-    a = at.te.placeholder((at.te.var("M"), at.te.var("K")), "float16", "A")
-    b = at.te.placeholder((at.te.var("K"), at.te.var("N")), "float16", "B")
-    k = at.te.reduce_axis(a.shape[1], "k")
-    c = at.te.compute((a.shape[0], b.shape[1]), lambda i, j: at.te.sum(a[i, k] * b[k, j], axis=k), "C")
+    _, c = km.matmul_te("float16", 0)
     with pytest.raises(ScheduleError, match="warp-specialized GEMM kernel's copy"):
         at.Schedule(c).async_copy("ws")
 
