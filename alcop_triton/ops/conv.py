@@ -373,7 +373,9 @@ AUTOGRAD = types.SimpleNamespace(
     conv=fastpath.grad_function("AlcopConv", _registered_conv, _conv_setup, _conv_backward, 3))
 """``torch.ops.alcop.conv`` for eager calls with autograd (see ``gemm.AUTOGRAD``)."""
 
-_CONV_KERNEL = OpRoutes(_conv_kernel)  # the registered op's own implementation: below the dispatcher
+# the registered op's own implementation: below the dispatcher; torch's where patch mode's records leave the
+# workload to torch (see gemm's _MM_KERNEL)
+_CONV_KERNEL = OpRoutes(_conv_kernel, torch=fallback.torch_conv)
 
 BACKWARD = types.SimpleNamespace(
     conv=route.backward_op("conv", 3, OpRoutes(_conv_kernel, torch.ops.alcop.conv, None, AUTOGRAD.conv)),

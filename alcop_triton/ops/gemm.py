@@ -703,19 +703,24 @@ AUTOGRAD = types.SimpleNamespace(
 """``torch.ops.alcop``'s names for eager calls with autograd: the same implementations and formulas as
 autograd Functions (``fastpath.grad_function``), without torch.library's per-call autograd wrapper."""
 
-# the registered ops' own implementations: below the dispatcher, so no other route
-_MM_KERNEL, _BMM_KERNEL = OpRoutes(_mm_kernel), OpRoutes(_bmm_kernel)
-_GEMM_KERNEL, _LINEAR_KERNEL = OpRoutes(_gemm_kernel), OpRoutes(_linear_kernel)
+
+# torch's own functions, taken before patch mode can wrap them: a workload patch mode leaves to torch
+# then calls them directly, not through its wrapper a second time.
+_TORCH_MATMUL, _TORCH_MM, _TORCH_BMM = torch.matmul, torch.mm, torch.bmm
+
+# The registered ops' own implementations: below the dispatcher, so no other route but torch's. An autograd
+# Function's forward (the autograd route's, training in patch mode) calls them: where the records leave the
+# forward's workload to torch, patch mode's repeats compute it with torch there (``route._first_call``), while
+# the Function's backward still sends each gradient product where its own records say.
+_MM_KERNEL, _BMM_KERNEL = OpRoutes(_mm_kernel, torch=_TORCH_MM), OpRoutes(_bmm_kernel, torch=_TORCH_MATMUL)
+_GEMM_KERNEL = OpRoutes(_gemm_kernel, torch=fallback.torch_gemm)
+_LINEAR_KERNEL = OpRoutes(_linear_kernel, torch=_torch_linear)
 
 BACKWARD = types.SimpleNamespace(**{
     name: route.backward_op(name, n, OpRoutes(getattr(DIRECT, name), getattr(torch.ops.alcop, name), None,
                                               getattr(AUTOGRAD, name)))
     for name, n in (("mm", 2), ("bmm", 2), ("gemm", 4), ("linear", 4))})
 """The ops the backward formulas call (``route.backward_op``)."""
-
-# torch's own functions, taken before patch mode can wrap them: a workload patch mode leaves to torch
-# then calls them directly, not through its wrapper a second time.
-_TORCH_MATMUL, _TORCH_MM, _TORCH_BMM = torch.matmul, torch.mm, torch.bmm
 
 BACKWARD_PATCHED = types.SimpleNamespace(**{
     name: route.backward_op(name, n, OpRoutes(getattr(DIRECT, name), getattr(torch.ops.alcop, name), torch_fn,
