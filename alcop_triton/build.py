@@ -425,26 +425,21 @@ def _unit_dim(x: Any) -> int | None:
     return dims[-1] if dims else None
 
 
-_SPLIT_LOCKS: dict[tuple[str, int | None, int], Any] = {}
-
-
 def _split_buffers(split: int, tiles: int, c: dict[str, int], dev: Any) -> list[Any]:
-    """Split-K's float32 workspace (one partial tile per slice and tile, fresh per call from torch's caching
-    allocator) and its arrival counters (``codegen.split_locks_needed``; zeros, kept per device and stream:
-    the kernel's last program of each tile or group resets its counter, so launches on one stream, graph
-    replays included, reuse them)."""
+    """Split-K's float32 workspace (one partial tile per slice and tile) and its arrival counters
+    (``codegen.split_locks_needed``, zeros), both the launch's own: made where the launch is bound and kept
+    with it, so its repeats reuse them (the kernel's last program of each tile or group resets its
+    counter, so replays on one stream, graph replays included, start from zeros).
+
+    Never shared between launches: counters shared by two launches that run at the same time (one per
+    stream, as the tuner's timer ran them: its first calls on the current stream, its graphs on a stream
+    of their own) mix their arrivals, and a tile's sum is taken early or never (docs/decisions.md#d43)."""
     import torch
     elems = split * tiles * c["BLOCK_M"] * c["BLOCK_N"]
     if elems >= 2 ** 31:
         raise ValueError(f"split_k={split}: a workspace of {elems} float32 elements exceeds 32-bit indexing; "
                          "use a smaller split (split-K is meant for few output tiles)")
-    stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0
-    key = (dev.type, dev.index, stream)
-    need = codegen.split_locks_needed(split, tiles)
-    locks = _SPLIT_LOCKS.get(key)
-    if locks is None or locks.numel() < need:
-        locks = torch.zeros(max(need, 1024), dtype=torch.int32, device=dev)
-        _SPLIT_LOCKS[key] = locks
+    locks = torch.zeros(codegen.split_locks_needed(split, tiles), dtype=torch.int32, device=dev)
     return [torch.empty(elems, dtype=torch.float32, device=dev), locks]
 
 

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 import alcop_triton as at
 from alcop_triton import KernelConfig, Schedule, ScheduleError, codegen, te
-from alcop_triton.build import _SPLIT_LOCKS
 from alcop_triton.kernels import matmul as km
 
 
@@ -22,8 +21,15 @@ def _cfg(split: int, **kw: object) -> KernelConfig:
                            "split_k": split, **kw})  # type: ignore[arg-type]
 
 
-def _counters_are_zero() -> bool:
-    return all(int(t.abs().sum()) == 0 for t in _SPLIT_LOCKS.values())
+def _launch_twice(kern: object, *tensors: torch.Tensor) -> None:
+    """Bind ``kern`` on ``tensors`` and launch it twice, as a stored call's repeats do: its arrival counters
+    (its own, bound with it) are back at zero after each launch, so the repeat's sums are right too."""
+    launch, _ = kern.bind(*tensors)  # type: ignore[attr-defined]
+    counters = [t for t in launch.args if isinstance(t, torch.Tensor) and t.dtype == torch.int32]
+    assert len(counters) == 1
+    for _ in range(2):
+        launch()
+        assert int(counters[0].abs().sum()) == 0
 
 
 @pytest.mark.interpreter
@@ -36,12 +42,11 @@ def test_split_matmul_matches_torch(split: int, k: int, dtype: str, kit) -> None
     g = torch.Generator().manual_seed(split * 1000 + k)
     a, b = kit.rand((33, k), dtype, g), kit.rand((k, 20), dtype, g)
     out = kit.poisoned((33, 20), dtype)
-    kern(a, b, out)
+    _launch_twice(kern, a, b, out)
     kit.assert_close(out, a.double() @ b.double(), dtype, f"split {split} K {k}")
     assert "SPLIT_K: tl.constexpr" in kern.source and "k_chunks" in kern.source
     # past SPLIT_GROUP slices the partials are summed in two levels (groups, then the group sums)
     assert ("split-K in two levels" in kern.source) == (split > codegen.SPLIT_GROUP)
-    assert _counters_are_zero()
 
 
 def test_split_lock_counts() -> None:
@@ -58,9 +63,8 @@ def test_split_with_register_prefetch_and_tma(cfg: KernelConfig, kit) -> None:
     for m, n, k in ((32, 48, 200), (17, 24, 72)):
         a, b = kit.rand((m, k), "float16", g), kit.rand((n, k), "float16", g).t()  # B stored N x K
         out = kit.poisoned((m, n), "float16")
-        kern(a, b, out)
+        _launch_twice(kern, a, b, out)
         kit.assert_close(out, a.double() @ b.double(), "float16", f"{cfg} {m}x{n}x{k}")
-    assert _counters_are_zero()
 
 
 @pytest.mark.interpreter
@@ -83,9 +87,8 @@ def test_split_epilogues_and_bmm(ep: km.Epilogue, batched: bool, split: int, kit
     if ep.residual:
         ref = ref + ep.beta * res.double()
     out = kit.poisoned(bt + (m, n), "float32")
-    kern(*([a, b] + ([bias] if ep.bias else []) + ([res] if ep.residual else [])), out)
+    _launch_twice(kern, *([a, b] + ([bias] if ep.bias else []) + ([res] if ep.residual else [])), out)
     kit.assert_close(out, ref, "float32", f"{ep} batched={batched}")
-    assert _counters_are_zero()
 
 
 @pytest.mark.interpreter
@@ -146,4 +149,21 @@ def test_split_conv2d_as_implicit_gemm() -> None:
     x = r.inputs(0)
     out, ref = r.run(x), r.reference(x)
     assert ((out.double() - ref.double()).norm() / ref.double().norm()).item() <= 1e-5
-    assert _counters_are_zero()
+    launch, _ = r.bind(x)
+    counters = [t for t in launch.args if isinstance(t, torch.Tensor) and t.dtype == torch.int32]
+    launch()
+    assert len(counters) == 1 and int(counters[0].abs().sum()) == 0
+
+
+@pytest.mark.interpreter
+def test_each_bound_launch_has_counters_and_workspace_of_its_own(kit) -> None:
+    # Launches that share arrival counters mix their arrivals when they run at the same time (one per
+    # stream): a tile's sum is then taken before its last partial, or never. Each bound launch owns both.
+    kern = kit.matmul("float16", _cfg(2))
+    g = torch.Generator().manual_seed(3)
+    a, b = kit.rand((20, 64), "float16", g), kit.rand((64, 18), "float16", g)
+    buffers = []
+    for _ in range(2):
+        launch, _ = kern.bind(a, b)
+        buffers.append({t.data_ptr() for t in launch.args[3:] if isinstance(t, torch.Tensor)})
+    assert len(buffers[0]) == 2 and not buffers[0] & buffers[1]
