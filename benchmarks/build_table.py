@@ -301,6 +301,8 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
         # warpgroup alike (docs/decisions.md#d32), which the model does not know: each 8-warp tile is
         # also measured with 4 warps where its accumulator fits them (128 fp32 registers per thread).
         for c in list(out):
+            if c.async_copy == "ws":  # its warps are warpgroup roles (HopperConfig), not a tile's spread
+                continue
             four = c.replace(num_warps=4)
             if c.num_warps == 8 and c.block_m * c.block_n <= 128 * 128 and four not in out \
                     and shape_reason(w, four, spec) is None:
