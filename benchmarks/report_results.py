@@ -369,7 +369,9 @@ HARNESSES: tuple[Harness, ...] = (
     Harness("Building the shipped table: the H200's, the workloads of e2e.py", "table_h200/build_table.json",
             "python benchmarks/build_table.py benchmarks/results/table_h200 --sets train,e2e --dtypes bfloat16, then "
             "--sets e2e --dtypes float16 (each resumed once), then --sets e2e,train --ops matmul --new-candidates "
-            "--candidates ws, then --install", render=build_table_section),
+            "--candidates ws, then --sets train --dtypes float16 --ops matmul --new-candidates, then (the split-K "
+            "wrong answers dropped, D43) --sets e2e,train --ops matmul,conv2d --new-candidates, each into a copy of "
+            "the shipped table, then --install (passes: table_h200/README.md)", render=build_table_section),
     Harness("ALCOP's three levels on Hopper: the generated warp-specialized GEMM", "hopper_gemm/hopper_gemm.json",
             "python benchmarks/hopper_gemm.py --out benchmarks/results/hopper_gemm", render=hopper_gemm_section),
     Harness("GEMMs inside torch.compile", "compile_gemm/compile_gemm.json",
