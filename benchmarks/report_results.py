@@ -300,6 +300,23 @@ def hopper_gemm_section(r: Report) -> list[str]:
     return out + [""]
 
 
+def hopper_heldout_section(r: Report) -> list[str]:
+    """The held-out run of ``hopper_gemm.py``: its ablation table, then ``alcop_triton.matmul`` as dispatched
+    (one row per shape) against cuBLAS."""
+    out = hopper_gemm_section(r)
+    dispatched: dict[tuple[Any, ...], float] = {}
+    for row in r["rows"]:
+        if row.get("alcop_triton_vs_torch"):
+            dispatched[(tuple(row["shape"]), row["layout"], row["dtype"])] = row["alcop_triton_vs_torch"]
+    for dtype in sorted({k[2] for k in dispatched}):
+        vals = {k: v for k, v in dispatched.items() if k[2] == dtype}
+        low = sorted((v, k) for k, v in vals.items() if v < 0.85)
+        out += [f"`alcop_triton.matmul` as dispatched, {dtype}, {len(vals)} shapes: {_x(_geomean(list(vals.values())))} "
+                f"cuBLAS geomean, min {_x(min(vals.values()))}; below 0.85x: "
+                + (", ".join(f"{'x'.join(map(str, k[0]))} {_x(v)}" for v, k in low) or "none") + ".", ""]
+    return out
+
+
 def fuzz_section(r: Report) -> list[str]:
     return [f"{r['what']}; {r['date']}, torch {r['torch']}, Triton {r['triton']}, alcop_triton {r['alcop_triton']}, "
             f"`{r['command']}`. Timer: none (correctness only). {r['cases']} cases: {r['ok']} matched torch, "
@@ -374,6 +391,9 @@ HARNESSES: tuple[Harness, ...] = (
             "the shipped table, then --install (passes: table_h200/README.md)", render=build_table_section),
     Harness("ALCOP's three levels on Hopper: the generated warp-specialized GEMM", "hopper_gemm/hopper_gemm.json",
             "python benchmarks/hopper_gemm.py --out benchmarks/results/hopper_gemm", render=hopper_gemm_section),
+    Harness("Held-out GEMMs on Hopper: both lowerings", "hopper_gemm_heldout/hopper_gemm.json",
+            "python benchmarks/hopper_gemm.py --out benchmarks/results/hopper_gemm_heldout --shapes heldout "
+            "--level-sets 1+2+3", render=hopper_heldout_section),
     Harness("GEMMs inside torch.compile", "compile_gemm/compile_gemm.json",
             "python benchmarks/compile_gemm.py --out benchmarks/results/compile_gemm --limit 4",
             render=compile_gemm_section),
