@@ -579,53 +579,14 @@ class _nothing:
 
 
 @pytest.mark.parametrize("backward_faster", ["torch", "alcop"])
-def test_patch_modes_backward_products_go_where_the_records_say(
-        backward_faster: str, records: Callable[[Workload, bool], None], monkeypatch: pytest.MonkeyPatch) -> None:
-    # Autograd runs a backward outside patch mode's thread state: the forward's Function records patch
-    # mode, and the backward's products are decided by the records as a forward product is.
-    decided: list[Workload] = []
-    real = choose_config.decide
-
-    def spy(w: Workload, *args: Any, **kwargs: Any) -> Any:
-        decided.append(w)
-        return real(w, *args, **kwargs)
-
-    x, w, b = randn(8, 16), randn(12, 16, seed=1), randn(12, seed=2)
-    forward = Workload("matmul", (8, 12, 16), "float32", "nt")
-    records(forward, True)
-    monkeypatch.setattr(choose_config, "decide", spy)
-
-    def step() -> tuple[torch.Tensor, ...]:
-        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
-        with patch.patched():
-            y = F.linear(xs, ws, bs)
-        y.square().sum().backward()
-        return y.detach(), xs.grad, ws.grad, bs.grad
-
-    step()
-    backward = sorted({d for d in decided if d != forward}, key=str)
-    assert len(backward) == 2, decided  # the input's and the weight's gradient products
-    for bw in backward:
-        records(bw, backward_faster == "alcop")
-    sent = fastpath.stats().to_torch
-    step()                     # first calls of the backward's signatures under these records
-    y, gx, gw, gb = step()     # repeats: a product the records leave to torch goes there
-    assert (fastpath.stats().to_torch > sent) == (backward_faster == "torch")
-    xd, wd, bd = (t.double().requires_grad_() for t in (x, w, b))
-    yd = F.linear(xd, wd, bd)
-    yd.square().sum().backward()
-    assert_close(y, yd.detach())
-    for g, want in ((gx, xd.grad), (gw, wd.grad), (gb, bd.grad)):
-        assert_close(g, want)
-
-
-@pytest.mark.parametrize("backward_faster", ["torch", "alcop"])
-def test_a_training_forward_the_records_leave_to_torch_runs_torchs_product(
-        backward_faster: str, records: Callable[[Workload, bool], None], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("forward_faster", ["alcop", "torch"])
+def test_patch_modes_training_products_go_where_the_records_say(
+        forward_faster: str, backward_faster: str, records: Callable[[Workload, bool], None],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # A call with tensors that require grad takes the autograd route: an autograd Function whose forward
-    # calls the registered op. Where the records leave the forward's workload to torch, that call's repeats
-    # are torch's product, as a no-grad call's are, and the Function's backward still sends each gradient
-    # product where its own records say.
+    # calls the registered op and whose backward makes the gradient products. Autograd runs the backward
+    # outside patch mode's thread state: the Function records patch mode, and each product, forward or
+    # gradient, is decided by its own records as a no-grad call's is (docs/decisions.md#d44).
     decided: list[Workload] = []
     real = choose_config.decide
 
@@ -635,8 +596,9 @@ def test_a_training_forward_the_records_leave_to_torch_runs_torchs_product(
 
     x, w, b = randn(8, 16), randn(12, 16, seed=1), randn(12, seed=2)
     forward = Workload("matmul", (8, 12, 16), "float32", "nt")
-    records(forward, False)
+    records(forward, forward_faster == "alcop")
     monkeypatch.setattr(choose_config, "decide", spy)
+
     def step() -> tuple[torch.Tensor, ...]:
         xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
         with patch.patched():
@@ -649,11 +611,10 @@ def test_a_training_forward_the_records_leave_to_torch_runs_torchs_product(
     assert len(backward) == 2, decided  # the input's and the weight's gradient products
     for bw in backward:
         records(bw, backward_faster == "alcop")
-    step()                     # first calls under these records
+    step()                     # first calls of the signatures under these records
     sent = fastpath.stats().to_torch
-    y, gx, gw, gb = step()     # repeats
-    # the forward's product is torch's; the two gradient products are torch's too, or alcop's kernels
-    assert fastpath.stats().to_torch - sent == (3 if backward_faster == "torch" else 1)
+    y, gx, gw, gb = step()     # repeats: each product the records leave to torch goes there
+    assert fastpath.stats().to_torch - sent == (forward_faster == "torch") + 2 * (backward_faster == "torch")
     xd, wd, bd = (t.double().requires_grad_() for t in (x, w, b))
     yd = F.linear(xd, wd, bd)
     yd.square().sum().backward()
