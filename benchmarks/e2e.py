@@ -621,7 +621,13 @@ def merge(path: Path, meta: dict[str, Any], results: list[dict[str, Any]]) -> li
     if not path.is_file():
         return results
     old = json.loads(path.read_text())
-    same = all(old["meta"].get(k) == meta[k] for k in ("device", "torch", "triton", "alcop", "reps", "warmup"))
+    differ = [k for k in ("device", "torch", "triton", "alcop", "reps", "warmup") if old["meta"].get(k) != meta[k]]
+    same = not differ
+    if differ and old["results"]:
+        # said, not silent: a rerun with other settings replaces the whole report
+        changes = ", ".join(f"{k} {old['meta'].get(k)!r} -> {meta[k]!r}" for k in differ)
+        print(f"[e2e] {path}: its {len(old['results'])} results were run with other settings ({changes}); not kept",
+              file=sys.stderr)
 
     def key(r: dict[str, Any]) -> tuple[str, str]:
         return r["model"], r.get("task", "infer")

@@ -401,3 +401,15 @@ def test_torch_call_and_reference_compute_the_runners_workload(bt, w):
     torch.testing.assert_close(ref, r.reference(x).float(), rtol=1e-2, atol=1e-2)  # the runner's, before rounding
     got = bt.torch_call(w)(*x)
     assert got.dtype == x[0].dtype and ((got.float() - ref).norm() / ref.norm()).item() <= 1e-2
+
+
+def test_candidates_never_pair_a_warp_specialized_config_with_4_warps(bt):
+    # The H200 table's records make dispatch's transfer pick a ws ping-pong config (two consumer warpgroups,
+    # 8 warps) for this nt GEMM. Its warps are warpgroup roles: a 4-warp twin is no config (one consumer
+    # cannot ping-pong) and once stopped a table run.
+    spec = get_spec("H200")
+    w = Workload("matmul", (8192, 2304, 768), "float16", "nt")
+    cands = bt.candidates(w, spec, 8, dmod.default_tables())
+    ws = [c for c in cands if c.async_copy == "ws"]
+    assert ws and all(c.num_warps == 8 for c in ws if c.pingpong)
+    assert all(shape_reason(w, c, spec) is None for c in cands)

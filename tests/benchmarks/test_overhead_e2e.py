@@ -175,7 +175,7 @@ class _NoPatch:
         return False
 
 
-def test_e2e_calls_into_one_directory_merge_their_models(tmp_path):
+def test_e2e_calls_into_one_directory_merge_their_models(tmp_path, capsys):
     import json
 
     meta = {"device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "reps": 20, "warmup": 3}
@@ -183,7 +183,8 @@ def test_e2e_calls_into_one_directory_merge_their_models(tmp_path):
     path.write_text(json.dumps({"meta": meta, "results": [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 1}]}))
     got = e2e.merge(path, meta, [{"model": "gpt2", "v": 2}])
     assert got == [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 2}]
-    assert e2e.merge(path, {**meta, "device": "other"}, [{"model": "gpt2", "v": 2}]) == [{"model": "gpt2", "v": 2}]
+    assert e2e.merge(path, {**meta, "reps": 30}, [{"model": "gpt2", "v": 2}]) == [{"model": "gpt2", "v": 2}]
+    assert "2 results were run with other settings (reps 20 -> 30); not kept" in capsys.readouterr().err
     assert e2e.merge(tmp_path / "none.json", meta, [{"model": "x"}]) == [{"model": "x"}]
     # a (model, task) pair replaces only itself; a result without a task is an inference result
     train = {"model": "gpt2", "task": "train", "v": 3}
