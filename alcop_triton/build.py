@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from . import codegen, settings, te
@@ -15,7 +17,8 @@ from .loop_ir import Descriptor, Store, TileIndices, find
 from .lower import lower
 from .records import KernelConfig, dtype_name, wave_tail_rows
 from .rewrite import apply_pipeline
-from .runtime import current_context, for_device, load_kernel, prebind, resident_programs, tma_descriptor
+from .runtime import (capture_id, current_context, for_device, load_kernel, prebind, resident_programs,
+                      stream_capturing, tma_descriptor)
 from .schedule import Schedule
 
 log = logging.getLogger("alcop_triton")
@@ -67,6 +70,10 @@ class Launch:
     # block): ``runtime.tma_descriptor(args[index], dims, block)``
     descriptors: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
     then: Launch | None = None  # a wave tail's second launch, on the same tensors, enqueued right after this one
+    # Split-K: makes a workspace and zeroed arrival counters like this launch's own, which follow the
+    # descriptors (args[n_tensors + len(descriptors):][:2], ``_split_buffers``); None without split-K.
+    # ``prebind`` gives each further stream a pair of its own from it (``per_stream``).
+    split_buffers: Callable[[], list[Any]] | None = None
 
     def __call__(self) -> None:
         if self.descriptors and self.device.type == "cuda":
@@ -82,9 +89,13 @@ class Launch:
 
     def prebind(self) -> Callable[..., None]:
         """This launch for any tensors of the same dtypes, shapes, strides and alignment: ``f(*tensors)``
-        runs the same specialisation without binding anything again (``runtime.prebind``)."""
-        first = prebind(self.run, self.jit, self.device, self.grid, self.args, self.kwargs, self.n_tensors,
-                        self.descriptors)
+        runs the same specialisation without binding anything again (``runtime.prebind``).
+
+        A split-K launch on CUDA runs with buffers per stream (``per_stream``): a call site replays its
+        prebound launch on whatever stream is current, and the same call site on two streams at once
+        would otherwise mix its arrivals in one set of counters (docs/decisions.md#d43). Each launch of
+        a ``then`` chain does so for its own buffers."""
+        first = self._prebind_one()
         if self.then is None:
             return first
         second = self.then.prebind()
@@ -93,6 +104,122 @@ class Launch:
             first(*tensors)
             second(*tensors)
         return both
+
+    def _prebind_one(self) -> Callable[..., None]:
+        """``prebind`` of this launch alone (not its ``then``)."""
+        run = prebind(self.run, self.jit, self.device, self.grid, self.args, self.kwargs, self.n_tensors,
+                      self.descriptors)
+        if self.split_buffers is None or self.device.type != "cuda":
+            return run  # the interpreter runs one launch at a time: there are no concurrent streams
+        return self.per_stream(run, *_cuda_probes(self.device))
+
+    def per_stream(self, first: Callable[..., None], stream: Callable[[], int], capturing: Callable[[], bool],
+                   capture: Callable[[int], int | None], limit: int | None = None) -> Callable[..., None]:
+        """``first`` (this split-K launch prebound) with buffers per stream: ``per_stream`` with this launch
+        rebound to new buffers (``split_buffers``) as each further stream's launch. The probes of the
+        current stream and its capture are arguments so that tests can stand in for CUDA's."""
+        if self.split_buffers is None:
+            raise ValueError("Launch.per_stream: split_buffers=None: only a split-K launch has buffers to give "
+                             "each stream")
+        return per_stream(first, self._rebound, stream, capturing, capture,
+                          STREAM_LAUNCHES if limit is None else limit)
+
+    def _rebound(self) -> Callable[..., None]:
+        """This launch alone, prebound with a workspace and zeroed counters of its own, made now: on the
+        stream current on its device, so that the caching allocator ties them to that stream (and in a
+        capture, to the graph's pool, the counters' zeroing to the graph)."""
+        assert self.split_buffers is not None
+        at = self.n_tensors + len(self.descriptors)
+        args = self.args[:at] + tuple(self.split_buffers()) + self.args[at + 2:]
+        return replace(self, args=args, then=None, split_buffers=None)._prebind_one()
+
+
+def _cuda_probes(device: Any) -> tuple[Callable[[], int], Callable[[], bool], Callable[[int], int | None]]:
+    """``per_stream``'s probes on CUDA ``device``: its current stream's handle (the getter runtime.prebind's
+    launch runs on), whether that stream is capturing a graph, and a stream's capture id."""
+    import torch
+    from triton.runtime.driver import driver
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    active: Any = driver.active  # the CUDA driver, whose stream getter the base class does not declare
+    return functools.partial(active.get_current_stream, index), functools.partial(stream_capturing, index), capture_id
+
+
+STREAM_LAUNCHES = 16
+"""Streams whose split-K buffers one prebound launch keeps (``per_stream``); past them the oldest stream's
+are dropped (never the original's). A few streams is the common case; the tuner's timer takes a new
+``torch.cuda.Stream()`` per config, from torch's pool of 32 per priority."""
+
+
+def per_stream(first: Callable[..., None], rebound: Callable[[], Callable[..., None]], stream: Callable[[], int],
+               capturing: Callable[[], bool], capture: Callable[[int], int | None],
+               limit: int = STREAM_LAUNCHES) -> Callable[..., None]:
+    """A prebound split-K launch that runs with split-K buffers of each stream's own.
+
+    A call site replays one prebound launch on whatever stream is current; its workspace and arrival
+    counters are bound with it, so the call site on two streams at once would mix the arrivals of both in
+    one set of counters, and a tile's sum would be taken early or never (docs/decisions.md#d43). Here
+    each stream gets a launch of its own: ``first`` (the launch with its original buffers) on the stream
+    current now, ``rebound()`` (the launch with new buffers, made on the calling stream) on the first call
+    from another stream, kept for that stream's later calls. ``stream()`` is the current stream's handle.
+
+    Whether a graph is being captured (``capturing()``) is asked only when a stream has no launch yet, so
+    a repeat costs one stream query and a dict lookup. A capture's buffers are allocated inside it: the
+    counters' zeroing becomes a memset node of the graph, so each replay starts from zeros. They are never
+    used outside the capture (their contents there are whatever the graph left, not zeros), but the
+    launch holds them as long as it lives, since the graph holds their addresses and its private pool
+    must not hand that memory to another allocation. Calls within one capture share its buffers (one
+    capture per stream, told apart by ``capture(stream)``, the driver's capture id; None when unknown,
+    and then each call gets buffers of its own): the timer captures hundreds of calls of one launch.
+    A capture on a stream that already has a launch (eager calls ran there first) replays that
+    stream's launch and buffers, as before: the check is not on a hit's path.
+
+    At most ``limit`` streams keep a launch; past that, the stream that got one earliest loses it (its
+    buffers, allocated on it, are freed stream-ordered), except the original stream, whose buffers
+    belong to the bound launch itself.
+
+    The result carries no ``native_state``: ``fastpath._plain_run`` then calls it from Python instead of
+    taking its C path (``fastpath_native.c``), which would launch ``first`` on any stream without this
+    stream check.
+    """
+    if limit < 2:
+        raise ValueError(f"per_stream: limit={limit}: must be at least 2 (the original stream and one more)")
+    home = stream()
+    launches: dict[int, Callable[..., None]] = {home: first}
+    captured: dict[int, tuple[int, Callable[..., None]]] = {}  # stream -> (capture id, its launch)
+    held: list[Callable[..., None]] = []  # every launch made in a capture: a graph may replay its buffers
+    # Misses change the dicts, and a call site runs on several threads (autograd's backward has its own):
+    # one miss at a time, off the hit's path.
+    lock = threading.Lock()
+
+    def miss(s: int) -> Callable[..., None]:
+        with lock:
+            run = launches.get(s)  # another thread's miss on the same stream may have made it
+            return run if run is not None else _miss(s)
+
+    def _miss(s: int) -> Callable[..., None]:
+        if capturing():
+            cid = capture(s)
+            last = captured.get(s)
+            if last is not None and cid is not None and last[0] == cid:
+                return last[1]
+            run = rebound()
+            held.append(run)
+            if cid is not None:
+                captured[s] = (cid, run)
+            return run
+        run = rebound()
+        if len(launches) >= limit:
+            del launches[next(k for k in launches if k != home)]  # dicts keep insertion order: the oldest
+        launches[s] = run
+        return run
+
+    def launch(*tensors: Any) -> None:
+        s = stream()
+        run = launches.get(s)
+        if run is None:
+            run = miss(s)
+        run(*tensors)
+    return launch
 
 
 @dataclass(frozen=True)
@@ -326,16 +453,19 @@ class CompiledKernel(Runs):
         descs = tuple((names.index(d.tensor), d.dims, tuple(1 if b == "1" else c[b] for b in d.block))
                       for d in v.descriptors)
         args: list[Any] = list(all_x) + [tma_descriptor(all_x[i], dims, block) for i, dims, block in descs]
-        args += _split_buffers(split, tiles * tot["b"], c, dev) if split > 1 else []
+        # The launch keeps how its split-K buffers were made, so that a prebound launch can make more (one
+        # pair per stream: Launch.prebind).
+        buffers = functools.partial(_split_buffers, split, tiles * tot["b"], c, dev) if split > 1 else None
+        args += buffers() if buffers is not None else []
         args += [value for _, value in scalars]
         if role == "tail":
             tiles_m = -(-tot["m"] // c["BLOCK_M"])
             v = self._variant(key, dev.type, role)
             rows = ((tiles_m - tile_lo) * -(-tot["n"] // c["BLOCK_N"]), 1) + ((split,) if split > 1 else ())
             return Launch(v.fn, for_device(v.fn, dev.type)[rows], rows, tuple(args + [tile_lo, tiles_m]),
-                          c | v.options(), len(all_x), dev, descs), out
+                          c | v.options(), len(all_x), dev, descs, split_buffers=buffers), out
         if self.config.wave_tail and tot["b"] == 1 and not v.m_box:
-            head = self._head(key, dev, args, c, tot, all_x, descs)
+            head = self._head(key, dev, args, c, tot, all_x, descs, buffers)
             if head is not None:
                 return head, out
         if self.config.persistent:
@@ -345,14 +475,16 @@ class CompiledKernel(Runs):
             if grid[1] > 65535:
                 raise ValueError(f"{self.out.name}: {grid[1]} batch programs exceed CUDA's grid limit of 65535")
         return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args), c | v.options(),
-                      len(all_x), dev, descs), out
+                      len(all_x), dev, descs, split_buffers=buffers), out
 
     def _head(self, key: _Key, dev: Any, args: list[Any], c: dict[str, int], tot: dict[str, int],
-              tensors: list[Any], descs: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]) -> Launch | None:
+              tensors: list[Any], descs: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...],
+              buffers: Callable[[], list[Any]] | None) -> Launch | None:
         """A wave-tail config's launches: the rows of tiles within the most whole waves of one tile per SM,
         then the rest by ``TAIL_CONFIG``'s kernel (``Schedule.wave_tail``); None where the tiles fill whole
         waves exactly or less than one (one launch then: nothing is left idle, or there is no wave to
-        overlap; ``records.wave_tail_rows``)."""
+        overlap; ``records.wave_tail_rows``). The head reads ``args`` as bound, split-K buffers included, and
+        ``buffers`` makes more of them (``Launch.split_buffers``); the tail binds buffers of its own."""
         tiles_n = -(-tot["n"] // c["BLOCK_N"])
         rows = wave_tail_rows(-(-tot["m"] // c["BLOCK_M"]), tiles_n, _sm_count(dev))
         if rows == 0:
@@ -364,7 +496,7 @@ class CompiledKernel(Runs):
         v = self._variant(key, dev.type, "head")
         grid = (rows * tiles_n, 1)
         return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args + [0, rows]), c | v.options(),
-                      len(tensors), dev, descs, then=tail)
+                      len(tensors), dev, descs, then=tail, split_buffers=buffers)
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
         """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's
@@ -429,7 +561,8 @@ def _split_buffers(split: int, tiles: int, c: dict[str, int], dev: Any) -> list[
     """Split-K's float32 workspace (one partial tile per slice and tile) and its arrival counters
     (``codegen.split_locks_needed``, zeros), both the launch's own: made where the launch is bound and kept
     with it, so its repeats reuse them (the kernel's last program of each tile or group resets its
-    counter, so replays on one stream, graph replays included, start from zeros).
+    counter, so replays on one stream, graph replays included, start from zeros). Its prebound launch
+    makes a pair per further stream it runs on (``per_stream``), calling this again (``Launch.split_buffers``).
 
     Never shared between launches: counters shared by two launches that run at the same time (one per
     stream, as the tuner's timer ran them: its first calls on the current stream, its graphs on a stream

@@ -223,6 +223,8 @@ def _plain_run(new: Callable[..., Tensor], shape: tuple[int, ...], stride: tuple
                launch: Callable[..., None]) -> Callable[[tuple[Tensor | None, ...]], Tensor]:
     # A launch that runtime.prebind made direct (a compiled kernel's C launcher) carries what its direct
     # launch reads (``native_state``): the native run allocates and launches with the same calls.
+    # A split-K launch on CUDA has none (``build.per_stream`` wraps it to pick the current stream's
+    # buffers, a check the native run would skip), so it takes the Python run below.
     state: tuple[Any, ...] | None = getattr(launch, "native_state", None)
     module = native() if state is not None else None
     if module is not None and state is not None:

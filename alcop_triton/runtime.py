@@ -378,6 +378,48 @@ def current_context(index: int | None) -> None:
         lib.cuCtxSetCurrent(ctx)
 
 
+def stream_capturing(index: int) -> bool:
+    """Whether device ``index``'s current stream is capturing a CUDA graph (torch's own check reads the
+    current device's stream, which need not be the launch's)."""
+    import torch
+    with torch.cuda.device(index):
+        return torch.cuda.is_current_stream_capturing()
+
+
+CAPTURE_ACTIVE = 1
+"""``CU_STREAM_CAPTURE_STATUS_ACTIVE``: the capture status of a stream that is being captured."""
+
+
+def capture_id(stream: int) -> int | None:
+    """The driver's id of the CUDA graph capture under way on ``stream`` (a handle), unique to that capture
+    within the process: a launch called many times in one capture can tell that capture from a later one
+    on the same stream (``torch.cuda.graph`` captures every graph on one stream of its own). None when the
+    stream is not capturing, or when the driver cannot say (no driver, no such entry point, an error)."""
+    import ctypes
+    fn = _capture_info()
+    if fn is None:
+        return None
+    status, ident = ctypes.c_int(), ctypes.c_uint64()
+    if fn(stream, ctypes.byref(status), ctypes.byref(ident), None, None, None) != 0 or status.value != CAPTURE_ACTIVE:
+        return None
+    return int(ident.value)
+
+
+@functools.lru_cache(maxsize=1)
+def _capture_info() -> Any:
+    """The driver's ``cuStreamGetCaptureInfo_v2`` (CUDA 11.3 on): stream, status out, id out, then graph,
+    dependencies and their count, all optional (passed as NULL). None without a driver or the entry point."""
+    import ctypes
+    lib = _libcuda()
+    fn = getattr(lib, "cuStreamGetCaptureInfo_v2", None) if lib is not None else None
+    if fn is None:
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64),
+                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
 @functools.lru_cache(maxsize=1)
 def _libcuda() -> Any:
     import ctypes

@@ -277,6 +277,13 @@ def run_all(todo: list[tuple[int, int, int, str, str]], sets: list[str], timeout
     rows = []
     for m, n, k, layout, dtype in todo:
         b = base.get((m, n, k, layout, dtype), {})
+        if not sets and not dry:  # the baselines alone: cuBLAS and the lowering alcop dispatches
+            row = {"shape": [m, n, k], "layout": layout, "dtype": dtype, "levels": "none", "requested": "",
+                   "config": "as dispatched", "notes": [], **b}
+            print(f"{m}x{n}x{k}:{layout} {dtype} alcop_triton.matmul: "
+                  + (f"{row['alcop_triton_vs_torch']:.3f}x torch" if "alcop_triton_vs_torch" in row
+                     else row.get("error", "not timed")), flush=True)
+            rows.append(row)
         for level in sets:
             for req in LEVEL_SETS[level]:
                 rec = found[(m, n, k, layout, dtype, level, req.tag())]
@@ -305,6 +312,13 @@ def summary(rows: list[dict[str, Any]], sets: list[str]) -> list[dict[str, Any]]
     gain of each level set over the one before it."""
     out = []
     for dtype in sorted({r["dtype"] for r in rows}):
+        # alcop_triton.matmul as an untuned call dispatches it (the same value on each row of a shape)
+        disp = {(tuple(r["shape"]), r["layout"]): r["alcop_triton_vs_torch"] for r in rows
+                if r["dtype"] == dtype and "alcop_triton_vs_torch" in r}
+        if disp:
+            out.append({"dtype": dtype, "levels": "dispatched", "shapes": len(disp),
+                        "geomean_vs_torch": math.exp(sum(map(math.log, disp.values())) / len(disp)),
+                        "min_vs_torch": min(disp.values()), "gain_over_previous_set": None})
         prev: dict[tuple[Any, ...], float] | None = None
         for level in sets:
             best: dict[tuple[Any, ...], float] = {}
@@ -374,7 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=None, help="MxNxK[:LAYOUT],... (default: models.json GEMMs with M >= 512), "
                                                    "or 'heldout': the held-out set's GEMMs")
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--level-sets", default=",".join(LEVEL_SETS))
+    ap.add_argument("--level-sets", default=",".join(LEVEL_SETS),
+                    help="comma-separated, from " + ", ".join(LEVEL_SETS) + "; 'none': only cuBLAS and "
+                         "alcop_triton.matmul as dispatched")
     ap.add_argument("--no-big", action="store_true", help=f"leave out {BIG} bf16")
     ap.add_argument("--dry-run", action="store_true", help="generate and compile for sm90 on the CPU only")
     ap.add_argument("--timeout", type=float, default=60.0,
@@ -388,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--out DIR is required")
     if not a.timeout > 0:
         raise SystemExit(f"--timeout={a.timeout}: must be a positive number of seconds")
-    sets = a.level_sets.split(",")
+    sets = [] if a.level_sets == "none" else a.level_sets.split(",")
     bad = [s for s in sets if s not in LEVEL_SETS]
     dtypes = a.dtypes.split(",")
     if bad or any(d not in ("float16", "bfloat16") for d in dtypes):

@@ -181,7 +181,7 @@ def replay(case: Case, source: list[TuningRecord], target: list[TuningRecord], h
             "sources": dict(Counter(r["source"] for r in rows)), "summary": summary, "rows": rows}
 
 
-POOLS = ("this GPU only", "both (dispatch)", "other GPU only")
+POOLS = ("this GPU only", "both (dispatch)", "both, pooled corrections", "other GPU only")
 """Which records rank an untuned call's config in ``pools``: this GPU's other workloads, those and the
 other GPU's table (what ``Dispatcher._nearest`` ranks over), or the other GPU's table alone."""
 
@@ -190,7 +190,8 @@ def pools(tables: dict[str, list[TuningRecord]], target_gpu: str, hide_other: bo
     """A GPU with both tables, each of its table's workloads answered with its own records of it hidden:
     ranked over each of ``POOLS`` (``hide_other``: the other GPU's records of it hidden too, a shape no
     table holds), scored with the target's own measurements (of best, k = 1), compared over the workloads
-    all three pools' picks were measured on."""
+    all four pools' picks were measured on."""
+    from alcop_triton.autotune import dispatch
     from alcop_triton.autotune.dispatch import transfer_ranking
 
     spec = get_spec(target_gpu)
@@ -207,6 +208,13 @@ def pools(tables: dict[str, list[TuningRecord]], target_gpu: str, hide_other: bo
             other = [r for r in other_all if not (hide_other and r.workload == w)]
             near = Dispatcher(empty, defaults=own + other)._nearest(w, spec)
             picks = {"both (dispatch)": near[1][0] if near else None}
+            # dispatch before D45: every GPU's measurements of a config pooled into its correction
+            dispatch.OWN_GPU_FIRST = False
+            try:
+                pooled = Dispatcher(empty, defaults=own + other)._nearest(w, spec)
+            finally:
+                dispatch.OWN_GPU_FIRST = True
+            picks["both, pooled corrections"] = pooled[1][0] if pooled else None
             for name, pool in (("this GPU only", own), ("other GPU only", other)):
                 ranked = transfer_ranking(w, pool, spec)
                 picks[name] = ranked[0][0] if ranked else None
@@ -283,7 +291,9 @@ def markdown(report: dict[str, Any]) -> str:
         out += ["## A GPU with both tables: which records rank its untuned calls", "",
                 "Each workload of the target's table answered with the target's records of it hidden, the config "
                 "ranked over the target's other records, over those and the other GPU's table (dispatch), or over "
-                "the other GPU's table alone; of best at k = 1 over the workloads all three picks were measured on. "
+                "the other GPU's table alone; *pooled corrections*: dispatch as it was before D45 (a config's "
+                "correction pooled over every GPU's measurements of it, not this GPU's first); of best at k = 1 "
+                "over the workloads all four picks were measured on. "
                 "shipped: the other GPU's table holds the workload; unseen: its records of it hidden too.", "",
                 "| target | mode | common | " + " | ".join(POOLS) + " |", "|---|---|---|" + "---|" * len(POOLS)]
         for p in report["pools"]:

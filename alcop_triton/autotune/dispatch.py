@@ -146,6 +146,14 @@ def ws_seeds(workload: Workload, spec: Any) -> list[KernelConfig]:
     return list(dict.fromkeys(out))
 
 
+OWN_GPU_FIRST = True
+"""A config measured near ``workload`` on the GPU being answered takes its correction from those measurements
+alone; another GPU's measurements of it count only where this GPU has none. Pooled, another GPU's many
+records of a config outvoted this GPU's own (an H100-measured pointer copy beat the H200's own TMA winner on
+64x4096x4096). ``docs/decisions.md#d45``; False restores the pooled correction (``transfer_replay.py``
+reports both)."""
+
+
 def transfer_ranking(workload: Workload, records: Sequence[TuningRecord], spec: Any
                      ) -> tuple[list[KernelConfig], str] | None:
     """The candidates ``transfer`` scores for an unmeasured ``workload``, best scored first, and where they
@@ -176,7 +184,7 @@ def transfer_ranking(workload: Workload, records: Sequence[TuningRecord], spec: 
                 failed.add(r.config)
     order = sorted(by_wl, key=lambda gw: (shape_distance(gw[1], workload) + 0.5 * (gw[1].layout != workload.layout),
                                           gw[0] != getattr(spec, "name", ""), gw[1].key(), gw[0]))
-    errors: dict[KernelConfig, list[tuple[float, float]]] = {}   # config -> (weight, log relative error)
+    errors: dict[KernelConfig, list[tuple[float, float, bool]]] = {}  # config -> (weight, log rel. error, on this GPU)
     candidates: list[KernelConfig] = []
     used: list[str] = []
     for gpu, w in order:
@@ -193,16 +201,20 @@ def transfer_ranking(workload: Workload, records: Sequence[TuningRecord], spec: 
             continue
         used.append(w.key() + ("" if gpu == getattr(spec, "name", gpu) else f" on {gpu}"))
         weight, bias = 1.0 / (1.0 + shape_distance(w, workload)), statistics.median(logs.values())
+        here = gpu == getattr(spec, "name", "")
         for c, x in logs.items():
-            errors.setdefault(c, []).append((weight, x - bias))
+            errors.setdefault(c, []).append((weight, x - bias, here))
         candidates += [rc.config for rc in ranked[:NEIGHBOUR_TOP] if rc.config not in candidates]
         if len(used) == NEIGHBOURS:
             break
     if not used:
         return None
 
-    def correction(pairs: list[tuple[float, float]]) -> float:
-        return math.exp(sum(wt * x for wt, x in pairs) / sum(wt for wt, _ in pairs))
+    def correction(pairs: list[tuple[float, float, bool]]) -> float:
+        if OWN_GPU_FIRST:
+            own = [p for p in pairs if p[2]]
+            pairs = own or pairs
+        return math.exp(sum(wt * x for wt, x, _ in pairs) / sum(wt for wt, _, _ in pairs))
 
     candidates += [c for c in model_shortlist(workload, spec)[:MODEL_TOP] if c not in candidates]
     scored: list[tuple[float, int]] = []

@@ -280,3 +280,27 @@ def test_unmeasured_float32_goes_to_torch_also_where_torchs_recorded_times_do_no
         for comparable in (True, False):
             cc.choose_config(_FakeCuda(), lambda w=w: w, torch_comparable=comparable)  # type: ignore[arg-type]
     assert noted == [w32, w32]
+
+
+def test_this_gpus_measurements_of_a_config_outweigh_another_gpus(monkeypatch, no_defaults):
+    # The H200 measured two copies of one tile on a neighbour: TMA faster. The H100 measured the pointer
+    # copy far ahead of the model on three nearer shapes. Pooled, the H100's many records outvoted the
+    # H200's own (docs/decisions.md#d45); this GPU's measurements of a config now decide its correction.
+    h200 = get_spec("H200")
+    target = Workload("matmul", (64, 4096, 4096), "float16", "nt")
+    pointer = KernelConfig(64, 64, 128, num_warps=4, smem_stages=5)
+    tma = pointer.replace(async_copy="tma")
+    others = [KernelConfig(64, 128, 64, num_warps=4, smem_stages=4), KernelConfig(32, 64, 128, num_warps=4, smem_stages=4)]
+
+    def ms(w, c, spec, factor):
+        return analytical.estimate(w, c, spec).time_s * 1e3 * factor
+    own_near = Workload("matmul", (64, 8192, 8192), "float16", "nt")
+    records = [TuningRecord.from_result(own_near, MeasureResult(c, ms(own_near, c, h200, f)), h200)
+               for c, f in ((tma, 0.6), (pointer, 0.9), *((c, 1.0) for c in others))]
+    for shape in ((64, 4096, 4224), (64, 4224, 4096), (64, 4096, 3968)):
+        w = Workload("matmul", shape, "float16", "nt")
+        records += [rec(w, c, ms(w, c, SPEC, f)) for c, f in ((pointer, 0.3), (tma, 1.0), *((c, 1.0) for c in others))]
+    config, _ = transfer(target, records, h200)
+    assert config == tma
+    monkeypatch.setattr(dmod, "OWN_GPU_FIRST", False)  # pooled: the H100's pointer records win
+    assert transfer(target, records, h200)[0] == pointer

@@ -91,4 +91,9 @@ def test_gpu_rows_join_baselines_and_leave_failed_cases_untimed(monkeypatch: pyt
     assert all("vs_torch" not in r and r["error"].startswith("timed out") for r in rows if r["levels"] == "1")
     assert all(r["vs_torch"] == 2.0 and r["torch_ms"] == 2.0 for r in rows if r["levels"] == "1+2")
     summ = hg.summary(rows, ["1", "1+2"])
-    assert [s["levels"] for s in summ] == ["1+2"] and summ[0]["geomean_vs_torch"] == 2.0
+    assert [s["levels"] for s in summ] == ["dispatched", "1+2"]
+    assert summ[0]["geomean_vs_torch"] == 0.8 and summ[1]["geomean_vs_torch"] == 2.0
+    # --level-sets none: one row per shape, the baselines alone, summarised as dispatched
+    only = hg.run_all([(1024, 1024, 1024, "nt", "bfloat16"), (512, 2048, 1024, "nt", "bfloat16")], [], 60.0, dry=False)
+    assert [r["levels"] for r in only] == ["none", "none"] and all("ms" not in r for r in only)
+    assert [(s["levels"], s["shapes"], s["min_vs_torch"]) for s in hg.summary(only, [])] == [("dispatched", 2, 0.8)]

@@ -2,8 +2,9 @@
 
 Split-K: the arrival counters and float32 partial tiles across real concurrent programs (release/acquire
 between SMs), repeated launches and CUDA-graph replays (the counters must be back at zero), bitwise
-identical results run to run. Alignment: 1000-sized operands get 16-byte loads (the hinted variant)
-and stay correct. fp16, float64 torch reference, outputs poisoned with NaN. Skipped without CUDA.
+identical results run to run, launches and one call site's prebound launch on two streams at once (each
+stream its own buffers), a graph replay beside eager calls. Alignment: 1000-sized operands get 16-byte
+loads (the hinted variant) and stay correct. fp16, float64 torch reference, outputs poisoned with NaN. Skipped without CUDA.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def _kernel(cfg: KernelConfig, batched: bool = False) -> at.CompiledKernel:
     return at.build(Schedule.from_config(out, cfg), inputs + [out])
 
 
-def _operands(m: int, n: int, k: int, batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+def _operands(m: int, n: int, k: int, batch: int | None = None, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k + seed)
     lead = (batch,) if batch else ()
     s = k ** -0.25
     a = (torch.randn(lead + (m, k), device="cuda", generator=g) * s).half()
@@ -105,3 +106,97 @@ def test_split_k_launches_on_two_streams_at_once(name: str, kit) -> None:
         torch.cuda.synchronize()
         for _, out in launches:
             kit.assert_close(out, ref, "float16", f"{name} on two streams")
+
+
+ONE_CALL_SITE = {"s3_tma": (768, 3072, 8192), "s8_small_tile": (64, 1024, 131072), "s2_pointer": (64, 1024, 16384)}
+"""Shapes at which one prebound launch run on two streams with one set of buffers went wrong on an H200
+(per_stream turned off, other operands per stream, 20 rounds of 5 + 5 calls as below; a probe on
+2026-11-29, not kept): s3_tma 39 of 40 outputs, s8_small_tile (every program of both launches on the GPU
+at once) 40 of 40, s2_pointer 1 of 40. With per_stream off the tests below all failed, the graph's too
+(one run); with it on they pass. With the same operands on both streams nothing showed: a partial tile
+taken from the other stream's launch held the same values."""
+
+
+def _one_call_site(name: str) -> tuple[at.CompiledKernel, list[tuple[torch.Tensor, torch.Tensor]], list[torch.Tensor]]:
+    """The kernel, two sets of operands of one signature (the same shapes, strides and alignment; other
+    values, so that a partial tile taken from the other stream's launch shows) and their float64 products."""
+    ops = [_operands(*ONE_CALL_SITE[name], seed=seed) for seed in (1, 2)]
+    return _kernel(SPLITS[name]), ops, [a.double() @ b.double() for a, b in ops]
+
+
+@pytest.mark.parametrize("name", list(ONE_CALL_SITE))
+def test_split_k_one_call_site_on_two_streams_at_once(name: str, kit) -> None:
+    # One call site's prebound launch (what the fast path replays for every repeat of a signature) on two
+    # streams at the same time, each stream on operands and an output of its own: each stream runs with
+    # split-K buffers of its own (build.per_stream; the stream current at prebind keeps the bound ones), so
+    # neither takes a tile's sum early or adds the other's partial tiles (docs/decisions.md#d43).
+    kern, ops, refs = _one_call_site(name)
+    launch, first = kern.bind(*ops[0])
+    run = launch.prebind()
+    outs = [torch.empty_like(first) for _ in range(2)]
+    assert all(o.stride() == first.stride() and o.data_ptr() % 16 == 0 for o in outs)
+    streams = [torch.cuda.current_stream(), torch.cuda.Stream()]  # the original stream, and another
+    for _ in range(20):
+        for out in outs:
+            out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        for (a, b), out, s in zip(ops, outs, streams):
+            with torch.cuda.stream(s):
+                for _ in range(5):
+                    run(a, b, out)
+        torch.cuda.synchronize()
+        for out, ref, s in zip(outs, refs, streams):
+            kit.assert_close(out, ref, "float16", f"{name}, one call site, stream {s.cuda_stream:#x}")
+
+
+def test_split_k_one_call_site_in_a_graph_and_eager_at_once(kit) -> None:
+    # The call site captured in a graph (after a warm-up on a side stream, as torch's docs do it) is replayed
+    # on one stream while its eager calls run on another: the capture allocated buffers of its own (zeroed by
+    # the graph itself at each replay), which no eager call uses.
+    kern, ((a, b), (a2, b2)), (ref, ref2) = _one_call_site("s3_tma")
+    launch, first = kern.bind(a, b)
+    run = launch.prebind()
+    graph_out, eager_out = torch.empty_like(first), torch.empty_like(first)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            run(a2, b2, eager_out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # on torch's capture stream, not one the eager calls ran on
+        for _ in range(5):
+            run(a, b, graph_out)
+    replay = torch.cuda.Stream()
+    for _ in range(20):
+        graph_out.fill_(float("nan"))
+        eager_out.fill_(float("nan"))
+        torch.cuda.synchronize()
+        with torch.cuda.stream(replay):
+            graph.replay()
+        with torch.cuda.stream(side):
+            for _ in range(5):
+                run(a2, b2, eager_out)
+        torch.cuda.synchronize()
+        kit.assert_close(graph_out, ref, "float16", "graph replay beside eager calls")
+        kit.assert_close(eager_out, ref2, "float16", "eager calls beside a graph replay")
+
+
+def test_capture_id_tells_captures_apart() -> None:
+    # per_stream shares one set of buffers among the calls of one capture, and gives the next capture on
+    # the same stream (torch.cuda.graph's own) a new set: the driver's capture id must say which is which.
+    from alcop_triton import runtime
+    assert runtime.capture_id(torch.cuda.current_stream().cuda_stream) is None
+    x = torch.zeros(4, device="cuda")
+    seen = []
+    graphs = [torch.cuda.CUDAGraph() for _ in range(2)]
+    for graph in graphs:
+        with torch.cuda.graph(graph):
+            stream = torch.cuda.current_stream().cuda_stream
+            ids = [runtime.capture_id(stream)]
+            x.add_(1)
+            ids.append(runtime.capture_id(stream))
+        seen.append(ids)
+    assert all(isinstance(i, int) for ids in seen for i in ids), seen
+    assert seen[0][0] == seen[0][1] and seen[1][0] == seen[1][1] and seen[0][0] != seen[1][0], seen
+    assert runtime.capture_id(stream) is None
