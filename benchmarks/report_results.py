@@ -383,17 +383,24 @@ HARNESSES: tuple[Harness, ...] = (
             "python benchmarks/early_stop_replay.py benchmarks/results/early_stop_replay --seeding", render=early_stop_section),
     Harness("Building the shipped table", "build_table/build_table.json",
             "python benchmarks/build_table.py benchmarks/results/build_table", render=build_table_section),
-    Harness("Building the shipped table: the H200's, the workloads of e2e.py", "table_h200/build_table.json",
+    Harness("Building the shipped table: the H200's", "table_h200/build_table.json",
             "python benchmarks/build_table.py benchmarks/results/table_h200 --sets train,e2e --dtypes bfloat16, then "
             "--sets e2e --dtypes float16 (each resumed once), then --sets e2e,train --ops matmul --new-candidates "
             "--candidates ws, then --sets train --dtypes float16 --ops matmul --new-candidates, then (the split-K "
-            "wrong answers dropped, D43) --sets e2e,train --ops matmul,conv2d --new-candidates, each into a copy of "
-            "the shipped table, then --install (passes: table_h200/README.md)", render=build_table_section),
+            "wrong answers dropped, D43) --sets e2e,train --ops matmul,conv2d --new-candidates (twice), then --sets "
+            "decode,llama,models,suite --ops matmul, each into a copy of the shipped table, then --install (passes: "
+            "table_h200/README.md)", render=build_table_section),
     Harness("ALCOP's three levels on Hopper: the generated warp-specialized GEMM", "hopper_gemm/hopper_gemm.json",
             "python benchmarks/hopper_gemm.py --out benchmarks/results/hopper_gemm", render=hopper_gemm_section),
-    Harness("Held-out GEMMs on Hopper: both lowerings", "hopper_gemm_heldout/hopper_gemm.json",
+    Harness("Held-out GEMMs on Hopper: alcop as dispatched", "hopper_gemm_heldout/hopper_gemm.json",
             "python benchmarks/hopper_gemm.py --out benchmarks/results/hopper_gemm_heldout --shapes heldout "
-            "--level-sets 1+2+3", render=hopper_heldout_section),
+            "--level-sets none", render=hopper_heldout_section),
+    Harness("Held-out GEMMs on Hopper: the warp-specialized kernel, fp16", "hopper_gemm_heldout/ws_float16/hopper_gemm.json",
+            "python benchmarks/hopper_gemm.py --out benchmarks/results/hopper_gemm_heldout/ws_float16 --shapes heldout "
+            "--dtypes float16 --level-sets 1+2+3", render=hopper_gemm_section),
+    Harness("Held-out GEMMs on Hopper: the warp-specialized kernel, bf16", "hopper_gemm_heldout/ws_bfloat16/hopper_gemm.json",
+            "python benchmarks/hopper_gemm.py --out benchmarks/results/hopper_gemm_heldout/ws_bfloat16 --shapes heldout "
+            "--dtypes bfloat16 --level-sets 1+2+3", render=hopper_gemm_section),
     Harness("GEMMs inside torch.compile", "compile_gemm/compile_gemm.json",
             "python benchmarks/compile_gemm.py --out benchmarks/results/compile_gemm --limit 4",
             render=compile_gemm_section),
