@@ -83,8 +83,10 @@ def test_copy_twins_follow_each_config():
 @pytest.mark.parametrize("hide_other", [False, True])
 def test_pools_rank_a_gpus_untuned_calls_from_each_set_of_records(hide_other):
     # The H200 measured another winner than the H100 on every shape: its own other shapes point there, the
-    # H100's table to the H100's winner. Dispatch ranks over both: the H100's measurement of the very shape
-    # (shipped) is nearer than any other shape; at equal distance (unseen) this GPU's shapes come first.
+    # H100's table to the H100's winner. Dispatch ranks over both, each config corrected by this GPU's own
+    # measurements of it where it has them (D45), so it finds the H200's winner in both modes. Pooled (the
+    # rule before D45), the H100's measurement of the very shape (shipped) outweighs the H200's other
+    # shapes; at equal distance (unseen) this GPU's shapes come first.
     other = CONFIGS[0]
     h200 = _table(H200, CONFIGS, winners={Workload("matmul", s, "float16", "nt").key(): other for s in SHAPES})
     res = tr.pools({"H100": _table(H100, CONFIGS), "H200": h200}, "H200", hide_other)
@@ -93,4 +95,6 @@ def test_pools_rank_a_gpus_untuned_calls_from_each_set_of_records(hide_other):
     s = res["summary"]
     assert s["this GPU only"]["geomean"] == pytest.approx(1.0)
     assert s["other GPU only"]["geomean"] < 0.9 and s["other GPU only"]["below_0.9"] == 3
-    assert s["both (dispatch)"]["geomean"] == pytest.approx(1.0 if hide_other else s["other GPU only"]["geomean"])
+    assert s["both (dispatch)"]["geomean"] == pytest.approx(1.0)
+    pooled = s["both, pooled corrections"]["geomean"]
+    assert pooled == pytest.approx(1.0 if hide_other else s["other GPU only"]["geomean"])
