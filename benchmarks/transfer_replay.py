@@ -209,11 +209,11 @@ def pools(tables: dict[str, list[TuningRecord]], target_gpu: str, hide_other: bo
             near = Dispatcher(empty, defaults=own + other)._nearest(w, spec)
             picks = {"both (dispatch)": near[1][0] if near else None}
             # dispatch before D45: every GPU's measurements of a config pooled into its correction
-            dispatch.OWN_GPU_FIRST = False
+            rule, dispatch.OWN_GPU_FIRST = dispatch.OWN_GPU_FIRST, False
             try:
                 pooled = Dispatcher(empty, defaults=own + other)._nearest(w, spec)
             finally:
-                dispatch.OWN_GPU_FIRST = True
+                dispatch.OWN_GPU_FIRST = rule
             picks["both, pooled corrections"] = pooled[1][0] if pooled else None
             for name, pool in (("this GPU only", own), ("other GPU only", other)):
                 ranked = transfer_ranking(w, pool, spec)
