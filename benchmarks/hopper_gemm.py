@@ -133,7 +133,17 @@ def _baseline_case(m: int, n: int, k: int, layout: str, dtype: str) -> dict[str,
     alcop_err = _rel_err(at.matmul(a, b), ref)
     alcop_ms = _bench(lambda: at.matmul(a, b))
     return {"torch_ms": torch_ms, "alcop_triton_ms": alcop_ms, "alcop_triton_rel_err": alcop_err,
-            "alcop_triton_vs_torch": torch_ms / alcop_ms}
+            "alcop_triton_vs_torch": torch_ms / alcop_ms, "dispatched": _dispatched(a, b)}
+
+
+def _dispatched(a: Any, b: Any) -> str:
+    """The config ``alcop_triton.matmul(a, b)`` ran and where dispatch found it (the row's explanation)."""
+    from alcop_triton.autotune.dispatch import dispatcher
+    from alcop_triton.choose_config import device_index, gpu_spec
+    from alcop_triton.kernels.matmul import aligned_workload, workload_of
+
+    d = dispatcher().decide(aligned_workload(workload_of(a, b)), gpu_spec(device_index(a.device)))
+    return f"{d.config} ({d.source})"
 
 
 def _config_case(m: int, n: int, k: int, layout: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -280,6 +290,10 @@ def run_all(todo: list[tuple[int, int, int, str, str]], sets: list[str], timeout
         if not sets and not dry:  # the baselines alone: cuBLAS and the lowering alcop dispatches
             row = {"shape": [m, n, k], "layout": layout, "dtype": dtype, "levels": "none", "requested": "",
                    "config": "as dispatched", "notes": [], **b}
+            if "dispatched" in row:
+                row["config"] = f"as dispatched: {row['dispatched']}"
+                row["ms"], row["vs_torch"] = row["alcop_triton_ms"], row["alcop_triton_vs_torch"]
+                row["tflops"] = 2 * m * n * k / row["ms"] * 1e-9
             print(f"{m}x{n}x{k}:{layout} {dtype} alcop_triton.matmul: "
                   + (f"{row['alcop_triton_vs_torch']:.3f}x torch" if "alcop_triton_vs_torch" in row
                      else row.get("error", "not timed")), flush=True)
