@@ -21,7 +21,9 @@ linear (anything not traced with routing on) is left as it is.
 
 from __future__ import annotations
 
+import hashlib
 import operator
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -125,17 +127,45 @@ def fold(graph: torch.fx.Graph) -> int:
     return n
 
 
+try:  # torch >= 2.6: a pass that names its version lets Inductor's caches key on it
+    from torch._inductor.custom_graph_pass import CustomGraphPass as _PassBase
+except ImportError:  # pragma: no cover - older torch: a plain callable
+    _PassBase = object  # type: ignore[assignment,misc]
+
+
+_SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+"""What ``fold`` does is this module's code: its hash names the pass's version."""
+
+
+class _AlcopFold(_PassBase):
+    """``fold``, then the passes the setting held before (None, a pass, or a list of passes on newer torch).
+
+    Its ``uuid`` (Inductor's ``CustomGraphPass`` interface) is this module's source hash and the earlier
+    passes' uuids: a pass with one runs after Inductor's cache lookup and the cache keys on it. Without one,
+    newer torch warns on every compile and runs the pass before the lookup. None where an earlier pass has
+    no uuid of its own: what that pass does cannot be keyed, so the cache must not be trusted with it."""
+
+    _alcop_fold = True
+
+    def __init__(self, previous: Any) -> None:
+        self.after: list[Callable[[torch.fx.Graph], Any]] = (
+            [] if previous is None else list(previous) if isinstance(previous, (list, tuple)) else [previous])
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        fold(graph)
+        for p in self.after:
+            p(graph)
+
+    def uuid(self) -> Any:
+        theirs = [getattr(p, "uuid", lambda: None)() for p in self.after]
+        if any(u is None for u in theirs):
+            return None
+        return (_SOURCE_HASH, *theirs)
+
+
 def _chained(previous: Any) -> Callable[[torch.fx.Graph], None]:
     """``fold``, then ``previous``: what the setting held (None, a pass, or a list of passes on newer torch)."""
-    after: list[Callable[[torch.fx.Graph], Any]] = (
-        [] if previous is None else list(previous) if isinstance(previous, (list, tuple)) else [previous])
-
-    def alcop_fold(graph: torch.fx.Graph) -> None:
-        fold(graph)
-        for p in after:
-            p(graph)
-    alcop_fold._alcop_fold = True  # type: ignore[attr-defined]
-    return alcop_fold
+    return _AlcopFold(previous)
 
 
 def install() -> None:

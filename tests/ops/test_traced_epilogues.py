@@ -142,3 +142,28 @@ def test_install_chains_a_pass_already_set_and_is_idempotent() -> None:
     graph.output(graph.placeholder("x"))
     hook(graph)
     assert seen == [graph]  # the user's pass still runs, once
+
+
+def test_the_installed_pass_names_its_version_so_inductor_can_cache_on_it() -> None:
+    from torch._inductor import config
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+    with config.patch(pre_grad_custom_pass=None):
+        traced_epilogues.install()
+        alone = config.pre_grad_custom_pass
+    assert isinstance(alone, CustomGraphPass)
+    assert alone.uuid() is not None and alone.uuid() == traced_epilogues._chained(None).uuid()
+
+    class Theirs(CustomGraphPass):
+        def __init__(self, tag: str | None) -> None:
+            self.tag = tag
+
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            pass
+
+        def uuid(self) -> str | None:
+            return self.tag
+    # an earlier pass with a version: both versions in the key (another version, another key)
+    assert traced_epilogues._chained(Theirs("a")).uuid() != traced_epilogues._chained(Theirs("b")).uuid()
+    # an earlier pass without one (a plain function, or a uuid of None): nothing the cache could key on
+    assert traced_epilogues._chained(lambda g: None).uuid() is None
+    assert traced_epilogues._chained([Theirs("a"), Theirs(None)]).uuid() is None
