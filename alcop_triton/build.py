@@ -15,7 +15,7 @@ from .analysis import PipelinePlan, explain, find_pipeline_candidates, plan_pipe
 from .errors import ScheduleError
 from .loop_ir import Descriptor, Store, TileIndices, find
 from .lower import lower
-from .records import KernelConfig, dtype_name, wave_tail_rows
+from .records import KernelConfig, dtype_name, tail_split_factor, wave_tail_rows
 from .rewrite import apply_pipeline
 from .runtime import (capture_id, current_context, for_device, load_kernel, prebind, resident_programs,
                       stream_capturing, tma_descriptor)
@@ -274,6 +274,7 @@ class CompiledKernel(Runs):
         self._variants: dict[tuple[_Key, str, bool, str], Variant] = {}
         self._slots: dict[tuple[str, int | None], int] = {}  # persistent kernels: resident programs per device
         self._tail: CompiledKernel | None = None  # a wave-tail config's second kernel, built at its first split
+        self._split_tails: dict[int, CompiledKernel] = {}  # a tail_split config's second kernels, per K split
         self.last: Variant | None = None
         # Lower once with the default layout now, so schedule errors surface at build time.
         # Static sizes are bound at call time, so such kernels are specialised on their first call.
@@ -465,7 +466,7 @@ class CompiledKernel(Runs):
             return Launch(v.fn, for_device(v.fn, dev.type)[rows], rows, tuple(args + [tile_lo, tiles_m]),
                           c | v.options(), len(all_x), dev, descs, split_buffers=buffers), out
         if self.config.wave_tail and tot["b"] == 1 and not v.m_box:
-            head = self._head(key, dev, args, c, tot, all_x, descs, buffers)
+            head = self._head(key, dev, args, c, tot, all_x, descs, buffers, -(-k_total // bk))
             if head is not None:
                 return head, out
         if self.config.persistent:
@@ -479,24 +480,42 @@ class CompiledKernel(Runs):
 
     def _head(self, key: _Key, dev: Any, args: list[Any], c: dict[str, int], tot: dict[str, int],
               tensors: list[Any], descs: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...],
-              buffers: Callable[[], list[Any]] | None) -> Launch | None:
+              buffers: Callable[[], list[Any]] | None, k_chunks: int) -> Launch | None:
         """A wave-tail config's launches: the rows of tiles within the most whole waves of one tile per SM,
-        then the rest by ``TAIL_CONFIG``'s kernel (``Schedule.wave_tail``); None where the tiles fill whole
-        waves exactly or less than one (one launch then: nothing is left idle, or there is no wave to
-        overlap; ``records.wave_tail_rows``). The head reads ``args`` as bound, split-K buffers included, and
-        ``buffers`` makes more of them (``Launch.split_buffers``); the tail binds buffers of its own."""
-        tiles_n = -(-tot["n"] // c["BLOCK_N"])
-        rows = wave_tail_rows(-(-tot["m"] // c["BLOCK_M"]), tiles_n, _sm_count(dev))
+        then the rest by the tail's kernel (``Schedule.wave_tail``): ``TAIL_CONFIG``'s, or with
+        ``tail_split`` this config's tile split along K (``records.tail_split_factor`` of the tail's tiles,
+        ``k_chunks`` chunks and the SMs). None where the tiles fill whole waves exactly or less than one (one
+        launch then: nothing is left idle, or there is no wave to overlap; ``records.wave_tail_rows``). The
+        head reads ``args`` as bound, split-K buffers included, and ``buffers`` makes more of them
+        (``Launch.split_buffers``); the tail binds buffers of its own."""
+        tiles_m, tiles_n = -(-tot["m"] // c["BLOCK_M"]), -(-tot["n"] // c["BLOCK_N"])
+        sms = _sm_count(dev)
+        rows = wave_tail_rows(tiles_m, tiles_n, sms)
         if rows == 0:
             return None
-        if self._tail is None:
-            self._tail = CompiledKernel(self.schedule.tail_schedule(), list(self.inputs) + [self.out], gpu=self._gpu,
-                                        strict=self.strict, name=self.name, static=self.static)
-        tail, _ = self._tail._bind(tensors, "tail", rows * c["BLOCK_M"] // self._tail.config.block_m)
+        split = tail_split_factor((tiles_m - rows) * tiles_n, k_chunks, sms, self.config.smem_stages) \
+            if self.config.tail_split else 1
+        tail_kernel = self._tail_kernel(split)
+        tail, _ = tail_kernel._bind(tensors, "tail", rows * c["BLOCK_M"] // tail_kernel.config.block_m)
         v = self._variant(key, dev.type, "head")
         grid = (rows * tiles_n, 1)
         return Launch(v.fn, for_device(v.fn, dev.type)[grid], grid, tuple(args + [0, rows]), c | v.options(),
                       len(tensors), dev, descs, then=tail, split_buffers=buffers)
+
+    def _tail_kernel(self, split: int) -> "CompiledKernel":
+        """The wave tail's kernel: ``TAIL_CONFIG``'s (``split`` 1; built once, at the first split launch), or
+        this config's tile reduced by ``split`` programs per tile (one kernel per factor)."""
+        if split == 1:
+            if self._tail is None:
+                self._tail = CompiledKernel(self.schedule.tail_schedule(), list(self.inputs) + [self.out],
+                                            gpu=self._gpu, strict=self.strict, name=self.name, static=self.static)
+            return self._tail
+        if split not in self._split_tails:
+            cfg = self.config.replace(wave_tail=False, tail_split=False, split_k=split)
+            self._split_tails[split] = CompiledKernel(self.schedule.tail_schedule(cfg), list(self.inputs) + [self.out],
+                                                      gpu=self._gpu, strict=self.strict, name=self.name,
+                                                      static=self.static)
+        return self._split_tails[split]
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
         """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's
@@ -539,7 +558,8 @@ def _epilogue(k: Any) -> te.Expr:
 
 def _step_text(s: Any) -> str:
     name = type(s).__name__
-    fields = ", ".join(f"{v}" for v in s.__dict__.values() if v is not None)
+    # a flag reads as its name where set (WaveTail(split)), and not at all where not (WaveTail())
+    fields = ", ".join(k if v is True else f"{v}" for k, v in s.__dict__.items() if v is not None and v is not False)
     return f"{name}({fields})"
 
 

@@ -81,6 +81,10 @@ class KernelConfig:
             ``TAIL_CONFIG``'s smaller tiles, which starts while the first launch's last wave still runs
             (programmatic dependent launch on Hopper), so that a short last wave does not leave most SMs
             idle. A GEMM of one batch only; not with ``persistent`` or ``split_k``; ``block_m`` >= 64.
+        tail_split: with ``wave_tail``, the tail runs this config's own tile split along K
+            (``tail_split_factor``: as many slices as the tail's tiles leave SMs for, each slice at least
+            ``smem_stages`` chunks long) instead of ``TAIL_CONFIG``'s smaller tiles, so that the last wave's
+            work spreads over every SM; where no split of two or more fits, the tail is ``TAIL_CONFIG``'s.
         pingpong, epilogue_subtile: the warp-specialized GEMM's own knobs (``async_copy="ws"``, where
             ``HopperConfig`` says what each config field becomes: ``smem_stages`` the TMA ring,
             ``reg_stages - 1`` the wgmma groups in flight, ALCOP's register level on Hopper, ``num_warps``
@@ -100,6 +104,7 @@ class KernelConfig:
     persistent: bool = False
     split_k: int = 1
     wave_tail: bool = False
+    tail_split: bool = False
     pingpong: bool = False
     epilogue_subtile: int = 1
 
@@ -138,6 +143,11 @@ class KernelConfig:
                                 f"block_m={self.block_m}: a wave tail needs one program per whole tile (neither "
                                 f"persistent nor split-K) and block_m >= {TAIL_BLOCK} (the tail's rows start at a "
                                 "multiple of its tile)")
+        if not isinstance(self.tail_split, bool):
+            raise ScheduleError(f"KernelConfig.tail_split={self.tail_split!r}: must be True or False")
+        if self.tail_split and not self.wave_tail:
+            raise ScheduleError("KernelConfig.tail_split=True with wave_tail=False: the split is the wave tail's "
+                                "(set wave_tail=True, or leave tail_split False)")
         if not isinstance(self.pingpong, bool):
             raise ScheduleError(f"KernelConfig.pingpong={self.pingpong!r}: must be True or False")
         if self.epilogue_subtile not in (1, 2, 4) or isinstance(self.epilogue_subtile, bool):
@@ -188,13 +198,13 @@ class KernelConfig:
         tma = "" if self.async_copy == "pointer" else f"_{self.async_copy}"
         pers = "_persistent" if self.persistent else ""
         split = f"_split{self.split_k}" if self.split_k > 1 else ""
-        tail = "_tail" if self.wave_tail else ""
+        tail = ("_tailsplit" if self.tail_split else "_tail") if self.wave_tail else ""
         ws = ("_pingpong" if self.pingpong else "") + (f"_e{self.epilogue_subtile}" if self.epilogue_subtile > 1 else "")
         return (f"m{self.block_m}n{self.block_n}k{self.block_k}_g{self.group_m}_w{self.num_warps}"
                 f"_s{self.smem_stages}_r{self.reg_stages}x{self.reg_split}{tma}{pers}{split}{tail}{ws}")
 
     # Triton's usual parameterization, plus our own knobs; what the DB, the CLI and predict_times use.
-    # PERSISTENT, SPLIT_K, WAVE_TAIL, PINGPONG and EPILOGUE_SUBTILE appear only when set, so records written before the knobs existed read
+    # PERSISTENT, SPLIT_K, WAVE_TAIL, TAIL_SPLIT, PINGPONG and EPILOGUE_SUBTILE appear only when set, so records written before the knobs existed read
     # back equal.
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k,
@@ -206,6 +216,8 @@ class KernelConfig:
             d["SPLIT_K"] = self.split_k
         if self.wave_tail:
             d["WAVE_TAIL"] = True
+        if self.tail_split:
+            d["TAIL_SPLIT"] = True
         if self.pingpong:
             d["PINGPONG"] = True
         if self.epilogue_subtile > 1:
@@ -221,7 +233,7 @@ class KernelConfig:
         keys = {"BLOCK_M": "block_m", "BLOCK_N": "block_n", "BLOCK_K": "block_k", "GROUP_M": "group_m",
                 "GROUP_SIZE_M": "group_m", "num_warps": "num_warps", "num_stages": "smem_stages",
                 "REG_STAGES": "reg_stages", "REG_SPLIT": "reg_split", "ASYNC_COPY": "async_copy",
-                "PERSISTENT": "persistent", "SPLIT_K": "split_k", "WAVE_TAIL": "wave_tail", "PINGPONG": "pingpong",
+                "PERSISTENT": "persistent", "SPLIT_K": "split_k", "WAVE_TAIL": "wave_tail", "TAIL_SPLIT": "tail_split", "PINGPONG": "pingpong",
                 "EPILOGUE_SUBTILE": "epilogue_subtile"}
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs: dict[str, Any] = {}
@@ -229,7 +241,8 @@ class KernelConfig:
             name = keys.get(k, k if k in fields else None)
             if name is None:
                 raise ScheduleError(f"config key {k!r} is unknown; expected one of {sorted(keys)}")
-            want = {"async_copy": str, "persistent": bool, "wave_tail": bool, "pingpong": bool}.get(name, int)
+            want = {"async_copy": str, "persistent": bool, "wave_tail": bool, "tail_split": bool,
+                    "pingpong": bool}.get(name, int)
             if (isinstance(v, bool) and want is not bool) or not isinstance(v, want):
                 raise ScheduleError(f"config {k}={v!r}: expected {want.__name__}")
             kwargs[name] = v
@@ -264,6 +277,17 @@ def wave_tail_rows(tiles_m: int, tiles_n: int, sms: int) -> int:
     tiles fill whole waves exactly or less than one, and the config runs as one launch."""
     tiles = tiles_m * tiles_n
     return 0 if tiles % sms == 0 else tiles // sms * sms // tiles_n
+
+
+def tail_split_factor(tail_tiles: int, k_chunks: int, sms: int, stages: int) -> int:
+    """K slices of a ``tail_split`` wave tail of ``tail_tiles`` tiles: as many as fill the ``sms`` SMs once
+    (one program per SM), at most ``MAX_SPLIT_K`` and at most one per ``stages`` chunks of the tile's
+    ``k_chunks`` (a slice shorter than the pipeline would run it unfilled); 1 where no split of two or more
+    fits (the tail then runs ``TAIL_CONFIG``'s tiles)."""
+    if tail_tiles < 1:
+        return 1
+    s = min(sms // tail_tiles, k_chunks // max(1, stages), MAX_SPLIT_K)
+    return s if s >= 2 else 1
 
 
 TAIL_CONFIG = KernelConfig(TAIL_BLOCK, TAIL_BLOCK, 64, group_m=8, num_warps=4, smem_stages=4, async_copy="tma")

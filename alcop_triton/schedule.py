@@ -85,7 +85,9 @@ class SplitK:
 
 @dataclass(frozen=True)
 class WaveTail:
-    """The rows past the last whole wave of tiles (one per SM) run as a second, overlapping launch of smaller tiles."""
+    """The rows past the last whole wave of tiles (one per SM) run as a second, overlapping launch of smaller
+    tiles, or (``split``) of this schedule's tiles split along K (``records.tail_split_factor``)."""
+    split: bool = False
 
 
 Step = Union[CacheRead, Tile, Pipeline, Inline, Group, Warps, AsyncCopyStep, Unroll, Persistent, SplitK, WaveTail]
@@ -262,7 +264,7 @@ class Schedule:
         """
         self.steps.append(Persistent())
 
-    def wave_tail(self) -> None:
+    def wave_tail(self, split: bool = False) -> None:
         """Run the rows of tiles past the last whole wave (one tile per SM) as a second launch.
 
         A grid whose tiles fill a few waves of the SMs and a little more leaves most SMs idle while its
@@ -271,8 +273,13 @@ class Schedule:
         (``records.TAIL_CONFIG``'s 64 x 64 tiles) computes the remaining rows on the SMs that the first
         launch's last wave leaves free, and completes only after the first. Kernels of one batch, one
         program per whole tile (not persistent, not split-K).
+
+        ``split``: the second launch runs this schedule's own tiles instead, each reduced by as many
+        programs as the SMs the tail's tiles leave idle allow (``records.tail_split_factor``; split-K's
+        float32 workspace and ordered sum), so that the last wave's work spreads over every SM. Where no
+        split of two or more fits, the tail is ``TAIL_CONFIG``'s.
         """
-        self.steps.append(WaveTail())
+        self.steps.append(WaveTail(split))
 
     def tail_schedule(self, cfg: KernelConfig = TAIL_CONFIG) -> Schedule:
         """The schedule of the wave tail's launch: these steps with ``cfg``'s tile, depths, warps, copies and
@@ -347,13 +354,14 @@ class Schedule:
         """This schedule's parameters as a KernelConfig (the tuner's and the database's record)."""
         tile = self.last(Tile) or Tile(64, 64, 32, 32)
         group, warps, mech, split = self.last(Group), self.last(Warps), self.last(AsyncCopyStep), self.last(SplitK)
+        tail = self.last(WaveTail)
         has_reg = any(b.scope == "register" for b in self.buffers.values())
         return KernelConfig(block_m=tile.block_m, block_n=tile.block_n, block_k=tile.block_k,
                             group_m=group.group_m if group else 1, num_warps=warps.num_warps if warps else 4,
                             smem_stages=self.stages("shared"), reg_stages=self.stages("register") if has_reg else 1,
                             reg_split=tile.block_k // tile.sub_k, async_copy=mech.mechanism if mech else "pointer",
                             persistent=self.last(Persistent) is not None, split_k=split.factor if split else 1,
-                            wave_tail=self.last(WaveTail) is not None)
+                            wave_tail=tail is not None, tail_split=tail is not None and tail.split)
 
     @classmethod
     def from_config(cls, out: te.Tensor, cfg: KernelConfig, m_axes=None, n_axes=None) -> Schedule:
@@ -376,7 +384,7 @@ class Schedule:
         if cfg.split_k > 1:
             s.split_k(cfg.split_k)
         if cfg.wave_tail:
-            s.wave_tail()
+            s.wave_tail(cfg.tail_split)
         return s
 
 

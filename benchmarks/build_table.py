@@ -315,13 +315,14 @@ def candidates(w: Workload, spec: Any, top_k: int, known: list[Any]) -> list[Ker
                 out.append(twin)
     # A convolution the box kernel runs: also its own tiles (the model does not rank boxes)
     out += [c for c in window_configs(w) if c not in out and shape_reason(w, c, spec) is None]
-    # Where the tiles leave a short last wave, each config also as a wave tail (the space's rules say
-    # where one can run): the model's estimate of the overlap is new, so it is measured, not ranked.
+    # Where the tiles leave a short last wave, each config also as a wave tail, of small tiles and split
+    # along K (the space's rules say where each can run): the model's estimate of the overlap is new, so
+    # it is measured, not ranked.
     for c in list(out):
         if tail_capable(c):
-            twin = c.replace(wave_tail=True)
-            if twin not in out and shape_reason(w, twin, spec) is None:
-                out.append(twin)
+            for twin in (c.replace(wave_tail=True), c.replace(wave_tail=True, tail_split=True)):
+                if twin not in out and shape_reason(w, twin, spec) is None:
+                    out.append(twin)
     return out + [c for c in ws_candidates(w, spec) if c not in out]
 
 

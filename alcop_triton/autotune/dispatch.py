@@ -383,10 +383,13 @@ class Dispatcher:
         near = self._nearest(workload, spec)
         shortlist = model_shortlist(workload, spec)[:MODEL_TOP]
         known = [first, *ws_seeds(workload, spec), *(near[1] if near is not None else [])]
-        # Each measured config's wave-tail twin right after it (where one can exist: the space drops the
-        # twins whose tiles fill whole waves): it differs only in how its last wave runs, which the
+        # Each measured config's wave-tail twins right after it, its tail of small tiles and its tail split
+        # along K (where one can exist: the space drops the twins whose tiles fill whole waves, and the split
+        # twin where no split of two fits): they differ only in how its last wave runs, which the
         # measurements of other shapes say nothing of.
-        twins = [[c, c.replace(wave_tail=True)] if tail_capable(c) else [c] for c in known]
+        from .space import shape_reason
+        twins = [[c] + [t for t in (c.replace(wave_tail=True), c.replace(wave_tail=True, tail_split=True))
+                        if shape_reason(workload, t, spec) is None] if tail_capable(c) else [c] for c in known]
         return list(dict.fromkeys([c for pair in twins for c in pair] + shortlist))
 
     def _tune(self, workload: Workload, spec: Any) -> Decision | None:

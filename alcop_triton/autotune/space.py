@@ -44,7 +44,7 @@ import numpy as np
 
 from ..errors import ScheduleError, TuningError
 from ..hopper.config import COMPILER_SLACK, ELEM_BYTES, MAX_ACC_REGS, SMEM_LIMIT, WARPGROUP
-from ..records import TAIL_BLOCK, WS_DTYPES, KernelConfig, Workload
+from ..records import MAX_SPLIT_K, TAIL_BLOCK, WS_DTYPES, KernelConfig, Workload
 
 VARIANTS: tuple[str, ...] = ("none", "double_buffer", "smem_multistage", "full")
 """Ablation variants (ALCOP Figure 10): no pipelining, 2-stage shared only, multi-stage shared only,
@@ -52,7 +52,7 @@ multi-stage multi-level (shared + register)."""
 
 KNOB_NAMES: tuple[str, ...] = ("block_m", "block_n", "block_k", "group_m", "num_warps", "smem_stages",
                                "reg_stages", "reg_split", "async_copy", "persistent", "split_k", "wave_tail",
-                               "pingpong", "epilogue_subtile")
+                               "tail_split", "pingpong", "epilogue_subtile")
 _knob_values = operator.attrgetter(*KNOB_NAMES)
 _LOCKS = threading.Lock()  # guards the creation of each space's own lock (``ConfigSpace.details``)
 
@@ -74,6 +74,7 @@ class Candidate(NamedTuple):
     persistent: Any
     split_k: Any
     wave_tail: Any
+    tail_split: Any
     pingpong: Any
     epilogue_subtile: Any
 
@@ -94,6 +95,7 @@ class Knobs:
     persistent: tuple[bool, ...] = (False, True)
     split_k: tuple[int, ...] = (1, 2, 4, 8)
     wave_tail: tuple[bool, ...] = (False, True)
+    tail_split: tuple[bool, ...] = (False, True)
     pingpong: tuple[bool, ...] = (False, True)
     epilogue_subtile: tuple[int, ...] = (1, 2, 4)
 
@@ -103,8 +105,8 @@ class Knobs:
 
 DISPATCH_KNOBS = Knobs(block_m=(16, 32, 64, 128), block_n=(32, 64, 128, 256), block_k=(32, 64, 128), group_m=(8,),
                        num_warps=(4, 8), smem_stages=(3, 4, 5), reg_stages=(1,), reg_split=(1,),
-                       async_copy=("pointer", "tma", "box"), wave_tail=(False,), pingpong=(False,),
-                       epilogue_subtile=(1,))
+                       async_copy=("pointer", "tma", "box"), wave_tail=(False,), tail_split=(False,),
+                       pingpong=(False,), epilogue_subtile=(1,))
 """The model's own shortlist when a call finds no measurement of its shape: the knobs that decide most
 of the time on the GPUs measured so far (the register level never won there), small enough that
 ranking it stays well under a second on a first call. Wave tails and the warp-specialized kernel
@@ -116,7 +118,7 @@ checked against many shapes, and its estimate of a loader warp, wgmma groups in 
 SMALL_PROBLEM_KNOBS = Knobs(block_m=(16, 32), block_n=(16, 32, 64), block_k=(16, 32, 64), group_m=(8,),
                             num_warps=(2, 4), smem_stages=(1, 2, 3), reg_stages=(1,), reg_split=(1,),
                             async_copy=("pointer", "tma", "box"), persistent=(False,), split_k=(1,),
-                            wave_tail=(False,), pingpong=(False,), epilogue_subtile=(1,))
+                            wave_tail=(False,), tail_split=(False,), pingpong=(False,), epilogue_subtile=(1,))
 """The shortlist of problems no ``DISPATCH_KNOBS`` config fits: a dim below its smallest tile, a
 reduction of one or two chunks."""
 
@@ -253,6 +255,14 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
     def trips(c: Any) -> Any:  # chunks of one program (one split-K slice)
         return _cdiv(_cdiv(k, c.block_k), c.split_k)
 
+    def tail_split(c: Any) -> Any:  # records.tail_split_factor of the tail a wave-tail config leaves
+        tn = _cdiv(n, c.block_n)
+        rows = tiles(c) // sms * sms // tn
+        tail_tiles = np.maximum(tiles(c) - rows * tn, 1)
+        split = np.minimum(np.minimum(sms // tail_tiles, _cdiv(k, c.block_k) // np.maximum(c.smem_stages, 1)),
+                           MAX_SPLIT_K)
+        return np.where(split >= 2, split, 1)
+
     rules: list[Rule] = [
         ("tile larger than the problem", lambda c: (c.block_m > top_m) | (c.block_n > top_n) | (c.block_k > top_k))]
     if spec is not None:
@@ -278,7 +288,10 @@ def _shape_rules(workload: Workload, spec: Any | None) -> tuple[Rule, ...]:
                   # whole waves of one tile per SM, or less than one (records.wave_tail_rows is 0):
                   # launched as its plain twin
                   ("wave tail without a short last wave",
-                   lambda c: c.wave_tail & ((tiles(c) <= sms) | (tiles(c) % sms == 0)))]
+                   lambda c: c.wave_tail & ((tiles(c) <= sms) | (tiles(c) % sms == 0))),
+                  # records.tail_split_factor below 2: the tail runs TAIL_CONFIG's tiles, as the plain twin's
+                  ("tail split where no split of two fits",
+                   lambda c: c.tail_split & (tail_split(c) < 2))]
     if conv:
         # Measured on the H100: persistent convolutions lose on every layer of the conv grid
         # (docs/decisions.md#d06), by 20-70x where the model ranked them first (a
@@ -591,8 +604,9 @@ _WS_PROBE = dict(block_m=128, block_n=128, block_k=64, num_warps=8, smem_stages=
 def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
     """(knob, type, value) of every value ``KernelConfig`` refuses on its own.
 
-    ``KernelConfig``'s rules each read one knob, except three combinations (``reg_split`` against
-    ``block_k``, ``split_k`` with ``persistent``, ``wave_tail`` with either or a short ``block_m``) that
+    ``KernelConfig``'s rules each read one knob, except four combinations (``reg_split`` against
+    ``block_k``, ``split_k`` with ``persistent``, ``wave_tail`` with either or a short ``block_m``,
+    ``tail_split`` without ``wave_tail``) that
     ``_survivors`` checks itself, and the warp-specialized kernel's (``WS_CONFIG_RULES``, which are shape
     rules): so a combination is refused exactly when one of these values is in it or one of those holds.
     Each value is tried beside ``block_k=512``, which admits every ``reg_split``, and the defaults, which
@@ -603,8 +617,10 @@ def _invalid_values(knobs: Knobs) -> frozenset[tuple[str, type, Any]]:
     for name, values in zip(KNOB_NAMES, knobs.values()):
         for v in values:
             ws = name in ("pingpong", "epilogue_subtile") or (name == "async_copy" and v == WS)
+            # a tail split is a wave tail's: tried beside one (``_survivors`` checks the pair itself)
+            probe = {"block_k": 512, "wave_tail": True} if name == "tail_split" else {"block_k": 512}
             try:
-                KernelConfig(**({**_WS_PROBE, name: v} if ws else {"block_k": 512, name: v}))
+                KernelConfig(**({**_WS_PROBE, name: v} if ws else {**probe, name: v}))
             except ScheduleError:
                 bad.add((name, type(v), v))
     return frozenset(bad)
@@ -659,7 +675,8 @@ def _survivors(workload: Workload, spec: Any, knobs: Knobs, variant: str, pruned
         grid = np.indices([len(v) for v in values]).reshape(len(values), -1)  # itertools.product's order
         c = Candidate(*(np.asarray(v)[i] for v, i in zip(values, grid)))
         invalid = (c.persistent & (c.split_k > 1)) | (c.block_k // c.reg_split < 16) | (
-            c.wave_tail & (c.persistent | (c.split_k > 1) | (c.block_m < TAIL_BLOCK)))
+            c.wave_tail & (c.persistent | (c.split_k > 1) | (c.block_m < TAIL_BLOCK))) | (
+            c.tail_split & np.logical_not(c.wave_tail))
         for name, column, vals in zip(KNOB_NAMES, c, values):
             refused = [v for v in vals if (name, type(v), v) in bad]
             if refused:

@@ -39,8 +39,8 @@ Where this model departs from the table, and why:
   of each tile), and the last arrival's serial reduction (an atomic round trip, then S partial tiles
   read by one SM) is exposed once.
 * Wave tail (``config.wave_tail``): the rows of tiles within whole waves are estimated as a kernel of
-  their own, the remaining rows as ``TAIL_CONFIG``'s kernel, less the share of it that runs on the SMs
-  the first kernel's last wave leaves idle.
+  their own, the remaining rows as the tail's kernel (``TAIL_CONFIG``'s, or with ``tail_split`` this
+  tile split along K), less the share of it that runs on the SMs the first kernel's last wave leaves idle.
 * The warp-specialized kernel (``async_copy="ws"``, ``alcop_triton.hopper``) is estimated as its
   ``hopper.plan`` runs it on the workload (the ring cut to a tile's chunks, ping-pong made cooperative
   below two tiles per SM, ...), with the same terms and these differences: the loader warp issues
@@ -72,7 +72,8 @@ import numpy as np
 
 from ..hopper.config import HopperConfig
 from ..hopper.plan import plan
-from ..records import TAIL_CONFIG, WS_DTYPES, KernelConfig, Workload, ceil_div, wave_tail_rows
+from ..records import (TAIL_CONFIG, WS_DTYPES, KernelConfig, Workload, ceil_div, tail_split_factor,
+                       wave_tail_rows)
 from .hardware import GPUSpec
 
 # Triton streams k=16 slices of MMA operands through registers when no explicit register
@@ -538,17 +539,20 @@ def estimate(workload: Workload, config: KernelConfig, spec: GPUSpec) -> Estimat
 
 def _wave_tail(workload: Workload, config: KernelConfig, spec: GPUSpec, blocks_per_sm: int) -> Estimate:
     """A wave-tail config (``Schedule.wave_tail``): the rows of tiles within whole waves as one kernel, the
-    rest as ``TAIL_CONFIG``'s, which starts on the SMs that the first kernel's last wave leaves idle (from
-    its start where that wave is partial) and otherwise after it."""
+    rest as the tail's kernel (``TAIL_CONFIG``'s, or with ``tail_split`` this tile split along K, as
+    ``CompiledKernel._head`` picks it), which starts on the SMs that the first kernel's last wave leaves
+    idle (from its start where that wave is partial) and otherwise after it."""
     batch, m, n, k = workload.gemm_dims()
-    plain = config.replace(wave_tail=False)
+    plain = config.replace(wave_tail=False, tail_split=False)
     tiles_m, tiles_n = ceil_div(m, config.block_m), ceil_div(n, config.block_n)
     rows = wave_tail_rows(tiles_m, tiles_n, spec.num_sms)  # as CompiledKernel._head splits the launch
     if batch != 1 or workload.op not in ("matmul", "linear") or rows == 0:
         return estimate(workload, plain, spec)  # launched as one kernel (CompiledKernel._head)
     head = estimate(Workload(workload.op, (rows * config.block_m, n, k), workload.dtype, workload.layout), plain, spec)
+    split = tail_split_factor((tiles_m - rows) * tiles_n, ceil_div(k, config.block_k), spec.num_sms,
+                              config.smem_stages) if config.tail_split else 1
     tail = estimate(Workload(workload.op, (m - rows * config.block_m, n, k), workload.dtype, workload.layout),
-                    TAIL_CONFIG, spec)
+                    plain.replace(split_k=split) if split > 1 else TAIL_CONFIG, spec)
     if not tail.valid:
         return tail
     # The head's last batch of programs leaves (1 - active share) of the GPU to the tail while it runs.

@@ -197,12 +197,13 @@ def test_ws_configs_are_seeded_after_the_untuned_choice(tmp_path, dtype):
     seeds = Dispatcher(Database(tmp_path / "t.sqlite")).seeds(w, h200)
     ws = ws_seeds(w, h200)
     assert ws == ws_configs(dtype)  # enough tiles for ping-pong and persistence: as measured
-    # right after the untuned call's config (and its wave-tail twin): inside the seeds a run measures.
+    # right after the untuned call's config (and its wave-tail twins where the space holds them): inside the
+    # seeds a run measures.
     # The untuned config may be one of them itself (dispatch takes a ws config where a nearby shape
     # measured one fastest); it then stays first and the others follow it.
     rest = [c for c in ws if c != seeds[0]]
     pos = [seeds.index(c) for c in rest]
-    assert pos == sorted(pos) and 0 < pos[0] <= 2 and pos[-1] - pos[0] == len(rest) - 1
+    assert pos == sorted(pos) and 0 < pos[0] <= 3 and pos[-1] - pos[0] == len(rest) - 1
     assert pos[-1] < SEED_BATCHES * 8
     space = ConfigSpace.build(w, h200)
     assert all(c in space for c in ws)

@@ -329,7 +329,7 @@ def _ws_rows():
     from alcop_triton.autotune.space import KNOB_NAMES
     values = dict(block_m=(64, 128, 256), block_n=(16, 64, 128, 256), block_k=(64, 128), group_m=(8,),
                   num_warps=(2, 4, 8), smem_stages=(1, 2, 4, 8), reg_stages=(1, 2, 4), reg_split=(1, 2),
-                  async_copy=("ws", "tma"), persistent=(False, True), split_k=(1,), wave_tail=(False,),
+                  async_copy=("ws", "tma"), persistent=(False, True), split_k=(1,), wave_tail=(False,), tail_split=(False,),
                   pingpong=(False, True), epilogue_subtile=(1, 2, 4))
     return [dict(zip(KNOB_NAMES, v)) for v in itertools.product(*(values[k] for k in KNOB_NAMES))]
 

@@ -1,4 +1,5 @@
-"""Wave tail: the rows of tiles past the last whole wave (one tile per SM) run as a second launch of 64 x 64 tiles.
+"""Wave tail: the rows of tiles past the last whole wave (one tile per SM) run as a second launch of 64 x 64 tiles,
+or (``tail_split``) of the config's own tiles split along K over the SMs the tail leaves idle.
 
 Checked in Triton's CPU interpreter, where a wave is ``build.INTERPRETER_PROGRAMS`` programs (so small
 shapes split), against torch in float64 with NaN-poisoned outputs: odd sizes, B stored N x K, fused
@@ -16,7 +17,7 @@ from alcop_triton.build import INTERPRETER_PROGRAMS, CompiledKernel
 from alcop_triton.kernels import matmul as km
 from alcop_triton.model.analytical import estimate
 from alcop_triton.model.hardware import get_spec
-from alcop_triton.records import TAIL_CONFIG, Workload
+from alcop_triton.records import MAX_SPLIT_K, TAIL_CONFIG, Workload, tail_split_factor
 from alcop_triton.schedule import Inline, WaveTail
 
 
@@ -159,3 +160,78 @@ def test_model_estimates_the_tail_only_where_it_splits() -> None:
     # 7 x 10 tiles: less than one wave, launched as one kernel
     few = Workload("matmul", (896, 2560, 2560), "float16", "nt")
     assert estimate(few, cfg.replace(wave_tail=True), spec).time_s == estimate(few, cfg, spec).time_s
+
+
+# ----------------------------------------------------------------------------- the tail split along K
+
+@pytest.mark.parametrize("tail_tiles,chunks,sms,stages,want", [
+    (36, 48, 132, 4, 3),     # 6304x768x3072 in 128 x 128 tiles on an H200: 3 slices of 16 chunks
+    (38, 80, 132, 4, 3),     # 2056x1280x5120: 132 // 38
+    (1, 1000, 132, 2, MAX_SPLIT_K),  # one tile left, a long reduction: capped
+    (36, 6, 132, 4, 1),      # 6 chunks: a slice would be shorter than the pipeline
+    (70, 48, 132, 4, 1),     # more tiles left than half the SMs: no split of two fits
+    (0, 48, 132, 4, 1)])
+def test_tail_split_factor(tail_tiles: int, chunks: int, sms: int, stages: int, want: int) -> None:
+    assert tail_split_factor(tail_tiles, chunks, sms, stages) == want
+
+
+def test_tail_split_config_rules_and_round_trip() -> None:
+    with pytest.raises(ScheduleError, match="tail_split=True with wave_tail=False"):
+        _cfg(wave_tail=False, tail_split=True)
+    with pytest.raises(ScheduleError, match="tail_split=1"):
+        _cfg(tail_split=1)
+    cfg = _cfg(tail_split=True)
+    assert str(cfg).endswith("_tma_tailsplit") and cfg.to_dict()["TAIL_SPLIT"] is True
+    assert KernelConfig.from_dict(cfg.to_dict()) == cfg and "TAIL_SPLIT" not in _cfg().to_dict()
+    inputs, out = km.matmul_te("float16", False)
+    s = Schedule.from_config(out, cfg)
+    assert s.last(WaveTail) == WaveTail(split=True) and s.config() == cfg
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("m,n,k,split", [(300, 64, 200, 2), (270, 40, 130, 2), (300, 64, 40, 1)],
+                         ids=["one_tile_left", "odd_sizes", "too_short_to_split"])
+def test_tail_split_matches_torch(m: int, n: int, k: int, split: int, dtype: str, kit) -> None:
+    # two "SMs" in the interpreter: 5 row tiles make 4 in whole waves and one left, split in two where its
+    # reduction holds two slices of the pipeline's depth (else the library's 64 x 64 tail)
+    cfg = _cfg(tail_split=True)
+    kern = kit.matmul(dtype, cfg)
+    g = torch.Generator().manual_seed(m + n + k)
+    a, bt = kit.rand((m, k), dtype, g), kit.rand((n, k), dtype, g)
+    out = kit.poisoned((m, n), dtype)
+    launch, _ = kern.bind(a, bt.t(), out)
+    tiles_n = -(-n // cfg.block_n)
+    rows = _tiles(m, n, cfg) // INTERPRETER_PROGRAMS * INTERPRETER_PROGRAMS // tiles_n
+    assert launch.then is not None and launch.grid == (rows * tiles_n, 1)
+    if split > 1:  # the head's tile, its rows from the head's last on, each tile reduced by `split` programs
+        assert launch.then.grid == ((-(-m // cfg.block_m) - rows) * tiles_n, 1, split)
+        assert launch.then.args[-2:] == (rows, -(-m // cfg.block_m))
+        tail = kern._split_tails[split]
+        assert tail.config == cfg.replace(wave_tail=False, tail_split=False, split_k=split)
+        tail_source = next(v for (_, _, _, role), v in tail._variants.items() if role == "tail").source
+        assert "SplitK" in tail_source and "WaveTail(tail)" in tail_source
+    else:
+        assert launch.then.args[-2:] == (rows * cfg.block_m // TAIL_CONFIG.block_m, -(-m // TAIL_CONFIG.block_m))
+    launch()
+    kit.assert_close(out, a.double() @ bt.double().t(), dtype, f"{m}x{n}x{k} tail split {split}")
+    out.fill_(float("nan"))
+    launch.prebind()(a, bt.t(), out)
+    kit.assert_close(out, a.double() @ bt.double().t(), dtype, f"{m}x{n}x{k} tail split {split}, prebound")
+    assert "WaveTail(split)" in kern.source
+
+
+def test_the_model_and_the_space_follow_the_kernels_tail() -> None:
+    from alcop_triton.autotune.space import shape_reason
+    spec = get_spec("H200")
+    cfg = KernelConfig(128, 128, 64, num_warps=4, smem_stages=4, async_copy="tma", wave_tail=True)
+    split = cfg.replace(tail_split=True)
+    # 50 x 6 tiles over 132 SMs: two whole waves, 36 tiles left, split 3 ways over 16 chunks each
+    short = Workload("matmul", (6304, 768, 3072), "float16", "nt")
+    assert shape_reason(short, split, spec) is None
+    assert estimate(short, split, spec).time_s < estimate(short, cfg, spec).time_s
+    # a reduction of 6 chunks: no split of two slices of 4 stages; the space drops the twin, the model
+    # estimates it as the plain wave tail
+    short_k = Workload("matmul", (3136, 1536, 384), "float16", "nt")
+    assert shape_reason(short_k, split, spec) == "tail split where no split of two fits"
+    assert estimate(short_k, split, spec).time_s == estimate(short_k, cfg, spec).time_s

@@ -549,7 +549,7 @@ _BAD_INTS: tuple[Any, ...] = (-1, 2 ** 40 + 1, 2 ** 63, 10 ** 400, 1.5, True, "8
 _BAD_CONFIG: dict[str, tuple[Any, ...]] = {
     "BLOCK_M": (0, 8, 48, 1024), "BLOCK_N": (0, 8, 48, 1024), "BLOCK_K": (0, 8, 48, 1024), "GROUP_M": (0, 65),
     "num_warps": (0, 3, 32), "num_stages": (0, 9), "REG_STAGES": (0, 5), "REG_SPLIT": (0, 3, 16),
-    "ASYNC_COPY": ("", "dma", 1), "PERSISTENT": (1, "yes"), "SPLIT_K": (0, 65, True), "WAVE_TAIL": (1, "no")}
+    "ASYNC_COPY": ("", "dma", 1), "PERSISTENT": (1, "yes"), "SPLIT_K": (0, 65, True), "WAVE_TAIL": (1, "no"), "TAIL_SPLIT": (1, "no")}
 _BAD_TOP: dict[str, tuple[Any, ...]] = {
     "time_ms": (0, -1.0, None, "1", True, 10 ** 400), "error": ("segfault", 1), "gpu": ("", 3, "H100\n#"),
     "cc": ("", None), "schema": (2, "1"), "torch_ms": (0, -1.0, "1", 10 ** 400), "triton": (3,)}
@@ -616,6 +616,7 @@ def bad_records(op: str) -> list[RecordCase]:
     case("config.reg_split beyond block_k", lambda r: r["config"].update(BLOCK_K=32, REG_SPLIT=4))
     case("config.split_k with persistent", lambda r: r["config"].update(SPLIT_K=2, PERSISTENT=True))
     case("config.wave_tail with block_m 32", lambda r: r["config"].update(BLOCK_M=32, WAVE_TAIL=True))
+    case("config.tail_split without wave_tail", lambda r: r["config"].update(TAIL_SPLIT=True))
     if not op.startswith("conv"):
         case("config.ASYNC_COPY='box' on a GEMM", lambda r: r["config"].__setitem__("ASYNC_COPY", "box"))
     for key, values in _BAD_TOP.items():

@@ -25,14 +25,17 @@ pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA or un
 CFG = KernelConfig(128, 128, 64, group_m=8, num_warps=4, smem_stages=4, async_copy="tma", wave_tail=True)
 
 
-@pytest.mark.parametrize("m,n,k", [(1970, 2304, 768), (896, 2560, 2560), (1999, 1144, 760)])
-def test_matches_torch_and_is_deterministic(m: int, n: int, k: int, kit) -> None:
+@pytest.mark.parametrize("m,n,k,split", [(1970, 2304, 768, False), (896, 2560, 2560, False), (1999, 1144, 760, False),
+                                         (1970, 2304, 768, True), (2056, 1280, 5120, True), (2051, 1277, 5111, True)])
+def test_matches_torch_and_is_deterministic(m: int, n: int, k: int, split: bool, kit) -> None:
+    # split: the tail runs the head's 128 x 128 tiles split along K (three slices on 132 SMs)
     g = torch.Generator(device="cpu").manual_seed(m + n + k)
     a, bt = kit.rand((m, k), "float16", g, "cuda"), kit.rand((n, k), "float16", g, "cuda")
-    kern = km.compiled("float16", 0, km.Epilogue(), CFG)
+    kern = km.compiled("float16", 0, km.Epilogue(), CFG.replace(tail_split=split))
     out = kit.poisoned((m, n), "float16", "cuda")
     launch, _ = kern.bind(a, bt.t(), out)
     assert launch.then is not None, "these shapes leave a short last wave: the tail launch should run"
+    assert (len(launch.then.grid) == 3 and launch.then.grid[2] > 1) == split, launch.then.grid
     launch()
     kit.assert_close(out, a.double() @ bt.double().t(), "float16", f"{m}x{n}x{k}")
     first = out.clone()
