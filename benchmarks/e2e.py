@@ -2,7 +2,7 @@
 
     python benchmarks/e2e.py --out OUT [--models bert,gpt2,llama,resnet50] [--task infer,train]
                              [--modes eager,patched,compile,compile_max,compile_alcop] [--no-compile]
-                             [--train-max-autotune] [--reps 20] [--warmup 3] [--dry-run]
+                             [--train-max-autotune] [--reps 20] [--warmup 3] [--profile N] [--dry-run]
 
 Each (model, task) pair runs in a process of its own; calls into the same OUT on the same device and
 versions (and the same ``--reps`` and ``--warmup``) add their pairs to one report, a pair measured again
@@ -50,7 +50,9 @@ caches pointed at fresh directories (no compile reuses another's), the compile m
 (so ``compile_alcop`` pays for building alcop's kernels, ``patched`` finds them built). Error: max |out -
 eager| / max |eager| of the model's output and, for training, the largest over parameters of max |grad -
 eager grad| / max |eager grad|; tolerance per compute dtype, about ten units in the last place (fp16
-1e-2, bf16 8e-2). Writes ``OUT/e2e.json`` and ``OUT/e2e.md``. ``--dry-run`` runs tiny versions of the
+1e-2, bf16 8e-2). ``--profile N``: after the timed passes, N more passes of each mode under ``torch.profiler``; the report lists
+each mode's largest kernels per pass (a diagnosis of where a mode gains or loses, not a timing). Writes
+``OUT/e2e.json`` and ``OUT/e2e.md``. ``--dry-run`` runs tiny versions of the
 models and the training step on CPU (Triton's interpreter, wall clock, no compile modes) to test the
 script; it measures nothing.
 """
@@ -474,7 +476,7 @@ def build_order(modes: Sequence[str]) -> list[str]:
 
 def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: int, tiny: bool,
               timer: Callable[..., list[float]] = time_passes, rounds: int | None = None,
-              task: str = "infer") -> dict[str, Any]:
+              task: str = "infer", profile: int = 0) -> dict[str, Any]:
     import alcop_triton as at
 
     if "eager" not in modes:
@@ -541,6 +543,9 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
                 except Exception as exc:   # a later pass that fails (a recompile, say): the mode's result
                     res["modes"][mode]["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
                     del times[mode]
+        if profile:  # after the timed passes, which it does not touch
+            for mode in times:
+                res["modes"][mode]["profile"] = profile_passes(fns[mode], profile, device)
     for mode, ts in times.items():
         res["modes"][mode].update(spread(ts))
     ms = {m: res["modes"].get(m, {}).get("ms") for m in ("eager", "compile", "compile_max")}
@@ -557,6 +562,36 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
     for mode, r in res["modes"].items():
         print(f"{name} {task} {mode}: {json.dumps(r)}", flush=True)
     return res
+
+
+PROFILE_TOP = 12
+"""Kernels (or, on CPU, operators) listed per mode by ``--profile``: the largest by self time per pass."""
+
+
+def profile_passes(fn: Callable[[], Any], passes: int, device: str) -> dict[str, Any]:
+    """Where one pass's time goes: ``passes`` passes under ``torch.profiler``, after one untimed pass; the
+    device time per pass in all, and the ``PROFILE_TOP`` kernels (CPU: operators) by self time, each with
+    its calls and microseconds per pass. A diagnosis of the modes, not their timing: the profiler adds host
+    time, so its totals are not the timer's."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]) as prof:
+        for _ in range(passes):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+
+    def self_us(e: Any) -> float:
+        return float(e.self_device_time_total if cuda else e.self_cpu_time_total)
+    events = [e for e in prof.key_averages() if self_us(e) > 0]
+    events.sort(key=self_us, reverse=True)
+    return {"passes": passes, "what": "kernels (device time)" if cuda else "operators (CPU time)",
+            "total_us": sum(self_us(e) for e in events) / passes,
+            "top": [{"name": e.key[:120], "calls": e.count / passes, "us": self_us(e) / passes}
+                    for e in events[:PROFILE_TOP]]}
 
 
 TASK_TITLES = {"infer": "inference, one forward pass", "train": "training, one step (forward + loss + backward)"}
@@ -602,6 +637,17 @@ def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
                            f"{_f(r.get('speedup_vs_compile_max'), '.3f', 'x')} | {_f(r.get('first_call_s'), '.1f')} | "
                            f"{_f(r['max_rel_err'], '.2e')} ({tol:g}){flag} | {_f(r.get('grad_max_rel_err'), '.2e')} |")
         out.append("")
+    profiled = [(r, name, m["profile"]) for r in results for name, m in r["modes"].items() if "profile" in m]
+    if profiled:
+        out += ["## Where a pass's time goes (`--profile`)", "",
+                "Per mode, after its timed passes: torch.profiler over the passes named, per pass; the profiler adds "
+                "host time, so these totals are not the timer's.", ""]
+        for r, name, p in profiled:
+            out += [f"**{r['model']} {r.get('task', 'infer')} {name}**: {p['total_us']:.0f} µs of {p['what']} per "
+                    f"pass ({p['passes']} passes)", "", "| kernel | calls | µs | share |", "|---|---|---|---|"]
+            out += [f"| `{t['name'].replace('|', '/')}` | {t['calls']:g} | {t['us']:.1f} | "
+                    f"{t['us'] / p['total_us']:.1%} |" for t in p["top"]]
+            out.append("")
     calls = [f"{r['model']} {r.get('task', 'infer')} {name}: {m['alcop_calls_in_code']}" for r in results
              for name, m in r["modes"].items() if "alcop_calls_in_code" in m]
     if calls:
@@ -671,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-max-autotune", action="store_true", help="run compile_max in training too (long compile)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after timing, profile N passes of each mode: its largest kernels per pass (a diagnosis)")
     ap.add_argument("--dry-run", action="store_true", help="tiny models on CPU, no compile modes: tests the script")
     a = ap.parse_args(argv)
     try:
@@ -714,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
             "cuda": torch.version.cuda if device == "cuda" else None,
             "date": _dt.date.today().isoformat(), "reps": reps, "warmup": warmup,
             "timer": TIMER if device == "cuda" else "wall clock around one pass (dry run)"}
-    results = [run_model(m, device, modes[t], reps, warmup, a.dry_run, task=t) for m, t in todo]
+    results = [run_model(m, device, modes[t], reps, warmup, a.dry_run, task=t, profile=a.profile) for m, t in todo]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     results = merge(out / "e2e.json", meta, results)

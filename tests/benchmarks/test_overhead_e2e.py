@@ -371,3 +371,28 @@ def test_a_mode_that_fails_while_timed_is_reported_and_the_others_still_timed(mo
     res = e2e.run_model("bert", "cpu", ["eager", "patched"], reps=2, warmup=0, tiny=True, timer=timer)
     assert res["modes"]["patched"]["error"] == "RuntimeError: recompiled" and "ms" not in res["modes"]["patched"]
     assert res["modes"]["eager"]["ms"] == 1.0
+
+
+def test_profile_lists_each_modes_largest_work_per_pass():
+    """``--profile``: after the timed passes, each mode's largest operators (CPU) per pass, summing to no more
+    than its total, and a report section per profiled mode; the timed passes are untouched."""
+    pytest.importorskip("triton")
+    calls: list[str] = []
+
+    def timer(fn, reps, warmup, device):
+        calls.append("timed")
+        return [1.0] * reps
+    res = e2e.run_model("bert", "cpu", ["eager", "patched"], reps=2, warmup=0, tiny=True, timer=timer, profile=2)
+    for mode in ("eager", "patched"):
+        p = res["modes"][mode]["profile"]
+        assert p["passes"] == 2 and p["what"] == "operators (CPU time)" and p["total_us"] > 0
+        assert 0 < len(p["top"]) <= e2e.PROFILE_TOP
+        us = [t["us"] for t in p["top"]]
+        assert us == sorted(us, reverse=True) and sum(us) <= p["total_us"] * (1 + 1e-9)
+        assert all(t["calls"] > 0 and t["name"] for t in p["top"])
+        assert res["modes"][mode]["ms"] == 1.0   # the timer's passes, not the profiler's
+    md = e2e.markdown({"device": "cpu", "torch": "t", "triton": "t", "alcop": "a", "date": "d", "reps": 2,
+                       "warmup": 0, "timer": "fake"}, [res])
+    assert "## Where a pass's time goes" in md and "**bert infer patched**" in md
+    unprofiled = e2e.run_model("bert", "cpu", ["eager"], reps=1, warmup=0, tiny=True, timer=timer)
+    assert "profile" not in unprofiled["modes"]["eager"]
