@@ -21,6 +21,7 @@ linear (anything not traced with routing on) is left as it is.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import operator
 from pathlib import Path
@@ -127,23 +128,18 @@ def fold(graph: torch.fx.Graph) -> int:
     return n
 
 
-try:  # torch >= 2.6: a pass that names its version lets Inductor's caches key on it
-    from torch._inductor.custom_graph_pass import CustomGraphPass as _PassBase
-except ImportError:  # pragma: no cover - older torch: a plain callable
-    _PassBase = object  # type: ignore[assignment,misc]
-
-
 _SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 """What ``fold`` does is this module's code: its hash names the pass's version."""
 
 
-class _AlcopFold(_PassBase):
+class _AlcopFold:
     """``fold``, then the passes the setting held before (None, a pass, or a list of passes on newer torch).
 
-    Its ``uuid`` (Inductor's ``CustomGraphPass`` interface) is this module's source hash and the earlier
-    passes' uuids: a pass with one runs after Inductor's cache lookup and the cache keys on it. Without one,
-    newer torch warns on every compile and runs the pass before the lookup. None where an earlier pass has
-    no uuid of its own: what that pass does cannot be keyed, so the cache must not be trusted with it."""
+    Its ``uuid`` (Inductor's ``CustomGraphPass`` interface, which ``_chained`` makes it an instance of) is this
+    module's source hash and the earlier passes' uuids: a pass with one runs after Inductor's cache lookup
+    and the cache keys on it. Without one, newer torch warns on every compile and runs the pass before the
+    lookup. None where an earlier pass has no uuid of its own: what that pass does cannot be keyed, so the
+    cache must not be trusted with it."""
 
     _alcop_fold = True
 
@@ -163,9 +159,21 @@ class _AlcopFold(_PassBase):
         return (_SOURCE_HASH, *theirs)
 
 
+@functools.lru_cache(maxsize=1)
+def _pass_class() -> type:
+    """``_AlcopFold`` as a subclass of Inductor's ``CustomGraphPass`` (where torch has one), made at the first
+    ``install``: importing Inductor's module at alcop_triton's import would import torch._dynamo with it."""
+    try:
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+    except ImportError:  # pragma: no cover - older torch: a plain callable
+        return _AlcopFold
+    return type("AlcopFold", (_AlcopFold, CustomGraphPass), {})
+
+
 def _chained(previous: Any) -> Callable[[torch.fx.Graph], None]:
     """``fold``, then ``previous``: what the setting held (None, a pass, or a list of passes on newer torch)."""
-    return _AlcopFold(previous)
+    made: Callable[[torch.fx.Graph], None] = _pass_class()(previous)
+    return made
 
 
 def install() -> None:
