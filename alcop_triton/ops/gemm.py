@@ -633,13 +633,17 @@ linear_op.register_autograd(_linear_backward, setup_context=_linear_setup)
 
 def _gemm_to_torch(a: torch.Tensor, b: torch.Tensor, *epilogue: torch.Tensor | None) -> bool:
     """Whether a traced GEMM ``a @ b`` gets torch's op: symbolic sizes, or records that prefer torch for
-    the workload ``run_gemm`` would key (operands as ``aligned_operands`` leaves contiguous ones; two
-    batch dims are not what the records timed torch on, as in ``run_gemm``)."""
+    the workload ``run_gemm`` would key (operands as ``aligned_operands`` leaves contiguous ones).
+
+    Two batch dims (attention's heads, read permuted) are weighed against torch's recorded time too, unlike
+    eagerly (``run_gemm``): eager ``torch.matmul`` copies such operands in passes of their own first, but in
+    a compiled graph Inductor writes them contiguous in the kernels that produce them, so torch's cost is
+    the product the records timed. (Kept from the eager rule, e2e.py's Llama block sent its attention
+    products to alcop inside torch.compile, where the H200 table measured torch's 4% faster.)"""
     if not traced.concrete(a, b, *epilogue):
         return True
     empty = a.shape[-1] == 0 or math.prod(a.shape[:-1]) == 0 or b.shape[-1] == 0
-    return traced.to_torch(a.device, lambda: None if empty else kmatmul.aligned_workload(kmatmul.workload_of(a, b)),
-                           torch_comparable=a.dim() < 4)
+    return traced.to_torch(a.device, lambda: None if empty else kmatmul.aligned_workload(kmatmul.workload_of(a, b)))
 
 
 def _linear_workload(x: torch.Tensor, w: torch.Tensor) -> Workload | None:

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import assert_close, randn
+from conftest import OpRecorder, assert_close, randn
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
@@ -76,6 +76,11 @@ CASES: dict[str, tuple[Callable[..., torch.Tensor], Callable[[], tuple[torch.Ten
                           [_gemm(8, 12, 16, "nt")], "alcop.mm"),
     "bmm": (lambda a, b: torch.bmm(a, b), lambda: (randn(2, 8, 16), randn(2, 16, 12, seed=1)),
             [Workload("bmm", (2, 8, 12, 16), "float32", "nn")], "alcop.bmm"),
+    # attention's heads read permuted, (batch, seq, heads, dim) -> (batch, heads, seq, dim): weighed against
+    # torch's records as any product (in a graph Inductor writes the operands contiguous for torch's bmm)
+    "attention_heads": (lambda q, k: torch.matmul(q.transpose(1, 2), k.transpose(1, 2).transpose(-2, -1)),
+                        lambda: (randn(2, 8, 3, 16), randn(2, 8, 3, 16, seed=1)),
+                        [Workload("bmm", (6, 8, 8, 16), "float32", "nt")], "alcop.bmm"),
     "addmm": (lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
               lambda: (randn(8, 12, seed=2), randn(8, 16), randn(16, 12, seed=1)),
               [_gemm(8, 12, 16, "nn")], "alcop.gemm"),
@@ -321,3 +326,24 @@ def test_torchs_own_traces_during_a_compile_keep_torchs_products() -> None:
         outside = make_fx(lambda x, y: x @ y, tracing_mode="fake")(a, b).code
     assert "aten.mm" in inside and "alcop" not in inside, inside
     assert "alcop.mm" in outside, outside
+
+
+@pytest.mark.parametrize("alcop_faster", [True, False], ids=["alcop_faster", "torch_faster"])
+def test_attention_heads_in_half_precision_follow_the_records_in_a_graph(
+        alcop_faster: bool, records: Callable[[Workload, bool], None]) -> None:
+    # fp16 products with two batch dims read permuted: eagerly torch.matmul would copy the operands first,
+    # so patch mode's eager calls keep them alcop's whatever torch's recorded time; in a graph Inductor
+    # writes them contiguous for torch's bmm, so the records decide as for any product
+    records(Workload("bmm", (6, 8, 8, 16), "float16", "nt"), alcop_faster)
+    q, k = randn(2, 8, 3, 16).half(), randn(2, 8, 3, 16, seed=1).half()
+    fn = lambda q, k: torch.matmul(q.transpose(1, 2), k.transpose(1, 2).transpose(-2, -1))  # noqa: E731
+    graphs = Graphs()
+    with torch.no_grad():
+        got = at.compile(fn, backend=graphs.backend, fullgraph=True)(q, k)
+    code = graphs.forward[-1]
+    assert (_alcop_ops(code) == {"alcop.bmm"}) == alcop_faster, code
+    assert bool(_torch_products(code)) != alcop_faster, code
+    assert_close(got, fn(q.double(), k.double()))
+    with torch.no_grad(), OpRecorder() as rec, at.patched():  # eagerly: alcop's either way (torch copies first)
+        fn(q, k)
+    assert "alcop.bmm" in rec.ops and "aten.bmm" not in rec.ops, rec.ops
