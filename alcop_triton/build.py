@@ -273,8 +273,9 @@ class CompiledKernel(Runs):
         self.static = tuple(static)
         self._variants: dict[tuple[_Key, str, bool, str], Variant] = {}
         self._slots: dict[tuple[str, int | None], int] = {}  # persistent kernels: resident programs per device
-        self._tail: CompiledKernel | None = None  # a wave-tail config's second kernel, built at its first split
-        self._split_tails: dict[int, CompiledKernel] = {}  # a tail_split config's second kernels, per K split
+        # a wave-tail config's second kernels, built at their first split launch: per K split of its tiles
+        # (1: TAIL_CONFIG's tiles, the library's tail)
+        self._tails: dict[int, CompiledKernel] = {}
         self.last: Variant | None = None
         # Lower once with the default layout now, so schedule errors surface at build time.
         # Static sizes are bound at call time, so such kernels are specialised on their first call.
@@ -503,19 +504,15 @@ class CompiledKernel(Runs):
                       len(tensors), dev, descs, then=tail, split_buffers=buffers)
 
     def _tail_kernel(self, split: int) -> "CompiledKernel":
-        """The wave tail's kernel: ``TAIL_CONFIG``'s (``split`` 1; built once, at the first split launch), or
-        this config's tile reduced by ``split`` programs per tile (one kernel per factor)."""
-        if split == 1:
-            if self._tail is None:
-                self._tail = CompiledKernel(self.schedule.tail_schedule(), list(self.inputs) + [self.out],
-                                            gpu=self._gpu, strict=self.strict, name=self.name, static=self.static)
-            return self._tail
-        if split not in self._split_tails:
-            cfg = self.config.replace(wave_tail=False, tail_split=False, split_k=split)
-            self._split_tails[split] = CompiledKernel(self.schedule.tail_schedule(cfg), list(self.inputs) + [self.out],
-                                                      gpu=self._gpu, strict=self.strict, name=self.name,
-                                                      static=self.static)
-        return self._split_tails[split]
+        """The wave tail's kernel: ``TAIL_CONFIG``'s (``split`` 1), or this config's tile reduced by ``split``
+        programs per tile; one kernel per factor, built at its first use."""
+        kern = self._tails.get(split)
+        if kern is None:
+            cfg = None if split == 1 else self.config.replace(wave_tail=False, tail_split=False, split_k=split)
+            schedule = self.schedule.tail_schedule() if cfg is None else self.schedule.tail_schedule(cfg)
+            kern = self._tails[split] = CompiledKernel(schedule, list(self.inputs) + [self.out], gpu=self._gpu,
+                                                       strict=self.strict, name=self.name, static=self.static)
+        return kern
 
     def _resident(self, v: Variant, dev: Any, args: list[Any], c: dict[str, int]) -> int:
         """Programs of a persistent kernel: as many as the GPU holds at once, from the compiled kernel's

@@ -226,7 +226,7 @@ def test_bind_gives_split_launches_and_their_wave_tails_a_buffer_factory(kit) ->
     inputs, c = km.matmul_te("float32", False)
     cfg = KernelConfig(64, 64, 32, group_m=2, smem_stages=2, async_copy="tma", wave_tail=True)
     kern = build(Schedule.from_config(c, cfg), inputs + [c])
-    kern._tail = CompiledKernel(kern.schedule.tail_schedule(TAIL_CONFIG.replace(block_k=32, smem_stages=2, split_k=2)),
+    kern._tails[1] = CompiledKernel(kern.schedule.tail_schedule(TAIL_CONFIG.replace(block_k=32, smem_stages=2, split_k=2)),
                                 inputs + [c])
     a, b = kit.rand((300, 64), "float32", g), kit.rand((64, 64), "float32", g)
     head, _ = kern.bind(a, b)

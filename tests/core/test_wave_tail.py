@@ -68,7 +68,7 @@ def test_a_tail_schedule_with_split_k(split: int, kit) -> None:
     inputs, c = km.matmul_te("float32", False)
     kern = build(Schedule.from_config(c, _cfg()), inputs + [c])  # not the kit's cached kernel: its tail is replaced
     tail = TAIL_CONFIG.replace(block_k=32, smem_stages=2, split_k=split)
-    kern._tail = CompiledKernel(kern.schedule.tail_schedule(tail), inputs + [c])
+    kern._tails[1] = CompiledKernel(kern.schedule.tail_schedule(tail), inputs + [c])
     g = torch.Generator().manual_seed(split)
     m, n, k = 300, 64, 200
     a, b = kit.rand((m, k), "float32", g), kit.rand((k, n), "float32", g)
@@ -77,7 +77,7 @@ def test_a_tail_schedule_with_split_k(split: int, kit) -> None:
     assert launch.then is not None and launch.then.grid == (1, 1, split)  # one 64-row tile left, split
     launch()
     kit.assert_close(out, a.double() @ b.double(), "float32", f"tail split {split}")
-    assert "SplitK" in kern._tail.source
+    assert "SplitK" in kern._tails[1].source
 
 
 @pytest.mark.interpreter
@@ -207,7 +207,7 @@ def test_tail_split_matches_torch(m: int, n: int, k: int, split: int, dtype: str
     if split > 1:  # the head's tile, its rows from the head's last on, each tile reduced by `split` programs
         assert launch.then.grid == ((-(-m // cfg.block_m) - rows) * tiles_n, 1, split)
         assert launch.then.args[-2:] == (rows, -(-m // cfg.block_m))
-        tail = kern._split_tails[split]
+        tail = kern._tails[split]
         assert tail.config == cfg.replace(wave_tail=False, tail_split=False, split_k=split)
         tail_source = next(v for (_, _, _, role), v in tail._variants.items() if role == "tail").source
         assert "SplitK" in tail_source and "WaveTail(tail)" in tail_source
