@@ -272,6 +272,23 @@ def test_the_default_backend_is_prepared_before_routing() -> None:
 
 
 
+def test_inductor_tunes_its_own_kernels_unless_the_caller_says_how(monkeypatch: pytest.MonkeyPatch) -> None:
+    # max-autotune's tuning of Inductor's pointwise and reduction kernels, not its GEMM search (the products
+    # are alcop's or cuBLAS's); a caller's mode or options are torch.compile's as given (it refuses both).
+    from alcop_triton import compiling
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw) or model)
+    fn = lambda x: x  # noqa: E731
+    at.compile(fn)
+    at.compile(fn, mode="max-autotune")
+    at.compile(fn, options={"coordinate_descent_tuning": False})
+    at.compile(fn, backend="aot_eager")
+    assert seen == [{"options": compiling.INDUCTOR_OPTIONS}, {"mode": "max-autotune"},
+                    {"options": {"coordinate_descent_tuning": False}}, {"backend": "aot_eager"}]
+    assert compiling.INDUCTOR_OPTIONS == {"max_autotune_pointwise": True, "coordinate_descent_tuning": True}
+    assert seen[0]["options"] is not compiling.INDUCTOR_OPTIONS  # torch.compile may keep it: a copy
+
+
 def test_a_compiled_graph_follows_the_records_not_a_cached_graph(records: Callable[[Workload, bool], None],
                                                                   tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
