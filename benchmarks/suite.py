@@ -647,6 +647,36 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return sets
 
 
+def forward_backward(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """For each set run with its ``_bwd`` twin: per timer and implementation, a layer's forward plus its
+    gradients against torch's, (torch forward + backward ms) / (its forward + backward ms), geomean and
+    minimum over the workloads where all four rows are usable (what a training step's convolutions cost)."""
+    by: dict[tuple[str, tuple[Any, ...]], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault((r["set"], tuple(r["shape"])), {})[r["impl"]] = r
+    out: dict[str, Any] = {}
+    for (set_, shape), fwd in by.items():
+        bwd = by.get((set_ + "_bwd", shape))
+        if set_.endswith("_bwd") or bwd is None or "torch" not in fwd or "torch" not in bwd:
+            continue
+        for timer in TIMERS:
+            for impl in fwd:
+                if impl == "torch" or impl not in bwd:
+                    continue
+                quad = (fwd["torch"], bwd["torch"], fwd[impl], bwd[impl])
+                if all(usable(q, timer) for q in quad):
+                    e = out.setdefault(set_, {}).setdefault(timer, {}).setdefault(impl, {"ratios": {}})
+                    e["ratios"][fwd[impl]["id"]] = ((quad[0][timer]["ms"] + quad[1][timer]["ms"])
+                                                    / (quad[2][timer]["ms"] + quad[3][timer]["ms"]))
+    for timers in out.values():
+        for impls in timers.values():
+            for e in impls.values():
+                v = list(e["ratios"].values())
+                e.update(n=len(v), geomean=geomean(v), min=min(v), min_at=min(e["ratios"], key=e["ratios"].get),
+                         faster=sum(x > 1 for x in v))
+    return out
+
+
 def _ms(r: dict[str, Any] | None, timer: str) -> str:
     if not r:
         return "-"
@@ -691,6 +721,17 @@ def markdown(run: dict[str, Any], rows: Sequence[dict[str, Any]], summary: dict[
                 gm = f"**{e['geomean']:.3f}x**" if e["n"] else "-"
                 out.append(f"| {set_} | {s['workloads']} | {timer} | {impl} | {gm} | {mn} | "
                            f"{e['faster']} / {e['n']} | {e['errors']} | {e['wrong']} | {e['unstable']} |")
+    both = forward_backward(rows)
+    if both:
+        out += ["", "## Forward + backward", "", "A layer's forward and its gradients together: (torch's forward + "
+                "backward ms) / (the implementation's), over the workloads measured both ways.", "",
+                "| set | timer | implementation | geomean vs torch | min (workload) | faster than torch |",
+                "|---|---|---|---|---|---|"]
+        for set_, timers in both.items():
+            for timer in TIMERS:
+                for impl, e in timers.get(timer, {}).items():
+                    out.append(f"| {set_} + {set_}_bwd | {timer} | {impl} | **{e['geomean']:.3f}x** | "
+                               f"{e['min']:.3f}x ({e['min_at']}) | {e['faster']} / {e['n']} |")
     by: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for r in rows:
         by.setdefault(r["set"], {}).setdefault(r["id"], {})[r["impl"]] = r
@@ -739,7 +780,8 @@ def write_report(out: Path, run: dict[str, Any], timer_text: dict[str, str],
                  progress: dict[str, Any] | None = None) -> dict[str, Any]:
     rows = read_rows(out / "rows.jsonl")
     summary = summarize(rows)
-    report = {"run": run, "timers": timer_text, "progress": progress, "summary": summary}
+    report = {"run": run, "timers": timer_text, "progress": progress, "summary": summary,
+              "forward_backward": forward_backward(rows)}
     (out / "report.json").write_text(json.dumps(report, indent=1, default=float))
     (out / "report.md").write_text(markdown(run, rows, summary, timer_text, progress))
     return report

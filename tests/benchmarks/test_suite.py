@@ -135,6 +135,23 @@ def test_summary_ratios_geomean_minimum_per_timer():
     assert "| s | 3 | eager | alcop | **1.414x** | 0.500x (a) | 1 / 2 | 1 | 0 | 0 |" in md
 
 
+def test_forward_backward_adds_each_layers_two_times_before_the_ratio():
+    def conv(set_, impl, eager, graph):
+        return _row(set_, "conv2d x" + (" backward" if set_.endswith("_bwd") else ""), impl, eager, graph,
+                    op="conv2d", shape=[2, 8, 8, 4, 4, 3, 3, 1, 1])
+    rows = [conv("c", "torch", 1.0, 1.0), conv("c", "alcop", 0.5, 1.0),
+            conv("c_bwd", "torch", 3.0, 1.0), conv("c_bwd", "alcop", 5.5, 3.0),
+            _row("c", "y", "torch", 1.0), _row("c", "y", "alcop", 1.0)]  # no backward twin: left out
+    fb = su.forward_backward(rows)["c"]
+    assert fb["eager"]["alcop"]["ratios"] == {"conv2d x": 4.0 / 6.0} and fb["eager"]["alcop"]["faster"] == 0
+    assert fb["graph"]["alcop"]["ratios"] == {"conv2d x": 0.5}
+    md = su.markdown({"run_id": "r", "device": "G", "torch": "t", "triton": "tr", "alcop": "a", "date": "d"},
+                     rows, su.summarize(rows), {"eager": "E", "graph": "G"})
+    assert "| c + c_bwd | eager | alcop | **0.667x** | 0.667x (conv2d x) | 0 / 1 |" in md
+    rows[3]["correct"] = False  # a wrong gradient leaves the layer out
+    assert su.forward_backward(rows) == {}
+
+
 def test_resume_skips_measured_workloads_and_budget_stops(tmp_path):
     cases = [su.Case("s", "matmul", (n, 8, 8), "nt", "") for n in (8, 16, 32, 64)]
     seen = []
