@@ -21,7 +21,6 @@ linear (anything not traced with routing on) is left as it is.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import operator
 from pathlib import Path
@@ -159,15 +158,24 @@ class _AlcopFold:
         return (_SOURCE_HASH, *theirs)
 
 
-@functools.lru_cache(maxsize=1)
+AlcopFold: type | None = None
+"""``_pass_class``'s class once made: a module attribute, so that pickle finds the class by name (Inductor
+pickles its settings, this pass among them, into its cache key; a class pickle cannot look up is a failed key
+and a compile without the cache)."""
+
+
 def _pass_class() -> type:
     """``_AlcopFold`` as a subclass of Inductor's ``CustomGraphPass`` (where torch has one), made at the first
     ``install``: importing Inductor's module at alcop_triton's import would import torch._dynamo with it."""
-    try:
-        from torch._inductor.custom_graph_pass import CustomGraphPass
-    except ImportError:  # pragma: no cover - older torch: a plain callable
-        return _AlcopFold
-    return type("AlcopFold", (_AlcopFold, CustomGraphPass), {})
+    global AlcopFold
+    if AlcopFold is None:
+        try:
+            from torch._inductor.custom_graph_pass import CustomGraphPass
+        except ImportError:  # pragma: no cover - older torch: a plain callable
+            return _AlcopFold
+        # made by CustomGraphPass's metaclass, whose module would otherwise be the class's (abc)
+        AlcopFold = type("AlcopFold", (_AlcopFold, CustomGraphPass), {"__module__": __name__, "__qualname__": "AlcopFold"})
+    return AlcopFold
 
 
 def _chained(previous: Any) -> Callable[[torch.fx.Graph], None]:

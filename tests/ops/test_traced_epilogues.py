@@ -5,6 +5,7 @@ Outputs and gradients are compared with float64 torch (Triton's interpreter on C
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Callable
 
 import pytest
@@ -152,6 +153,9 @@ def test_the_installed_pass_names_its_version_so_inductor_can_cache_on_it() -> N
         alone = config.pre_grad_custom_pass
     assert isinstance(alone, CustomGraphPass)
     assert alone.uuid() is not None and alone.uuid() == traced_epilogues._chained(None).uuid()
+    # Inductor pickles its settings into the cache key: the pass must pickle (by its class's name)
+    again = pickle.loads(pickle.dumps(alone))
+    assert type(again) is type(alone) and again.uuid() == alone.uuid()
 
     class Theirs(CustomGraphPass):
         def __init__(self, tag: str | None) -> None:
