@@ -7,10 +7,6 @@ Each call of the result runs inside a ``patch.patched()`` block, so the graphs t
 (on the first call, and on every recompile) hold alcop's op for each product and convolution whose
 records show alcop faster, and torch's op for the rest (``ops.traced``; ``docs/compile.md``). What runs
 outside the graphs (a graph break's eager code) is patch mode's, as under ``patched()``.
-
-With Inductor and neither ``mode`` nor ``options`` given, Inductor tunes its own kernels as max-autotune
-does (``INDUCTOR_OPTIONS``) while the products take their kernels from alcop's tables: max-autotune's
-kernels without its GEMM search, the long part of its compile.
 """
 
 from __future__ import annotations
@@ -25,22 +21,13 @@ from .patch import patched
 
 Model = TypeVar("Model", bound=Callable[..., Any])
 
-INDUCTOR_OPTIONS: dict[str, Any] = {"max_autotune_pointwise": True, "coordinate_descent_tuning": True}
-"""Inductor's options under ``alcop_triton.compile`` when the caller gives neither ``mode`` nor ``options``:
-what ``mode="max-autotune-no-cudagraphs"`` sets for Inductor's pointwise and reduction kernels (more
-configs, then a coordinate-descent search from the best), without ``max_autotune_gemm``, its search over
-GEMM templates: the products are alcop's per its tables or cuBLAS's. On the Llama-sized block the
-softmax kernel so tuned was max-autotune's whole lead over plain compile (``docs/decisions.md#d47``)."""
-
 
 def compile(model: Model, **torch_compile_kwargs: Any) -> Model:
     """``torch.compile(model, **torch_compile_kwargs)`` whose every call traces and runs with alcop's
-    routing on; with Inductor and neither ``mode`` nor ``options`` given, ``options=INDUCTOR_OPTIONS``. An ``nn.Module`` gives torch.compile's module (parameters, ``state_dict`` and all), its
+    routing on. An ``nn.Module`` gives torch.compile's module (parameters, ``state_dict`` and all), its
     ``forward`` routed; a function gives a function. Entering the routing costs each call a few
     microseconds of host time, off the compiled graph's own."""
     if torch_compile_kwargs.get("backend", "inductor") == "inductor":
-        if "mode" not in torch_compile_kwargs and "options" not in torch_compile_kwargs:
-            torch_compile_kwargs["options"] = dict(INDUCTOR_OPTIONS)
         # Inductor takes references to torch.mm & co. when it is imported (its extern kernels): imported
         # here, before a call enters patch mode, it takes torch's functions rather than patch mode's wrappers.
         importlib.import_module("torch._inductor.select_algorithm")

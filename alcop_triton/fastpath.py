@@ -64,8 +64,8 @@ class Stats:
     hits: calls served by a stored entry; misses: first calls of a signature (they ran the full
     path); uncacheable: misses whose launches did not account for the result (a fallback to
     torch, a copied operand), so nothing was stored; dispatched: calls that needed torch's
-    dispatcher; bypassed: calls inside a ``use_config`` block; to_torch: calls that patch mode's
-    wrappers sent to torch, at a signature or call site stored as torch's (faster on that workload);
+    dispatcher (not the calls Dynamo traces); bypassed: calls inside a ``use_config`` block; to_torch: calls
+    that patch mode's wrappers sent to torch, at a signature or call site stored as torch's (faster on that workload);
     entries: signatures stored now; generation: ``generation.current()``.
     """
     hits: int

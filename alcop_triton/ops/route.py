@@ -76,7 +76,8 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     # 1. traced: the deciding op (routing on) or the registered op becomes the graph's node (Dynamo does
     #    not trace _mode: the routing it follows is this thread's flag)
     if _dynamo_tracing():
-        _counters.dispatched += 1
+        # not counted: Dynamo would trace the increment and guard the compiled frame on the counter's value,
+        # so any later count (an eager call's) would recompile it, until its recompile limit left it eager
         if routing_on() and routes.traced is not None:
             return routes.traced(*tensors, *params)
         return (routes.registered or routes.direct)(*tensors, *params)
