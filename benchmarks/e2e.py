@@ -54,7 +54,9 @@ caches pointed at fresh directories (no compile reuses another's), the compile m
 eager| / max |eager| of the model's output and, for training, the largest over parameters of max |grad -
 eager grad| / max |eager grad|; tolerance per compute dtype, about ten units in the last place (fp16
 1e-2, bf16 8e-2). ``--profile N``: after the timed passes, N more passes of each mode under ``torch.profiler``; the report lists
-each mode's largest kernels per pass (a diagnosis of where a mode gains or loses, not a timing). Writes
+each mode's largest kernels per pass (a diagnosis of where a mode gains or loses, not a timing). After the
+timed passes, a compile mode's pass is counted for calls of alcop's ops (``alcop_calls_run``) against the
+calls in the code Inductor wrote for it: where they differ, the report says the timed graph was another. Writes
 ``OUT/e2e.json`` and ``OUT/e2e.md``. ``--dry-run`` runs tiny versions of the
 models and the training step on CPU (Triton's interpreter, wall clock, no compile modes) to test the
 script; it measures nothing.
@@ -549,6 +551,9 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
         if profile:  # after the timed passes, which it does not touch
             for mode in times:
                 res["modes"][mode]["profile"] = profile_passes(fns[mode], profile, device)
+        for mode in times:  # after the timed passes: whether the graph timed is the one whose code was counted
+            if "alcop_calls_in_code" in res["modes"][mode]:
+                res["modes"][mode]["alcop_calls_run"] = alcop_calls_run(fns[mode])
     for mode, ts in times.items():
         res["modes"][mode].update(spread(ts))
     ms = {m: res["modes"].get(m, {}).get("ms") for m in ("eager", "compile", "compile_max")}
@@ -565,6 +570,16 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
     for mode, r in res["modes"].items():
         print(f"{name} {task} {mode}: {json.dumps(r)}", flush=True)
     return res
+
+
+def alcop_calls_run(fn: Callable[[], Any]) -> int:
+    """Calls of alcop's ops (``torch.ops.alcop``) that one pass of ``fn`` makes, counted by torch.profiler's
+    record of each op call: where a compiled mode's count differs from the calls in the code Inductor wrote
+    for it, its timed passes ran another graph (a recompile, or another cached graph of the same code)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key.startswith("alcop::"))
 
 
 PROFILE_TOP = 12
@@ -651,10 +666,16 @@ def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
             out += [f"| `{t['name'].replace('|', '/')}` | {t['calls']:g} | {t['us']:.1f} | "
                     f"{t['us'] / p['total_us']:.1%} |" for t in p["top"]]
             out.append("")
-    calls = [f"{r['model']} {r.get('task', 'infer')} {name}: {m['alcop_calls_in_code']}" for r in results
+    calls = [f"{r['model']} {r.get('task', 'infer')} {name}: {m['alcop_calls_in_code']}"
+             + (f" (a timed pass ran {m['alcop_calls_run']})" if "alcop_calls_run" in m else "") for r in results
              for name, m in r["modes"].items() if "alcop_calls_in_code" in m]
     if calls:
         out += ["Calls of alcop's ops in the code Inductor wrote: " + "; ".join(calls) + ".", ""]
+    other = [f"{r['model']} {r.get('task', 'infer')} {name}" for r in results for name, m in r["modes"].items()
+             if m.get("alcop_calls_run", m.get("alcop_calls_in_code")) != m.get("alcop_calls_in_code")]
+    if other:
+        out += ["**Timed another graph than the one compiled first** (alcop's calls per pass differ from its code's): "
+                + ", ".join(other) + ".", ""]
     how = sorted({f"{r['model']} {r.get('task', 'infer')}: {m['compiled_by']}" for r in results
                   for name, m in r["modes"].items() if name == "compile_alcop" and "compiled_by" in m})
     if how:

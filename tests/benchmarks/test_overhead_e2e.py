@@ -396,3 +396,21 @@ def test_profile_lists_each_modes_largest_work_per_pass():
     assert "## Where a pass's time goes" in md and "**bert infer patched**" in md
     unprofiled = e2e.run_model("bert", "cpu", ["eager"], reps=1, warmup=0, tiny=True, timer=timer)
     assert "profile" not in unprofiled["modes"]["eager"]
+
+
+def test_alcop_calls_a_pass_runs_are_counted_and_a_mode_that_timed_another_graph_is_flagged():
+    pytest.importorskip("triton")
+    import alcop_triton  # noqa: F401  (registers torch.ops.alcop)
+    a, b = torch.randn(8, 8), torch.randn(8, 8)
+    assert e2e.alcop_calls_run(lambda: torch.ops.alcop.mm(torch.ops.alcop.mm(a, b), b)) == 2
+    assert e2e.alcop_calls_run(lambda: a @ b) == 0
+    meta = {"device": "cpu", "torch": "t", "triton": "t", "alcop": "a", "date": "d", "reps": 2, "warmup": 0,
+            "timer": "fake"}
+
+    def res(run: int) -> dict:
+        return {"model": "llama", "task": "infer", "input": [2, 8], "dtype": "float16", "source": "here",
+                "modes": {"compile_alcop": {"alcop_calls_in_code": 4, "alcop_calls_run": run}}}
+    md = e2e.markdown(meta, [res(0)])
+    assert "llama infer compile_alcop: 4 (a timed pass ran 0)" in md
+    assert "**Timed another graph than the one compiled first**" in md and "llama infer compile_alcop." in md
+    assert "Timed another graph" not in e2e.markdown(meta, [res(4)])
