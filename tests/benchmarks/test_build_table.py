@@ -413,3 +413,51 @@ def test_candidates_never_pair_a_warp_specialized_config_with_4_warps(bt):
     ws = [c for c in cands if c.async_copy == "ws"]
     assert ws and all(c.num_warps == 8 for c in ws if c.pingpong)
     assert all(shape_reason(w, c, spec) is None for c in cands)
+
+
+def test_torch_is_timed_before_and_after_the_candidates_and_the_faster_kept(bt, monkeypatch):
+    # a torch timing caught on a slow moment would favour alcop's best of many candidates in the records
+    import alcop_triton.autotune.measure as measure
+    import alcop_triton.kernels.runner as runner_mod
+    w = Workload("matmul", (64, 32, 16), "float16", "nt")
+    order: list[str] = []
+    torch_times = iter([0.30, 0.20])   # before the candidates, after them
+
+    class Runner:
+        def __init__(self, wl, config, device):
+            self.config = config
+
+        def inputs(self, seed):
+            return (torch.ones(2),)
+
+        def bind(self, x):
+            out = torch.zeros(2)
+            return (lambda: out.fill_(1.0)), out   # the kernel's launch writes the right answer
+
+    class TorchRunner:
+        def __init__(self, tw):
+            self.workload = tw
+
+    def time_gpu(r, seed):
+        if isinstance(getattr(r, "_r", r), TorchRunner):
+            order.append("torch")
+            return next(torch_times), "do_bench"
+        order.append("alcop")
+        return 0.25, "do_bench"
+    monkeypatch.setattr(measure, "time_gpu", time_gpu)
+    monkeypatch.setattr(runner_mod, "make_runner", Runner)
+    monkeypatch.setattr(bt, "_TorchRunner", TorchRunner)
+    monkeypatch.setattr(bt, "reference", lambda wl, x: torch.zeros(2) + 1)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    lines: list[dict] = []
+    meta = {"gpu": "H200", "device": "NVIDIA H200", "cc": "9.0", "mma": "wgmma", "triton": "t", "torch": "t",
+            "alcop": "a", "date": "d"}
+    bt.measure_workload(w, w, [KernelConfig(64, 32, 16), KernelConfig(32, 32, 16)], set(), meta, lines.append)
+    assert order == ["torch", "alcop", "alcop", "torch"]
+    assert [(d["impl"], d["time_ms"]) for d in lines] == [("alcop", 0.25), ("alcop", 0.25), ("torch", 0.20)]
+    # resumed with every candidate recorded: torch once, nothing to time it around
+    order.clear()
+    torch_times = iter([0.4])
+    done = {bt._pair_key(w, c) for c in (KernelConfig(64, 32, 16), KernelConfig(32, 32, 16))}
+    bt.measure_workload(w, w, [KernelConfig(64, 32, 16), KernelConfig(32, 32, 16)], done, meta, lines.append)
+    assert order == ["torch"] and lines[-1]["time_ms"] == 0.4
