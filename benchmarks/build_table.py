@@ -495,12 +495,11 @@ def measure_workload(called: Workload, w: Workload, configs: list[KernelConfig],
     def torch_time(tw: Workload) -> tuple[float, str]:
         runner: Any = _TorchRunner(tw)
         return time_gpu(_Preset(runner, x) if x and tw == w else runner, 0)
-    before: dict[Workload, tuple[float, str]] = {}
     if todo:
         x = make_runner(w, todo[0], "cuda").inputs(0)
         ref = reference(w, x)
-        if TORCH_TIMINGS_AROUND_CANDIDATES:
-            before = {tw: torch_time(tw) for tw in twins}
+    # with no candidate left (a pass that timed them, torch's lines removed), the two timings are back to back
+    before = {tw: torch_time(tw) for tw in twins} if TORCH_TIMINGS_AROUND_CANDIDATES else {}
     for c in todo:
         try:
             r = make_runner(w, c, "cuda")
