@@ -67,6 +67,12 @@ def suite_section(r: Report) -> list[str]:
             faster = (f"{sum(v > 1.0 for v in alcop['ratios'].values())} / {alcop['n']}"
                       if alcop.get("ratios") else "-")
             out.append(f"| {set_} | {s['workloads']} | {timer} | " + " | ".join(cells) + f" | {faster} |")
+    both = r.get("forward_backward") or {}
+    if both:
+        out += ["", "A layer's forward and backward together, (torch's forward + backward ms) / alcop's:", ""]
+        out += [f"- {set_} + {set_}_bwd, {timer}: {_x(e['geomean'])} (min {_x(e['min'])}), faster than torch on "
+                f"{e['faster']} / {e['n']}" for set_, timers in both.items() for timer in ("eager", "graph")
+                for impl, e in timers.get(timer, {}).items() if impl == "alcop"]
     return out + [""]
 
 
@@ -359,6 +365,9 @@ HARNESSES: tuple[Harness, ...] = (
             HEADLINE, note="the stage `overhead`: benchmarks/overhead.py", render=overhead_section),
     Harness("End to end, fp16 inference and bf16 training", "headline/e2e/e2e.json",
             HEADLINE, note="the stage `e2e`: benchmarks/e2e.py", render=e2e_section),
+    Harness("Convolutions forward and backward on the H200 (suite)", "conv_h200/report.json",
+            "python benchmarks/suite.py --out benchmarks/results/conv_h200 --sets conv2d,conv2d_bwd --impls torch,alcop "
+            "--inductor-sets ''", render=suite_section),
     Harness("Pipelining ablation, ALCOP dense + bmm", "headline/ablation/pipeline_variants.json",
             HEADLINE, note="the stage `ablation`: benchmarks/ablation_h100.sh, benchmarks/report_pipeline.py",
             render=pipeline_section),
