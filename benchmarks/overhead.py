@@ -161,12 +161,14 @@ def measure(device: str, calls: int, warmup: int, rounds: int = ROUNDS,
                 for impl in times:
                     if impl in errors:
                         continue
+                    fn = impls[impl]
+                    assert fn is not None  # ``times`` holds only the implementations that apply
                     if impl == "alcop_patched" and r == 0 and impl not in routes:
-                        routes[impl] = patched_route(impls[impl])
+                        routes[impl] = patched_route(fn)
                     block = at.patched() if impl == "alcop_patched" else contextlib.nullcontext()
                     try:
                         with block:
-                            got = timer(impls[impl], per_round, warmup if r == 0 else min(warmup, SYNC_EVERY), sync)
+                            got = timer(fn, per_round, warmup if r == 0 else min(warmup, SYNC_EVERY), sync)
                         times[impl] += got
                         rounds_med[impl].append(statistics.median(got))
                     except Exception as exc:   # a failing implementation is a result

@@ -486,7 +486,7 @@ def readme_block(results: Path, headline: Path | None = None) -> str:
     e2e = head / "e2e" / "e2e.json"
     if e2e.is_file():
         r = json.loads(e2e.read_text())
-        parts = {"infer": [], "train": []}
+        parts: dict[str, list[str]] = {"infer": [], "train": []}
         for res in r["results"]:
             patched, eager = res["modes"].get("patched", {}), res["modes"].get("eager", {})
             x = patched.get("speedup_vs_eager")
