@@ -112,9 +112,17 @@ def e2e_section(r: Report) -> list[str]:
             else:
                 out.append(f"{head} {mode} | error | | | | | | | |")
     calls = [f"{res['model']} {res.get('task', 'infer')} {mode}: {x['alcop_calls_in_code']}"
+             + (f" (a timed pass ran {x['alcop_calls_run']})" if "alcop_calls_run" in x else "")
              for res in r["results"] for mode, x in res["modes"].items() if "alcop_calls_in_code" in x]
     if calls:
         out += ["", "Calls of alcop's ops in the code Inductor wrote: " + "; ".join(calls) + "."]
+    unchecked = [f"{res['model']} {res.get('task', 'infer')}" for res in r["results"]
+                 for mode, x in res["modes"].items() if mode == "compile_alcop" and x.get("alcop_calls_in_code")
+                 and "alcop_calls_run" not in x]
+    if unchecked:  # e2e.py counts what a timed pass ran since the recompile bug (docs/compile.md, status)
+        out += ["", "compile_alcop rows not checked against the graph they timed (runs before e2e.py counted "
+                "alcop's calls in a timed pass; such runs timed plain compile's graph, docs/compile.md): "
+                + ", ".join(unchecked) + "."]
     return out + [""]
 
 

@@ -132,3 +132,16 @@ def test_e2e_section_reads_both_forms_of_the_report() -> None:
     assert ("| llama | train | 2x8 | bfloat16 | compile_alcop | 1.60 | 1.50 - 1.70 | 2.500x | 1.250x | - | 30.0 | "
             "1.0e-02 | 3.0e-02 |") in lines
     assert "| llama | train | 2x8 | bfloat16 | patched | error | | | | | | | |" in lines
+
+
+def test_e2e_section_says_which_compile_alcop_rows_were_not_checked_against_the_graph_they_timed() -> None:
+    meta = {"device": "GPU", "torch": "t", "triton": "tr", "alcop": "a", "date": "d", "timer": "T"}
+
+    def res(model: str, **extra: int) -> dict:
+        return {"model": model, "task": "infer", "input": [2], "modes": {"compile_alcop": {
+            "ms": 1.0, "max_rel_err": 0.0, "alcop_calls_in_code": 4, **extra}}}
+    lines = rr.e2e_section({"meta": meta, "results": [res("old"), res("new", alcop_calls_run=4)]})
+    text = "\n".join(lines)
+    assert "old infer compile_alcop: 4;" in text and "new infer compile_alcop: 4 (a timed pass ran 4)." in text
+    assert any(line.startswith("compile_alcop rows not checked") and line.endswith(": old infer.") for line in lines)
+    assert not any("not checked" in line for line in rr.e2e_section({"meta": meta, "results": [res("new", alcop_calls_run=4)]}))
