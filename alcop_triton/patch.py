@@ -213,7 +213,9 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
         # drop-in's registered op becomes the graph's node. Checked before the fast path's mode or a
         # site is read: Dynamo does not trace a context variable, and the graph holds alcop's op
         # whatever eager calls at the same site decided.
-        if _dynamo_tracing() or _compiler._is_compiling_flag:
+        if _dynamo_tracing():  # a module attribute Dynamo guards the graph on (traced.ROUTED)
+            return route(*args, **kwargs) if traced.ROUTED else original(*args, **kwargs)
+        if _compiler._is_compiling_flag:  # AOTAutograd's trace: the thread's flag (by_torch turns it off)
             return route(*args, **kwargs) if traced.routing_on() else original(*args, **kwargs)
         if not _live:  # the wrappers outlived patch mode's last block: torch's functions go back
             _put_back()  # (not while torch.compile builds a graph: see _put_back)
@@ -435,7 +437,7 @@ def _set(enabled: bool, blocks: int) -> None:
         activation = _activate()
     _patch.set(_Patch(enabled, max(blocks, 0), activation))
     if (state.activation is not None) != now:
-        _state.on = now
+        traced.set_on(now)
         set_routing(now)
 
 

@@ -46,7 +46,7 @@ from ..fastpath import (_DIRECT, _PATCHED, _ROUTING, MAX_ENTRIES, Entry, GradEnt
                        _counters, _dispatch_modes, _dynamo_tracing, _entries, _entry, _ENV_TABLE, _grad_enabled,
                        _address, _in_mode, _key, _mode, _Recording, _STRICT_KEY, _transforms, native, unrouted)
 from ..settings import fp32_precision
-from .traced import routing_on
+from . import traced as _traced
 from .traced import state as routing
 
 Tensor = torch.Tensor
@@ -78,7 +78,7 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
     if _dynamo_tracing():
         # not counted: Dynamo would trace the increment and guard the compiled frame on the counter's value,
         # so any later count (an eager call's) would recompile it, until its recompile limit left it eager
-        if routing_on() and routes.traced is not None:
+        if _traced.ROUTED and routes.traced is not None:  # guarded by Dynamo (traced.ROUTED)
             return routes.traced(*tensors, *params)
         return (routes.registered or routes.direct)(*tensors, *params)
     mode = _mode.get()

@@ -50,6 +50,21 @@ def routing_on() -> bool:
 
 routing_on._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
+ROUTED = False
+"""``state.on`` as Dynamo reads it: the code Dynamo traces (patch mode's wrappers, ``route.call``) reads this
+module attribute, and Dynamo guards the graph on its value. So a graph traced with routing on runs only
+while routing is on, and one traced with it off only while it is off: two compiles of the same model
+(``torch.compile`` beside ``alcop_triton.compile``, or one called inside and outside ``patched()``) share
+Dynamo's cache of its code, and without the guard each ran the other's graph (``docs/compile.md``). A
+process-wide value, set with the thread's flag (``set_on``): where threads trace under different routing at
+the same time, a trace follows the thread that last entered or left patch mode."""
+
+
+def set_on(on: bool) -> None:
+    """Routing on or off in this thread (``state.on``) and for Dynamo's traces and guards (``ROUTED``)."""
+    global ROUTED
+    state.on = ROUTED = on
+
 LIBRARY = torch.library.Library("alcop", "FRAGMENT")
 """The deciding ops' definitions (their namespace is alcop's ops')."""
 

@@ -291,6 +291,44 @@ def test_a_compiled_call_is_not_recompiled_when_the_call_counters_move(records: 
     assert counter.frame_count == 1
 
 
+def test_a_model_compiled_beside_a_plain_compile_runs_its_own_graph_on_every_call(
+        records: Callable[[Workload, bool], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As benchmarks/e2e.py runs the modes: plain torch.compile and alcop_triton.compile of one model, eager
+    # patched calls between them. Each call of alcop's compiled model must run the graph with alcop's ops
+    # (a guard that failed on every call once sent them to plain compile's cached graph, or to recompiles).
+    from torch.profiler import ProfilerActivity, profile
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
+    class Ffn(nn.Module):  # a SwiGLU block: gate and up to alcop by the records, down to torch
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.gate, self.up, self.down = nn.Linear(16, 24, bias=False), nn.Linear(16, 24, bias=False), \
+                nn.Linear(24, 16, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.down(F.silu(self.gate(x)) * self.up(x))
+    records(_gemm(8, 24, 16, "nt"), True)
+    records(_gemm(8, 16, 24, "nt"), False)
+    model, x = Ffn().eval(), randn(8, 16)
+    want = model.double()(x.double())
+    model.float()
+
+    def alcop_calls(fn: Callable[[torch.Tensor], torch.Tensor]) -> int:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            assert_close(fn(x), want)
+        return sum(e.count for e in prof.key_averages() if e.key.startswith("alcop::"))
+    with torch.inference_mode():
+        plain, ours = torch.compile(model), at.compile(model)
+        plain(x)
+        ours(x)
+        for _ in range(3):
+            with at.patched():
+                model(x)
+            assert alcop_calls(plain) == 0
+            assert alcop_calls(ours) == 2   # gate (its SiLU in the epilogue) and up
+
+
 def test_torch_compiles_arguments_pass_through_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
     # Inductor's own tuning (max_autotune_pointwise, coordinate_descent_tuning) stays the caller's choice: on
     # by default it made the Llama block's cold compile 4.5x plain compile's (docs/decisions.md#d47).
