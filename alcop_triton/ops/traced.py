@@ -41,14 +41,11 @@ state = _Routing()
 
 
 def routing_on() -> bool:
-    """``state.on``, for code Dynamo traces. Dynamo runs this function for real and takes its result as a
-    constant (``assume_constant_result``'s mark, set below without importing Dynamo): reading the
-    thread-local attribute in traced code, torch 2.11's Dynamo took the class's default (False), so every
-    call traced with routing on stayed torch's (seen with Inductor on torch 2.11)."""
+    """``state.on``, this thread's flag: what patch mode's wrappers follow where AOTAutograd traces a graph
+    (``by_torch`` turns it off there, so torch's decompositions get torch's functions). Code Dynamo traces
+    reads ``ROUTED`` instead: torch 2.11's Dynamo reads a thread-local attribute's class default (False)."""
     return state.on
 
-
-routing_on._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 ROUTED = False
 """``state.on`` as Dynamo reads it: the code Dynamo traces (patch mode's wrappers, ``route.call``) reads this
@@ -64,6 +61,7 @@ def set_on(on: bool) -> None:
     """Routing on or off in this thread (``state.on``) and for Dynamo's traces and guards (``ROUTED``)."""
     global ROUTED
     state.on = ROUTED = on
+
 
 LIBRARY = torch.library.Library("alcop", "FRAGMENT")
 """The deciding ops' definitions (their namespace is alcop's ops')."""
