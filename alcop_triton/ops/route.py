@@ -74,7 +74,7 @@ class OpRoutes:
 def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ...], routes: OpRoutes) -> Tensor:
     """Run ``op`` on ``tensors`` and ``params`` by the first rule of the module docstring that applies."""
     # 1. traced: the deciding op (routing on) or the registered op becomes the graph's node (Dynamo does
-    #    not trace _mode: the routing it follows is this thread's flag)
+    #    not trace _mode: it reads traced.ROUTED, set with this thread's flag, and guards the graph on it)
     if _dynamo_tracing():
         # not counted: Dynamo would trace the increment and guard the compiled frame on the counter's value,
         # so any later count (an eager call's) would recompile it, until its recompile limit left it eager
