@@ -45,3 +45,13 @@ def _routed(fn: Callable[..., Any]) -> Callable[..., Any]:
         with patched():
             return fn(*args, **kwargs)
     return routed
+
+
+def op_calls(fn: Callable[[], Any]) -> int:
+    """How many calls of alcop's ops (``torch.ops.alcop``) one call of ``fn`` makes, counted from
+    torch.profiler's record of each op call: whether a compiled model runs the graph with alcop's ops (a
+    graph's code can hold them while its calls run another graph: ``docs/compile.md``, status)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key.startswith("alcop::"))

@@ -553,7 +553,7 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
                 res["modes"][mode]["profile"] = profile_passes(fns[mode], profile, device)
         for mode in times:  # after the timed passes: whether the graph timed is the one whose code was counted
             if "alcop_calls_in_code" in res["modes"][mode]:
-                res["modes"][mode]["alcop_calls_run"] = alcop_calls_run(fns[mode])
+                res["modes"][mode]["alcop_calls_run"] = at.compiling.op_calls(fns[mode])
     for mode, ts in times.items():
         res["modes"][mode].update(spread(ts))
     ms = {m: res["modes"].get(m, {}).get("ms") for m in ("eager", "compile", "compile_max")}
@@ -570,16 +570,6 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
     for mode, r in res["modes"].items():
         print(f"{name} {task} {mode}: {json.dumps(r)}", flush=True)
     return res
-
-
-def alcop_calls_run(fn: Callable[[], Any]) -> int:
-    """Calls of alcop's ops (``torch.ops.alcop``) that one pass of ``fn`` makes, counted by torch.profiler's
-    record of each op call: where a compiled mode's count differs from the calls in the code Inductor wrote
-    for it, its timed passes ran another graph (a recompile, or another cached graph of the same code)."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    return sum(e.count for e in prof.key_averages() if e.key.startswith("alcop::"))
 
 
 PROFILE_TOP = 12

@@ -400,10 +400,10 @@ def test_profile_lists_each_modes_largest_work_per_pass():
 
 def test_alcop_calls_a_pass_runs_are_counted_and_a_mode_that_timed_another_graph_is_flagged():
     pytest.importorskip("triton")
-    import alcop_triton  # noqa: F401  (registers torch.ops.alcop)
+    from alcop_triton.compiling import op_calls
     a, b = torch.randn(8, 8), torch.randn(8, 8)
-    assert e2e.alcop_calls_run(lambda: torch.ops.alcop.mm(torch.ops.alcop.mm(a, b), b)) == 2
-    assert e2e.alcop_calls_run(lambda: a @ b) == 0
+    assert op_calls(lambda: torch.ops.alcop.mm(torch.ops.alcop.mm(a, b), b)) == 2
+    assert op_calls(lambda: a @ b) == 0
     meta = {"device": "cpu", "torch": "t", "triton": "t", "alcop": "a", "date": "d", "reps": 2, "warmup": 0,
             "timer": "fake"}
 

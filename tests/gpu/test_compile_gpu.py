@@ -60,26 +60,6 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
-def test_every_call_of_a_compiled_model_runs_the_graph_compiled_with_alcops_ops(alcop_measured_faster: None) -> None:
-    # Dynamo once guarded the frame on a call counter that each traced call moved: later calls ran another
-    # cached graph of the same code (plain compile's) or recompiled. A plain compile of the same model first,
-    # and eager patch-mode calls between the compiled ones, as benchmarks/e2e.py alternates them.
-    from torch.profiler import ProfilerActivity, profile
-    model = Mlp().cuda().half()
-    x = torch.randn(ROWS, DIM, device="cuda", dtype=torch.float16)
-    with torch.no_grad():
-        plain, ours = torch.compile(model), at.compile(model)
-        plain(x)
-        ours(x)
-        for _ in range(3):
-            with at.patched():
-                model(x)
-            plain(x)
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                ours(x)
-            assert sum(e.count for e in prof.key_averages() if e.key.startswith("alcop::")) == 2
-
-
 def test_inductor_calls_alcops_op_where_the_records_say_so(alcop_measured_faster: None) -> None:
     model = Mlp().cuda().half()
     x = torch.randn(ROWS, DIM, device="cuda", dtype=torch.float16)

@@ -296,7 +296,7 @@ def test_a_model_compiled_beside_a_plain_compile_runs_its_own_graph_on_every_cal
     # As benchmarks/e2e.py runs the modes: plain torch.compile and alcop_triton.compile of one model, eager
     # patched calls between them. Each call of alcop's compiled model must run the graph with alcop's ops
     # (a guard that failed on every call once sent them to plain compile's cached graph, or to recompiles).
-    from torch.profiler import ProfilerActivity, profile
+    from alcop_triton.compiling import op_calls
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
 
     class Ffn(nn.Module):  # a SwiGLU block: gate and up to alcop by the records, down to torch
@@ -315,9 +315,7 @@ def test_a_model_compiled_beside_a_plain_compile_runs_its_own_graph_on_every_cal
     model.float()
 
     def alcop_calls(fn: Callable[[torch.Tensor], torch.Tensor]) -> int:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            assert_close(fn(x), want)
-        return sum(e.count for e in prof.key_averages() if e.key.startswith("alcop::"))
+        return op_calls(lambda: assert_close(fn(x), want))
     with torch.inference_mode():
         plain, ours = torch.compile(model), at.compile(model)
         plain(x)
