@@ -640,11 +640,15 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             s["inductor_compile_s"] = {"n": len(c), "mean": statistics.mean(c), "max": max(c), "total": sum(c)}
         for t in s["timers"].values():
             for e in t.values():
-                v = list(e["ratios"].values())
-                e.update(n=len(v), geomean=geomean(v), min=min(v) if v else math.nan,
-                         min_at=min(e["ratios"], key=e["ratios"].get) if v else None,
-                         faster=sum(x > 1 for x in v))
+                e.update(ratio_stats(e["ratios"]))
     return sets
+
+
+def ratio_stats(ratios: dict[str, float]) -> dict[str, Any]:
+    """Speedups over torch per workload as a summary: count, geomean, minimum and where, how many above 1."""
+    v = list(ratios.values())
+    return {"n": len(v), "geomean": geomean(v), "min": min(v) if v else math.nan,
+            "min_at": min(ratios, key=ratios.__getitem__) if v else None, "faster": sum(x > 1 for x in v)}
 
 
 def forward_backward(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -671,9 +675,7 @@ def forward_backward(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for timers in out.values():
         for impls in timers.values():
             for e in impls.values():
-                v = list(e["ratios"].values())
-                e.update(n=len(v), geomean=geomean(v), min=min(v), min_at=min(e["ratios"], key=e["ratios"].get),
-                         faster=sum(x > 1 for x in v))
+                e.update(ratio_stats(e["ratios"]))
     return out
 
 
