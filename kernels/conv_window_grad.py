@@ -205,7 +205,7 @@ def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, str
         return None
     launch, ws_shape, split, whole = entry
     xw = _whole_phases(x, stride) if whole else x
-    dyc = dy.contiguous(memory_format=memory_format_of(x))
+    dyc = dy.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
     if xw.data_ptr() % 16 or dyc.data_ptr() % 16:   # the key fixed the strides (``_weight_grad_launch`` checked them)
         return None
     ws = torch.empty(ws_shape, device=x.device, dtype=torch.float32)
@@ -214,10 +214,15 @@ def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, str
     return dw.reshape(w.shape[0], *w.shape[2:], x.shape[1]).movedim(-1, 1)
 
 
+_REAL = (torch.Tensor, torch.nn.Parameter)
+"""Classes whose instances hold data: a tensor of exactly one of them is not fake, so only a subclass's
+instance is asked (``is_fake`` costs about ten times the class check, six times per backward)."""
+
+
 def _launchable(*tensors: torch.Tensor) -> bool:
     """CUDA tensors with data: not the fake ones that tracing (torch.compile, opcheck) runs a backward on,
     whose shapes may be symbolic; those take the routes that are custom ops."""
-    return all(t.device.type == "cuda" and not is_fake(t) for t in tensors)
+    return all(t.device.type == "cuda" and (type(t) in _REAL or not is_fake(t)) for t in tensors)
 
 
 def _weight_grad_launch(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
@@ -266,11 +271,12 @@ def _whole_shape(x: torch.Tensor, stride: Sequence[int]) -> tuple[int, ...]:
 def _whole_phases(x: torch.Tensor, stride: Sequence[int]) -> torch.Tensor:
     """A channels-last copy of a 2-d input zero-padded at the end to whole phases of the stride: positions
     past the input, which a convolution reads as zeros (its padding), so the weight gradient is the same."""
-    out = torch.empty(_whole_shape(x, stride), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
-    out[:, :, x.shape[2]:].zero_()
-    out[:, :, :x.shape[2], x.shape[3]:].zero_()
-    out[:, :, :x.shape[2], :x.shape[3]].copy_(x)
-    return out
+    whole = _whole_shape(x, stride)
+    # One op (torch's constant pad keeps a channels-last input's format) where the copy into a buffer and the
+    # zeroing of its two margins were four, each with its view: a backward's host time on small layers.
+    out = torch.nn.functional.pad(x, (0, whole[3] - x.shape[3], 0, whole[2] - x.shape[2]))
+    return out if out.is_contiguous(memory_format=torch.channels_last) else \
+        out.contiguous(memory_format=torch.channels_last)
 
 
 # ----------------------------------------------------------------------------- the input gradient
@@ -372,8 +378,10 @@ def input_tile(rows: int, c: int, sms: int) -> tuple[int, int]:
     return next((t for t, p in zip(tiles, programs) if p >= FILL * sms), tiles[programs.index(max(programs))])
 
 
-_INPUT_LAUNCHES: dict[tuple[Any, ...], tuple[list[Callable[..., None]], list[tuple[int, int]]] | None] = {}
-"""As ``_LAUNCHES``, for the input gradient: the prebound launch of every phase, and the empty phases."""
+_INPUT_LAUNCHES: dict[tuple[Any, ...], tuple[list[Callable[..., None]], list[tuple[int, int]], Any, tuple[int, ...],
+                                             tuple[int, ...] | None] | None] = {}
+"""As ``_LAUNCHES``, for the input gradient: the prebound launch of every phase, the empty phases, dX's memory
+format and buffer shape (``_grad_buffer``'s), and the input's extents where the buffer is larger (whole phases)."""
 
 
 def _remember(table: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
@@ -400,7 +408,6 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
         return None
     key = (x.shape, x.stride(), dy.shape, dy.stride(), w.shape, w.stride(), x.dtype, w.dtype, dy.dtype, x.device,
            tuple(stride), tuple(pad), tuple(dilation), groups)
-    fmt = memory_format_of(x)
     if key not in _INPUT_LAUNCHES:
         plan = None
         if input_why_not(x, w, dy, stride, dilation, groups) is None:
@@ -408,25 +415,26 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count
             launches, empty = input_plans(x, w, dy, stride, pad, dx, sms)
             if all(_strides_aligned(tensors) for _, tensors, _, _, _ in launches):
-                plan = ([_prebound(CONV_KERNEL, *launch) for launch in launches], empty)
+                plan = ([_prebound(CONV_KERNEL, *launch) for launch in launches], empty, memory_format_of(x),
+                        tuple(dx.shape), tuple(x.shape[2:]) if dx.shape != x.shape else None)
         _remember(_INPUT_LAUNCHES, key, plan)
     entry = _INPUT_LAUNCHES.get(key)
     if entry is None:
         return None
+    bound, empty, fmt, whole, extents = entry
     dyc = dy.contiguous(memory_format=fmt)
     wc = w.contiguous(memory_format=fmt)
-    dx = _grad_buffer(x, stride)
     if dyc.data_ptr() % 16 or wc.data_ptr() % 16:   # the key fixed the strides (checked when bound)
         return None
-    bound, empty = entry
+    dx = torch.empty(whole, device=x.device, dtype=x.dtype, memory_format=fmt)   # ``_grad_buffer``'s
     for launch in bound:   # the views of dY and dX start at their addresses: each launch rebinds them
         launch(dyc, wc, dx)
     if empty:
         rows = dx.permute(0, 2, 3, 1).unflatten(1, (-1, stride[0])).unflatten(3, (-1, stride[1]))
         for ph, pw in empty:
             rows[:, :, ph, :, pw].zero_()
-    for i in range(x.dim() - 2):   # rows past the input (whole phases' padding): a view of the first ones
-        dx = dx.narrow(2 + i, 0, x.shape[2 + i])
+    if extents is not None:   # rows past the input (whole phases' padding): a view of the first ones
+        dx = dx[(slice(None), slice(None), *(slice(0, e) for e in extents))]
     return dx
 
 

@@ -165,3 +165,23 @@ def test_the_input_gradient_compiles_for_sm90(kit) -> None:
                       "[t.input_compile_case(*c) for c in t.INPUT_COMPILE_CASES]")
     for case, phases in zip(INPUT_COMPILE_CASES, found):
         assert phases and all(wgmma and tma and shared <= 232448 for wgmma, tma, shared in phases), (case, phases)
+
+
+@pytest.mark.parametrize("hw,stride", [((7, 7), (2, 2)), ((7, 8), (2, 2)), ((9, 6), (3, 2)), ((8, 8), (2, 2))])
+def test_whole_phases_pads_zeros_past_the_input_and_keeps_channels_last(hw: tuple[int, int],
+                                                                        stride: tuple[int, int]) -> None:
+    x = torch.randn(2, 16, *hw).contiguous(memory_format=torch.channels_last)
+    out = g._whole_phases(x, stride)
+    assert tuple(out.shape) == (2, 16, *(-(-e // s) * s for e, s in zip(hw, stride)))
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out[:, :, :hw[0], :hw[1]], x)
+    assert out[:, :, hw[0]:].abs().sum() == 0 and out[:, :, :, hw[1]:].abs().sum() == 0
+
+
+def test_only_tensors_with_data_are_launchable() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    x = torch.zeros(2, 2)
+    assert not g._launchable(x)   # on the CPU
+    with FakeTensorMode():
+        fake = torch.empty(2, 2, device="cuda")
+    assert fake.device.type == "cuda" and not g._launchable(fake)
