@@ -25,7 +25,8 @@ forced: contextvars.ContextVar[KernelConfig | None] = contextvars.ContextVar("al
 """``use_config``'s config while its block runs (the fast path steps aside then)."""
 
 # (workload, device index, torch's workload) -> (config, torch preferred)
-_CONFIGS: dict[tuple[Workload, int, Workload | None], tuple[KernelConfig, bool]] = {}
+_CONFIGS: dict[tuple[Any, ...], tuple[KernelConfig, bool]] = {}
+"""Decisions per (workload, device index, torch's workload[, "graph"]) in this dispatch generation."""
 generation.on_bump(_CONFIGS.clear)
 
 
@@ -102,33 +103,36 @@ def choose_config(device: torch.device, workload: Callable[[], Workload | None],
     return known[0]
 
 
-def _decided(w: Workload, index: int, tw: Workload | None) -> tuple[KernelConfig, bool]:
-    """``decide``'s answer for ``w`` on cuda:``index``, remembered until the dispatch generation changes."""
-    known = _CONFIGS.get((w, index, tw))
+def _decided(w: Workload, index: int, tw: Workload | None, graph: bool = False) -> tuple[KernelConfig, bool]:
+    """``decide``'s answer for ``w`` on cuda:``index`` (``graph``: with the graphs' margin), remembered until
+    the dispatch generation changes."""
+    key = (w, index, tw) if not graph else (w, index, tw, "graph")
+    known = _CONFIGS.get(key)
     if known is None:
         gen = generation.current()
-        known = decide(w, gpu_spec(index), tw)
+        known = decide(w, gpu_spec(index), tw, graph=graph)
         if gen == generation.current():
-            _CONFIGS[(w, index, tw)] = known
+            _CONFIGS[key] = known
     return known
 
 
 def prefers_torch(device: torch.device, workload: Callable[[], Workload | None], torch_comparable: bool = True,
-                  torch_workload: Callable[[], Workload | None] | None = None) -> bool:
+                  torch_workload: Callable[[], Workload | None] | None = None, graph: bool = False) -> bool:
     """Whether the records leave a call with this workload on ``device`` to torch: what ``choose_config``
-    tells the fast path for the same arguments (so patch mode's eager calls and the graphs
-    ``torch.compile`` builds under it agree). Asked where a graph is built (``ops.traced``), so it never
-    runs a kernel; it tunes only as ``choose_config`` would (``ALCOP_AUTOTUNE=1``). A GPU without a preset
-    is torch's (``fallback.runtime_reason`` sends its calls there)."""
+    tells the fast path for the same arguments, or with ``graph`` what a graph ``torch.compile`` builds
+    holds (alcop's gain weighed with ``GRAPH_MIN_GAIN``, not ``PATCH_MIN_GAIN``). Asked where a graph is
+    built (``ops.traced``), so it never runs a kernel; it tunes only as ``choose_config`` would
+    (``ALCOP_AUTOTUNE=1``). A GPU without a preset is torch's (``fallback.runtime_reason`` sends its calls
+    there)."""
     from .errors import UnsupportedError
     w = workload()
     if w is None or not (torch_comparable or _unmeasured_stays_with_torch(w)):
         return False
     tw = torch_workload() if torch_workload is not None else None
     if device.type != "cuda":
-        return _interpreter_gpu is not None and decide(w, _interpreter_gpu, tw)[1]
+        return _interpreter_gpu is not None and decide(w, _interpreter_gpu, tw, graph=graph)[1]
     try:
-        return _decided(w, device_index(device), tw)[1]
+        return _decided(w, device_index(device), tw, graph)[1]
     except UnsupportedError:
         return True
 
@@ -163,10 +167,12 @@ def _unmeasured_stays_with_torch(w: Workload) -> bool:
 
 
 def decide(w: Workload, spec: Any, torch_workload: Workload | None = None,
-           dispatch: Any = None) -> tuple[KernelConfig, bool]:
+           dispatch: Any = None, graph: bool = False) -> tuple[KernelConfig, bool]:
     """``w``'s config on ``spec`` and whether patch mode leaves the call to torch
     (``Decision.torch_preferred``), torch's time read off ``torch_workload``'s records where they hold
-    one (``choose_config``). ``dispatch``: the ``Dispatcher`` asked (None: the shared one)."""
+    one (``choose_config``). ``dispatch``: the ``Dispatcher`` asked (None: the shared one). ``graph``:
+    whether a compiled graph leaves it to torch (``GRAPH_MIN_GAIN``)."""
+    from .autotune.dispatch import GRAPH_MIN_GAIN
     if dispatch is None:
         from .autotune.dispatch import dispatcher
         dispatch = dispatcher()
@@ -175,7 +181,8 @@ def decide(w: Workload, spec: Any, torch_workload: Workload | None = None,
         torch_ms = dispatch.torch_ms(torch_workload, spec)
         if torch_ms is not None:
             decision = replace(decision, torch_ms=torch_ms)
-    return fit_stages(decision.config, w), decision.torch_preferred
+    preferred = decision.torch_preferred_by(GRAPH_MIN_GAIN) if graph else decision.torch_preferred
+    return fit_stages(decision.config, w), preferred
 
 
 def fit_stages(cfg: KernelConfig, w: Workload | None) -> KernelConfig:

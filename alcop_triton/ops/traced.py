@@ -9,8 +9,9 @@ Each is ``CompositeImplicitAutograd``: it has no
 kernel of its own, and wherever torch runs it — Dynamo's fake-tensor propagation, AOTAutograd's trace
 that Inductor and every ``aot_autograd`` backend compile — its Python body runs on fake tensors with
 their concrete sizes, strides, dtypes and device, asks ``choose_config.prefers_torch`` (the question
-eager patch mode's first call of the same workload asks) and calls alcop's op (``torch.ops.alcop.mm``...)
-or torch's function in its place. The graph that is compiled holds that op, never the deciding one.
+eager patch mode's first call of the same workload asks, with a larger margin: ``to_torch``) and calls
+alcop's op (``torch.ops.alcop.mm``...) or torch's function in its place. The graph that is compiled holds
+that op, never the deciding one.
 
 Sizes that are symbolic (``dynamic=True``, or shapes Dynamo marked dynamic after a recompile) name no
 workload: such calls get torch's op. Nothing is tuned while deciding unless ``ALCOP_AUTOTUNE=1`` asks
@@ -80,14 +81,30 @@ def concrete(*tensors: Tensor | None) -> bool:
 
 def to_torch(device: torch.device, workload: Callable[[], Workload | None], torch_comparable: bool = True,
              torch_workload: Callable[[], Workload | None] | None = None) -> bool:
-    """``choose_config.prefers_torch``, asked outside the tracing modes (fake tensors, functionalization,
-    the proxy): whatever it reads or, under ``ALCOP_AUTOTUNE=1``, measures is real. The workloads are
-    computed first, from the traced tensors' metadata."""
+    """Whether a graph gets torch's op for this workload: a product whose rows are not whole 16-byte vectors
+    (``vector_rows``), else ``choose_config.prefers_torch`` with the graphs' margin (``GRAPH_MIN_GAIN``),
+    asked outside the tracing modes (fake tensors, functionalization, the proxy): whatever it reads or,
+    under ``ALCOP_AUTOTUNE=1``, measures is real. The workloads are computed first, from the traced
+    tensors' metadata."""
     w = workload()
+    if w is not None and not vector_rows(w):
+        return True
     tw = torch_workload() if torch_workload is not None else None
     with _disable_current_modes():
         return choose_config.prefers_torch(device, lambda: w, torch_comparable,
-                                           (lambda: tw) if torch_workload is not None else None)
+                                           (lambda: tw) if torch_workload is not None else None, graph=True)
+
+
+def vector_rows(w: Workload) -> bool:
+    """Whether every row of a product's operands and output, as stored, is whole 16-byte vectors (other
+    workloads are not products: true). Where one is not, the records' torch time is eager torch's on
+    unaligned rows, which is not what a compiled graph runs: GPT-2's LM head (8192 x 50257 x 768, fp16)
+    recorded cuBLAS at 7.47 ms and alcop at 1.45 ms, yet inside the compiled model cuBLAS ran it at 0.93 ms
+    and alcop's op at 1.29 ms (``docs/decisions.md#d48``). Such products stay torch's in graphs."""
+    if w.op not in ("matmul", "linear", "bmm"):
+        return True
+    vec = 16 // w.elem_bytes
+    return all(r % vec == 0 for r in (*w.operand_rows(), w.gemm_dims()[2]))
 
 
 def by_torch(fn: Callable[..., Tensor], *args: Any) -> Tensor:

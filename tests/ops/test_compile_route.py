@@ -178,7 +178,8 @@ def test_nothing_is_tuned_while_a_graph_is_built(records: Callable[[Workload, bo
     monkeypatch.setattr(dispatch.Dispatcher, "_tune", tune)
     monkeypatch.delenv("ALCOP_AUTOTUNE", raising=False)
     graphs = Graphs()
-    x, w = randn(8, 16, dtype=torch.float16), randn(12, 16, seed=1, dtype=torch.float16)
+    # 16 output columns: whole 16-byte rows, which a graph needs to take alcop's op (``traced.vector_rows``)
+    x, w = randn(8, 16, dtype=torch.float16), randn(16, 16, seed=1, dtype=torch.float16)
     with torch.no_grad():
         at.compile(lambda x, w: F.linear(x, w), backend=graphs.backend)(x, w)
     assert _alcop_ops(graphs.forward[-1]) == {"alcop.linear"}  # no records: the model's config, alcop's op
@@ -367,8 +368,8 @@ def test_a_compiled_graph_follows_the_records_not_a_cached_graph(records: Callab
 def test_a_graph_compiled_under_autocast_routes_the_autocast_dtype(records: Callable[[Workload, bool], None]) -> None:
     # torch's autocast casts a linear's arguments inside the graph too; the deciding call does the same
     # before it decides, so the records asked are the bf16 workload's and the result is bf16, as torch's
-    records(Workload("matmul", (8, 12, 16), "bfloat16", "nt"), True)
-    x, w = randn(8, 16), randn(12, 16, seed=1)
+    records(Workload("matmul", (8, 16, 16), "bfloat16", "nt"), True)   # whole 16-byte rows (``vector_rows``)
+    x, w = randn(8, 16), randn(16, 16, seed=1)
     graphs = Graphs()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         want = F.linear(x, w)
@@ -414,3 +415,66 @@ def test_attention_heads_in_half_precision_follow_the_records_in_a_graph(
     with torch.no_grad(), OpRecorder() as rec, at.patched():  # eagerly: alcop's either way (torch copies first)
         fn(q, k)
     assert "alcop.bmm" in rec.ops and "aten.bmm" not in rec.ops, rec.ops
+
+
+def _measured(w: Workload, alcop_ms: float, torch_ms: float) -> None:
+    """``w`` measured in the ``records`` fixture's database with these times."""
+    import os
+    db = Database(Path(os.environ["ALCOP_DB"]))
+    db.add(dataclasses.replace(TuningRecord.from_result(w, MeasureResult(KernelConfig(), alcop_ms, None), SPEC),
+                               torch_ms=torch_ms))
+    fastpath.invalidate()
+
+
+def test_a_gain_patch_mode_takes_but_a_graph_does_not_leaves_the_graph_torchs(
+        records: Callable[[Workload, bool], None]) -> None:
+    # 10% and 10 µs: above PATCH_MIN_GAIN, below GRAPH_MIN_GAIN (torch's record overstated what graphs ran)
+    w = _gemm(8, 12, 16, "nt")
+    _measured(w, 0.09, 0.10)
+    cpu = torch.device("cpu")
+    assert not choose_config.prefers_torch(cpu, lambda: w)
+    assert choose_config.prefers_torch(cpu, lambda: w, graph=True)
+    fn, make_args, _, _ = CASES["linear_bias_relu"]
+    args = make_args()
+    graphs = Graphs()
+    with torch.no_grad():
+        got = at.compile(fn, backend=graphs.backend, fullgraph=True)(*args)
+        with OpRecorder() as rec, at.patched():   # eagerly the same records send it to alcop
+            fn(*args)
+    assert not _alcop_ops(graphs.forward[-1]) and _torch_products(graphs.forward[-1]), graphs.forward[-1]
+    assert "alcop.linear" in rec.ops, rec.ops
+    assert_close(got, fn(*(a.double() for a in args)))
+    # a gain above the graphs' margin: alcop's op
+    _measured(w, 0.05, 0.10)
+    torch._dynamo.reset()
+    graphs = Graphs()
+    with torch.no_grad():
+        at.compile(fn, backend=graphs.backend, fullgraph=True)(*args)
+    assert _alcop_ops(graphs.forward[-1]) == {"alcop.linear"}, graphs.forward[-1]
+
+
+def test_a_product_whose_output_rows_are_not_whole_vectors_stays_torchs_in_a_graph(
+        records: Callable[[Workload, bool], None]) -> None:
+    # 13 float32 columns: 52-byte output rows (GPT-2's LM head: 50,257 fp16 columns)
+    records(_gemm(8, 13, 16, "nt"), True)
+    x, w = randn(8, 16), randn(13, 16, seed=1)
+    graphs = Graphs()
+    with torch.no_grad():
+        got = at.compile(F.linear, backend=graphs.backend, fullgraph=True)(x, w)
+        with OpRecorder() as rec, at.patched():   # eagerly the records send it to alcop
+            F.linear(x, w)
+    assert not _alcop_ops(graphs.forward[-1]) and _torch_products(graphs.forward[-1]), graphs.forward[-1]
+    assert "alcop.linear" in rec.ops, rec.ops
+    assert_close(got, F.linear(x.double(), w.double()))
+
+
+@pytest.mark.parametrize("w,whole", [
+    (Workload("matmul", (8192, 50257, 768), "float16", "nt"), False),   # GPT-2's LM head: output rows
+    (Workload("matmul", (8192, 3072, 768), "float16", "nt"), True),
+    (Workload("matmul", (8192, 3072, 770), "float16", "nn"), False),    # A's rows
+    (Workload("bmm", (192, 512, 512, 64), "float16", "nt"), True),
+    (Workload("matmul", (8, 12, 16), "float32", "nt"), True),
+])
+def test_vector_rows(w: Workload, whole: bool) -> None:
+    from alcop_triton.ops import traced
+    assert traced.vector_rows(w) is whole
