@@ -405,7 +405,9 @@ HARNESSES: tuple[Harness, ...] = (
             "--sets e2e --dtypes float16 (each resumed once), then --sets e2e,train --ops matmul --new-candidates "
             "--candidates ws, then --sets train --dtypes float16 --ops matmul --new-candidates, then (the split-K "
             "wrong answers dropped, D43) --sets e2e,train --ops matmul,conv2d --new-candidates (twice), then --sets "
-            "decode,llama,models,suite --ops matmul (fp16, then bf16), each into a copy of the shipped table, then --install (passes: "
+            "decode,llama,models,suite --ops matmul (fp16, then bf16), then --sets models,llama --ops matmul --new-candidates, "
+            "then --sets e2e,train (their torch lines dropped first: torch timed again), each into a copy of the shipped "
+            "table, then --install (passes: "
             "table_h200/README.md)", render=build_table_section),
     Harness("ALCOP's three levels on Hopper: the generated warp-specialized GEMM", "hopper_gemm/hopper_gemm.json",
             "python benchmarks/hopper_gemm.py --out benchmarks/results/hopper_gemm", render=hopper_gemm_section),
