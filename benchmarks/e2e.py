@@ -666,6 +666,11 @@ def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
     if other:
         out += ["**Timed another graph than the one compiled first** (alcop's calls per pass differ from its code's): "
                 + ", ".join(other) + ".", ""]
+    plain = [f"{r['model']} {r.get('task', 'infer')}" for r in results for name, m in r["modes"].items()
+             if name == "compile_alcop" and m.get("alcop_calls_in_code") == 0]
+    if plain:  # the records left every product to torch inside the graph (docs/decisions.md#d48)
+        out += ["compile_alcop with no alcop op in its code (plain compile's graph, the records leaving every "
+                "product to torch): " + ", ".join(plain) + ".", ""]
     how = sorted({f"{r['model']} {r.get('task', 'infer')}: {m['compiled_by']}" for r in results
                   for name, m in r["modes"].items() if name == "compile_alcop" and "compiled_by" in m})
     if how:

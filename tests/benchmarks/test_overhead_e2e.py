@@ -414,3 +414,7 @@ def test_alcop_calls_a_pass_runs_are_counted_and_a_mode_that_timed_another_graph
     assert "llama infer compile_alcop: 4 (a timed pass ran 0)" in md
     assert "**Timed another graph than the one compiled first**" in md and "llama infer compile_alcop." in md
     assert "Timed another graph" not in e2e.markdown(meta, [res(4)])
+    assert "no alcop op in its code" not in md
+    plain = res(0)
+    plain["modes"]["compile_alcop"]["alcop_calls_in_code"] = 0
+    assert "compile_alcop with no alcop op in its code (plain compile's graph" in e2e.markdown(meta, [plain])
