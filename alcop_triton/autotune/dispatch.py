@@ -60,10 +60,11 @@ call; a kernel that saves less does not pay for its call there. Direct calls alw
 GRAPH_MIN_GAIN = (0.15, 0.005)
 """``PATCH_MIN_GAIN`` for a product inside a graph ``torch.compile`` builds (``ops.traced``), where the
 records overstated torch's time and alcop's epilogue may save nothing (a SwiGLU's SiLU: Inductor fuses it
-into the kernel that multiplies the gate by the up projection, which reads both products anyway). On an H200 (``docs/decisions.md#d48``) the Llama block's
-gate and up projections (4096 x 11008 x 4096, fp16) recorded cuBLAS at 0.560 ms and alcop at 0.517 ms (an
-8% gain); inside the compiled block cuBLAS ran them at 0.489 ms and alcop at 0.511 ms, so the graph was
-slower with alcop's op. Torch's record was 14% above what the graph ran: a gain must exceed that."""
+into the kernel that multiplies the gate by the up projection, which reads both products anyway). On an
+H200 (``docs/decisions.md#d48``) the Llama block's gate and up projections (4096 x 11008 x 4096, fp16)
+recorded cuBLAS at 0.560 ms and alcop at 0.517 ms (an 8% gain); inside the compiled block cuBLAS ran them
+at 0.489 ms and alcop at 0.511 ms, so the graph was slower with alcop's op. Torch's record was 14% above
+what the graph ran: a gain must exceed that."""
 
 TORCH_UNLESS_MEASURED: frozenset[str] = frozenset({"float32"})
 """Dtypes whose workloads patch mode leaves to torch until records measure alcop's config against it.
