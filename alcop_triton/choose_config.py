@@ -158,6 +158,26 @@ def interpreter_records(spec: Any) -> Iterator[None]:
         generation.bump()
 
 
+def recorded_times(device: torch.device, w: Workload,
+                   torch_workload: Workload | None = None) -> tuple[float | None, float | None]:
+    """(alcop's, torch's) recorded ms for ``w`` on ``device``, what ``prefers_torch`` weighed (None: not
+    recorded, or no GPU whose records decide): for saying why a call went where it went."""
+    from .errors import UnsupportedError
+    spec = _interpreter_gpu if device.type != "cuda" else None
+    try:
+        if spec is None and device.type == "cuda":
+            spec = gpu_spec(device_index(device))
+    except UnsupportedError:
+        return None, None
+    if spec is None:
+        return None, None
+    from .autotune.dispatch import dispatcher
+    dispatch = dispatcher()
+    decision = dispatch.decide(w, spec)
+    torch_ms = dispatch.torch_ms(torch_workload, spec) if torch_workload is not None else None
+    return decision.alcop_ms, torch_ms if torch_ms is not None else decision.torch_ms
+
+
 def _unmeasured_stays_with_torch(w: Workload) -> bool:
     """Whether ``w``'s dtype stays with torch until measured (``TORCH_UNLESS_MEASURED``): so also where the
     records' torch time is no measure of the call (``torch_comparable`` False), since it is not their torch

@@ -20,6 +20,7 @@ for it (the dispatcher's rule), and then outside the tracing modes, on real tens
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable
 
@@ -88,11 +89,28 @@ def to_torch(device: torch.device, workload: Callable[[], Workload | None], torc
     tensors' metadata."""
     w = workload()
     if w is not None and not vector_rows(w):
+        _say(w, "torch's op: rows that are not whole 16-byte vectors (docs/decisions.md#d48)")
         return True
     tw = torch_workload() if torch_workload is not None else None
     with _disable_current_modes():
-        return choose_config.prefers_torch(device, lambda: w, torch_comparable,
-                                           (lambda: tw) if torch_workload is not None else None, graph=True)
+        torch_op = choose_config.prefers_torch(device, lambda: w, torch_comparable,
+                                               (lambda: tw) if torch_workload is not None else None, graph=True)
+        if w is not None and log.isEnabledFor(logging.INFO):
+            alcop_ms, torch_ms = choose_config.recorded_times(device, w, tw)
+            times = (f"recorded alcop {alcop_ms:.4f} ms, torch {torch_ms:.4f} ms"
+                     if alcop_ms is not None and torch_ms is not None else "times not both recorded")
+            from ..autotune.dispatch import GRAPH_MIN_GAIN
+            _say(w, f"{'torch' if torch_op else 'alcop'}'s op: {times}; a graph asks "
+                    f"{GRAPH_MIN_GAIN[0]:.0%} and {GRAPH_MIN_GAIN[1] * 1000:g} µs")
+    return torch_op
+
+
+log = logging.getLogger("alcop_triton.compile")
+"""Each product a graph decides, and why (INFO): ``logging.getLogger("alcop_triton.compile").setLevel("INFO")``."""
+
+
+def _say(w: Workload, what: str) -> None:
+    log.info("graph: %s -> %s", w.key(), what)
 
 
 def vector_rows(w: Workload) -> bool:

@@ -9,6 +9,7 @@ an H100 are (the interpreter has no GPU of its own)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -427,7 +428,7 @@ def _measured(w: Workload, alcop_ms: float, torch_ms: float) -> None:
 
 
 def test_a_gain_patch_mode_takes_but_a_graph_does_not_leaves_the_graph_torchs(
-        records: Callable[[Workload, bool], None]) -> None:
+        records: Callable[[Workload, bool], None], caplog: pytest.LogCaptureFixture) -> None:
     # 10% and 10 µs: above PATCH_MIN_GAIN, below GRAPH_MIN_GAIN (torch's record overstated what graphs ran)
     w = _gemm(8, 12, 16, "nt")
     _measured(w, 0.09, 0.10)
@@ -444,25 +445,32 @@ def test_a_gain_patch_mode_takes_but_a_graph_does_not_leaves_the_graph_torchs(
     assert not _alcop_ops(graphs.forward[-1]) and _torch_products(graphs.forward[-1]), graphs.forward[-1]
     assert "alcop.linear" in rec.ops, rec.ops
     assert_close(got, fn(*(a.double() for a in args)))
-    # a gain above the graphs' margin: alcop's op
+    # a gain above the graphs' margin: alcop's op; the log says why, with the times weighed
     _measured(w, 0.05, 0.10)
     torch._dynamo.reset()
     graphs = Graphs()
-    with torch.no_grad():
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="alcop_triton.compile"):
         at.compile(fn, backend=graphs.backend, fullgraph=True)(*args)
     assert _alcop_ops(graphs.forward[-1]) == {"alcop.linear"}, graphs.forward[-1]
+    said = [r.getMessage() for r in caplog.records if r.name == "alcop_triton.compile"]
+    alcop_ms, torch_ms = choose_config.recorded_times(torch.device("cpu"), w)   # both records of the config count
+    assert alcop_ms is not None and torch_ms == 0.1 and alcop_ms <= 0.085
+    assert f"graph: {w.key()} -> alcop's op: recorded alcop {alcop_ms:.4f} ms, torch 0.1000 ms; a graph asks 15% " \
+        "and 5 µs" in said, said
 
 
 def test_a_product_whose_output_rows_are_not_whole_vectors_stays_torchs_in_a_graph(
-        records: Callable[[Workload, bool], None]) -> None:
+        records: Callable[[Workload, bool], None], caplog: pytest.LogCaptureFixture) -> None:
     # 13 float32 columns: 52-byte output rows (GPT-2's LM head: 50,257 fp16 columns)
     records(_gemm(8, 13, 16, "nt"), True)
     x, w = randn(8, 16), randn(13, 16, seed=1)
     graphs = Graphs()
-    with torch.no_grad():
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="alcop_triton.compile"):
         got = at.compile(F.linear, backend=graphs.backend, fullgraph=True)(x, w)
-        with OpRecorder() as rec, at.patched():   # eagerly the records send it to alcop
-            F.linear(x, w)
+    with torch.no_grad(), OpRecorder() as rec, at.patched():   # eagerly the records send it to alcop
+        F.linear(x, w)
+    assert any("matmul:8x13x16:float32:nt -> torch's op: rows that are not whole 16-byte vectors" in r.getMessage()
+               for r in caplog.records), caplog.records
     assert not _alcop_ops(graphs.forward[-1]) and _torch_products(graphs.forward[-1]), graphs.forward[-1]
     assert "alcop.linear" in rec.ops, rec.ops
     assert_close(got, F.linear(x.double(), w.double()))
