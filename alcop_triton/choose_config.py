@@ -171,11 +171,8 @@ def recorded_times(device: torch.device, w: Workload,
         return None, None
     if spec is None:
         return None, None
-    from .autotune.dispatch import dispatcher
-    dispatch = dispatcher()
-    decision = dispatch.decide(w, spec)
-    torch_ms = dispatch.torch_ms(torch_workload, spec) if torch_workload is not None else None
-    return decision.alcop_ms, torch_ms if torch_ms is not None else decision.torch_ms
+    decision = _decision(w, spec, torch_workload)
+    return decision.alcop_ms, decision.torch_ms
 
 
 def _unmeasured_stays_with_torch(w: Workload) -> bool:
@@ -193,6 +190,14 @@ def decide(w: Workload, spec: Any, torch_workload: Workload | None = None,
     one (``choose_config``). ``dispatch``: the ``Dispatcher`` asked (None: the shared one). ``graph``:
     whether a compiled graph leaves it to torch (``GRAPH_MIN_GAIN``)."""
     from .autotune.dispatch import GRAPH_MIN_GAIN
+    decision = _decision(w, spec, torch_workload, dispatch)
+    preferred = decision.torch_preferred_by(GRAPH_MIN_GAIN) if graph else decision.torch_preferred
+    return fit_stages(decision.config, w), preferred
+
+
+def _decision(w: Workload, spec: Any, torch_workload: Workload | None = None, dispatch: Any = None) -> Any:
+    """The dispatcher's ``Decision`` for ``w`` on ``spec``, with torch's time read off ``torch_workload``'s
+    records where they hold one. ``dispatch``: the ``Dispatcher`` asked (None: the shared one)."""
     if dispatch is None:
         from .autotune.dispatch import dispatcher
         dispatch = dispatcher()
@@ -201,8 +206,7 @@ def decide(w: Workload, spec: Any, torch_workload: Workload | None = None,
         torch_ms = dispatch.torch_ms(torch_workload, spec)
         if torch_ms is not None:
             decision = replace(decision, torch_ms=torch_ms)
-    preferred = decision.torch_preferred_by(GRAPH_MIN_GAIN) if graph else decision.torch_preferred
-    return fit_stages(decision.config, w), preferred
+    return decision
 
 
 def fit_stages(cfg: KernelConfig, w: Workload | None) -> KernelConfig:

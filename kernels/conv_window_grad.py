@@ -205,6 +205,7 @@ def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, str
         return None
     launch, ws_shape, split, whole = entry
     xw = _whole_phases(x, stride) if whole else x
+    # x is channels last here (``why_not`` passed for the key's strides): its memory format without asking
     dyc = dy.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
     if xw.data_ptr() % 16 or dyc.data_ptr() % 16:   # the key fixed the strides (``_weight_grad_launch`` checked them)
         return None
