@@ -8,8 +8,9 @@ Each call of the result runs inside a ``patch.patched()`` block, so the graphs t
 records show alcop faster, and torch's op for the rest (``ops.traced``; ``docs/compile.md``). What runs
 outside the graphs (a graph break's eager code) is patch mode's, as under ``patched()``.
 
-Inductor's own kernels get one setting of max-autotune's by default (``INDUCTOR_OPTIONS``): its pointwise
-and reduction kernels are tuned on the first call. A caller's ``mode=`` or ``options=`` decides instead.
+Inductor's own kernels are compiled as ``torch.compile`` compiles them: tuning them is the caller's choice
+(``options={"max_autotune_pointwise": True}`` gave the Llama-sized block's attention softmax max-autotune's
+time at plain compile's compile time, but BERT-base lost as much elsewhere: ``docs/decisions.md#d49``).
 """
 
 from __future__ import annotations
@@ -24,14 +25,6 @@ from .patch import patched
 
 Model = TypeVar("Model", bound=Callable[..., Any])
 
-INDUCTOR_OPTIONS: dict[str, Any] = {"max_autotune_pointwise": True}
-"""Inductor settings ``compile`` passes unless the caller passes ``mode`` or ``options``: the tuning of
-Inductor's own pointwise and reduction kernels, without max-autotune's GEMM search (alcop's records
-choose the products) or coordinate descent. On the Llama-sized block it gave the attention softmax
-max-autotune's time, and the block compiled with it matched max-autotune's device time at no more
-compile time than plain compile (``docs/decisions.md#d49``)."""
-
-
 def compile(model: Model, **torch_compile_kwargs: Any) -> Model:
     """``torch.compile(model, **torch_compile_kwargs)`` whose every call traces and runs with alcop's
     routing on. An ``nn.Module`` gives torch.compile's module (parameters, ``state_dict`` and all), its
@@ -41,9 +34,6 @@ def compile(model: Model, **torch_compile_kwargs: Any) -> Model:
         # Inductor takes references to torch.mm & co. when it is imported (its extern kernels): imported
         # here, before a call enters patch mode, it takes torch's functions rather than patch mode's wrappers.
         importlib.import_module("torch._inductor.select_algorithm")
-    if torch_compile_kwargs.get("backend", "inductor") == "inductor" and torch_compile_kwargs.get("mode") is None \
-            and torch_compile_kwargs.get("options") is None:  # torch.compile takes one of mode and options
-        torch_compile_kwargs = {**torch_compile_kwargs, "options": dict(INDUCTOR_OPTIONS)}
     compiled = torch.compile(model, **torch_compile_kwargs)
     if isinstance(compiled, torch.nn.Module):
         # torch.compile's module calls ``self.forward``, which it set to the compiled callable

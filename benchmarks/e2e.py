@@ -442,10 +442,7 @@ def compiled(mode: str, model: nn.Module, alcop: Any) -> tuple[Callable[..., Any
     kwargs = COMPILE_KWARGS[mode]
     args = "".join(f", {k}={v!r}" for k, v in kwargs.items())
     if mode == "compile_alcop" and hasattr(alcop, "compile"):
-        defaults = getattr(getattr(alcop, "compiling", None), "INDUCTOR_OPTIONS", None)
-        told = "mode" in kwargs or "options" in kwargs or kwargs.get("backend", "inductor") != "inductor"
-        note = f", Inductor options={defaults!r} by default" if defaults and not told else ""
-        return alcop.compile(model, **kwargs), False, f"alcop_triton.compile(model{args}){note}"
+        return alcop.compile(model, **kwargs), False, f"alcop_triton.compile(model{args})"
     if mode == "compile_alcop":
         return torch.compile(model, **kwargs), True, f"torch.compile(model{args}) called under patched()"
     return torch.compile(model, **kwargs), False, f"torch.compile(model{args})"

@@ -236,15 +236,7 @@ def test_compile_alcop_uses_the_packages_compile_where_it_has_one(monkeypatch):
     fn, how = e2e._mode_call("compile_alcop", lambda x: x + 1, lambda m: m(1),
                              SimpleNamespace(patched=Block, compile=alcop_compile))
     assert fn() == ("alcop", 2) and how == "alcop_triton.compile(model)" and compiled == [{}] and not entered
-    # the package's default Inductor options are named where the call passes none of its own
-    opts = SimpleNamespace(INDUCTOR_OPTIONS={"max_autotune_pointwise": True})
-    _, how = e2e._mode_call("compile_alcop", lambda x: x, lambda m: m(1),
-                            SimpleNamespace(patched=Block, compile=alcop_compile, compiling=opts))
-    assert how == "alcop_triton.compile(model), Inductor options={'max_autotune_pointwise': True} by default"
-    monkeypatch.setitem(e2e.COMPILE_KWARGS, "compile_alcop", {"mode": "max-autotune"})
-    _, how = e2e._mode_call("compile_alcop", lambda x: x, lambda m: m(1),
-                            SimpleNamespace(patched=Block, compile=alcop_compile, compiling=opts))
-    assert how == "alcop_triton.compile(model, mode='max-autotune')"
+
 
 
 def test_compile_modes_build_before_patched_and_after_eager():
