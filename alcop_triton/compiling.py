@@ -25,6 +25,7 @@ from .patch import patched
 
 Model = TypeVar("Model", bound=Callable[..., Any])
 
+
 def compile(model: Model, **torch_compile_kwargs: Any) -> Model:
     """``torch.compile(model, **torch_compile_kwargs)`` whose every call traces and runs with alcop's
     routing on. An ``nn.Module`` gives torch.compile's module (parameters, ``state_dict`` and all), its

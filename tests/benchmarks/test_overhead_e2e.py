@@ -238,7 +238,6 @@ def test_compile_alcop_uses_the_packages_compile_where_it_has_one(monkeypatch):
     assert fn() == ("alcop", 2) and how == "alcop_triton.compile(model)" and compiled == [{}] and not entered
 
 
-
 def test_compile_modes_build_before_patched_and_after_eager():
     assert e2e.build_order(["patched", "compile_alcop", "eager", "compile"]) == ["eager", "compile", "compile_alcop",
                                                                                 "patched"]

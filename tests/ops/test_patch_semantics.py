@@ -126,6 +126,26 @@ def test_a_thread_that_ends_with_patch_mode_on_leaves_it() -> None:
     assert _originals() == originals and patch._live == 0
 
 
+def test_patched_is_a_block_and_a_decorator_and_leaves_nothing_live() -> None:
+    torch.mm(randn(2, 2), randn(2, 2))  # any wrappers from earlier tests put back
+    assert patch._live == 0
+
+    @patch.patched()
+    def routed_inside() -> tuple[bool, int]:
+        return _routed_to_alcop(lambda: torch.mm(randn(3, 4), randn(4, 2))), patch._live
+
+    assert routed_inside() == (True, 1) and routed_inside() == (True, 1)  # the same object entered twice
+    with patch.patched():
+        with patch.patched():  # nested: one activation for the context
+            assert patch._live == 1 and patch._patch.get().blocks == 2
+        assert _routed_to_alcop(lambda: torch.mm(randn(3, 4), randn(4, 2)))
+    assert patch._live == 0 and not _routed_to_alcop(lambda: torch.mm(randn(3, 4), randn(4, 2)))
+    with pytest.raises(ValueError):  # an exception leaves the block, and patch mode with it
+        with patch.patched():
+            raise ValueError("inside")
+    assert patch._live == 0 and patch._patch.get().blocks == 0
+
+
 def test_a_task_started_inside_enable_inherits_it_and_disable_stays_local() -> None:
     async def child() -> bool:
         return _routed_to_alcop(lambda: torch.mm(randn(3, 4), randn(4, 2)))
