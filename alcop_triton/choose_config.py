@@ -163,10 +163,8 @@ def recorded_times(device: torch.device, w: Workload,
     """(alcop's, torch's) recorded ms for ``w`` on ``device``, what ``prefers_torch`` weighed (None: not
     recorded, or no GPU whose records decide): for saying why a call went where it went."""
     from .errors import UnsupportedError
-    spec = _interpreter_gpu if device.type != "cuda" else None
     try:
-        if spec is None and device.type == "cuda":
-            spec = gpu_spec(device_index(device))
+        spec = gpu_spec(device_index(device)) if device.type == "cuda" else _interpreter_gpu
     except UnsupportedError:
         return None, None
     if spec is None:
