@@ -1,12 +1,17 @@
-"""``alcop_triton.compile``: ``torch.compile`` with alcop's routing on while it traces.
+"""``alcop_triton.compile``: ``torch.compile`` whose graphs hold alcop's ops where the records show them faster.
 
     model = alcop_triton.compile(model, mode="max-autotune")   # any torch.compile argument
     y = model(x)
 
-Each call of the result runs inside a ``patch.patched()`` block, so the graphs torch.compile builds
-(on the first call, and on every recompile) hold alcop's op for each product and convolution whose
-records show alcop faster, and torch's op for the rest (``ops.traced``; ``docs/compile.md``). What runs
-outside the graphs (a graph break's eager code) is patch mode's, as under ``patched()``.
+The result is ``torch.compile``'s own, with a backend of alcop's in front of the one asked for
+(``RoutedBackend``): Dynamo hands it each graph it captures, it puts a routed call in place of each of
+torch's products and convolutions (patch mode's routes, ``patch.ROUTES``), and the backend asked for
+(Inductor by default) compiles the graph with routing on, so each routed call becomes alcop's op or
+torch's, per workload, from the records (``ops.traced``; ``docs/compile.md``). Routing is a compile-time
+matter: a compiled call runs exactly torch.compile's code, with its guards and nothing of alcop's around it
+(no patch-mode block per call, no guard on alcop's state), and code Dynamo leaves eager (a graph break's)
+runs torch's functions, as under ``torch.compile``. Compiling under ``patched()`` instead traces patch
+mode's wrappers: the same graphs, with patch mode's eager code around them.
 
 Inductor's own kernels are compiled as ``torch.compile`` compiles them: tuning them is the caller's choice
 (``options={"max_autotune_pointwise": True}`` gave the Llama-sized block's attention softmax max-autotune's
@@ -15,40 +20,153 @@ time at plain compile's compile time, but BERT-base lost as much elsewhere: ``do
 
 from __future__ import annotations
 
-import functools
-import importlib
+import operator
 from typing import Any, Callable, TypeVar
 
 import torch
+import torch.fx
 
-from .patch import patched
+from . import ops
+from .ops import traced, traced_epilogues
+from .ops import conv as _conv
+from .ops.gemm import ROUTED
 
 Model = TypeVar("Model", bound=Callable[..., Any])
 
+ROUTED_FUNCTIONS: dict[Any, Callable[..., Any]] = {
+    torch.matmul: ops.matmul, operator.matmul: ops.matmul, torch.mm: ops.mm, torch.bmm: ops.bmm,
+    torch.addmm: ops.addmm, torch.baddbmm: ops.baddbmm,
+    torch.conv1d: ops.conv1d, torch.conv2d: ops.conv2d, torch.conv3d: ops.conv3d,
+}
+"""Call targets of Dynamo's graphs (torch's functions, ``@``) -> the drop-in put in their place: patch mode's
+routes (``patch.ROUTES``) as Dynamo records them (``F.convNd`` is ``torch.convNd``; ``nn.ConvNd`` and
+``nn.Linear`` are inlined to these). ``F.linear`` is ``LINEAR``'s."""
+ROUTED_METHODS: dict[str, Callable[..., Any]] = {
+    "matmul": ops.matmul, "__matmul__": ops.matmul, "mm": ops.mm, "bmm": ops.bmm, "addmm": ops.addmm,
+    "baddbmm": ops.baddbmm}
+"""``Tensor`` methods of the same (``call_method`` nodes: ``x.matmul(w)``)."""
+_ROUTED_OPS = {"mm": ROUTED.mm, "bmm": ROUTED.bmm, "gemm": ROUTED.gemm, "linear": ROUTED.linear,
+               "conv": _conv.ROUTED.conv}
+ROUTED_OPS: dict[Any, Callable[..., Any]] = {
+    op: decide for name, decide in _ROUTED_OPS.items()
+    for op in (getattr(torch.ops.alcop, name), getattr(torch.ops.alcop, name).default)}
+"""alcop's registered ops (a drop-in called in the compiled code: Dynamo records its op) -> the deciding call of
+the same schema: as in patch mode, a drop-in's workload that the records leave to torch runs torch's."""
+LINEAR = torch._C._nn.linear
+"""``F.linear`` as Dynamo's graphs hold it: put in place by the deciding call itself (``ROUTED.linear``), whose
+node the epilogue pass folds activations and residual adds into (``ops.traced_epilogues``)."""
+
 
 def compile(model: Model, **torch_compile_kwargs: Any) -> Model:
-    """``torch.compile(model, **torch_compile_kwargs)`` whose every call traces and runs with alcop's
-    routing on. An ``nn.Module`` gives torch.compile's module (parameters, ``state_dict`` and all), its
-    ``forward`` routed; a function gives a function. Entering the routing costs each call a few
-    microseconds of host time, off the compiled graph's own."""
-    if torch_compile_kwargs.get("backend", "inductor") == "inductor":
-        # Inductor takes references to torch.mm & co. when it is imported (its extern kernels): imported
-        # here, before a call enters patch mode, it takes torch's functions rather than patch mode's wrappers.
-        importlib.import_module("torch._inductor.select_algorithm")
-    compiled = torch.compile(model, **torch_compile_kwargs)
-    if isinstance(compiled, torch.nn.Module):
-        # torch.compile's module calls ``self.forward``, which it set to the compiled callable
-        compiled.forward = _routed(compiled.forward)
-        return compiled  # type: ignore[return-value]
-    return _routed(compiled)  # type: ignore[return-value]
+    """``torch.compile(model, **torch_compile_kwargs)`` whose graphs route torch's products and
+    convolutions through alcop where the records show alcop faster. Every argument is torch.compile's and
+    means what it means there; ``backend`` (default ``"inductor"``) is the one that compiles the routed
+    graphs, with ``mode`` and ``options`` passed to it as torch.compile passes them. An ``nn.Module`` gives
+    torch.compile's module (parameters, ``state_dict`` and all), a function a function."""
+    backend = torch_compile_kwargs.pop("backend", "inductor")
+    routed = RoutedBackend(backend, torch_compile_kwargs.get("dynamic"))
+    return torch.compile(model, backend=routed, **torch_compile_kwargs)  # type: ignore[return-value]
 
 
-def _routed(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def routed(*args: Any, **kwargs: Any) -> Any:
-        with patched():
-            return fn(*args, **kwargs)
-    return routed
+class RoutedBackend:
+    """A Dynamo backend: each graph with its routed calls in place (``route_graph``), compiled by ``backend``
+    (a name or a callable, as torch.compile takes it) with routing on in this thread (``traced.state``),
+    which the routed calls read while AOTAutograd traces them on fake tensors: each becomes alcop's op or
+    torch's there. ``mode`` and ``options`` come from torch.compile's wrapper, which passes them to a
+    backend of the caller's (and checks them first)."""
+
+    def __init__(self, backend: str | Callable[..., Any], dynamic: bool | None) -> None:
+        self.backend, self.dynamic = backend, dynamic
+        self._inner: dict[tuple[str | None, int], Callable[..., Any]] = {}
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
+                 options: dict[str, Any] | None = None) -> Callable[..., Any]:
+        inner = self.inner(mode, options)
+        route_graph(gm)
+        if self.backend == "inductor":
+            traced_epilogues.install()  # Inductor's pre-grad passes fold epilogues into the routed linears
+        on = traced.state.on
+        traced.state.on = True
+        try:
+            return inner(gm, example_inputs)
+        finally:
+            traced.state.on = on
+
+    def inner(self, mode: str | None, options: dict[str, Any] | None) -> Callable[..., Any]:
+        """The backend that compiles the routed graphs, made once per mode and options, as torch.compile
+        makes it (torch's own wrappers: Inductor's reads the mode's settings)."""
+        key = (mode, id(options))
+        made = self._inner.get(key)
+        if made is None:
+            if self.backend == "inductor":
+                made = torch._TorchCompileInductorWrapper(mode, options, self.dynamic)
+            else:
+                made = torch._TorchCompileWrapper(self.backend, mode, options, self.dynamic)
+            self._inner[key] = made
+        return made
+
+    def reset(self) -> None:
+        """What ``torch._dynamo.reset()`` asks of a backend: the inner backends' reset."""
+        for made in self._inner.values():
+            getattr(made, "reset", lambda: None)()
+
+
+def route_graph(gm: torch.fx.GraphModule) -> int:
+    """Put the routed calls in place of torch's products and convolutions in Dynamo's graph ``gm``; returns how
+    many. A call the drop-in does not take as torch's function does (more positional arguments: the deprecated
+    ``addmm(beta, input, alpha, mat1, mat2)``; ``@`` of an operand that is no tensor) stays torch's."""
+    n = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is LINEAR:
+            args = _linear_args(node)
+            if args is not None:
+                node.target, node.args, node.kwargs = ROUTED.linear, args, {}
+                n += 1
+            continue
+        if node.op == "call_function" and node.target in ROUTED_OPS:
+            if not node.kwargs:
+                node.target = ROUTED_OPS[node.target]
+                n += 1
+            continue
+        if node.op == "call_function":
+            drop_in = ROUTED_FUNCTIONS.get(node.target)
+        elif node.op == "call_method" and isinstance(node.target, str):
+            drop_in = ROUTED_METHODS.get(node.target)
+        else:
+            continue
+        if drop_in is None or not all(_is_tensor(a) for a in node.args[:2]) or len(node.args) > _arity(drop_in):
+            continue
+        node.op, node.target = "call_function", drop_in
+        n += 1
+    if n:
+        gm.graph.lint()
+        gm.recompile()
+    return n
+
+
+def _linear_args(node: torch.fx.Node) -> tuple[Any, ...] | None:
+    """The deciding call's arguments for ``node``, a call of ``F.linear``: its (input, weight, bias), no residual
+    and no activation (what the epilogue pass may fill in); None if it has other arguments."""
+    args, kwargs = list(node.args), dict(node.kwargs)
+    names = ("input", "weight", "bias")
+    for name in names[len(args):]:
+        if name in kwargs:
+            args.append(kwargs.pop(name))
+        elif name == "bias":
+            args.append(None)
+    if kwargs or len(args) != 3 or not (_is_tensor(args[0]) and _is_tensor(args[1])):
+        return None
+    return (*args, None, None)
+
+
+def _is_tensor(arg: Any) -> bool:
+    value = arg.meta.get("example_value", arg.meta.get("val")) if isinstance(arg, torch.fx.Node) else None
+    return isinstance(value, torch.Tensor)
+
+
+def _arity(fn: Callable[..., Any]) -> int:
+    """How many positional arguments a drop-in takes."""
+    return int(fn.__code__.co_argcount)
 
 
 def op_calls(fn: Callable[[], Any]) -> int:

@@ -93,7 +93,7 @@ class _Activation:
     context holds it, and so does every copy of that context (an asyncio task started meanwhile); when the
     last of them turned patch mode off, or ended (a thread that exited, a finished task), it is freed and
     ``_live`` drops. (``__del__`` rather than ``weakref.finalize``: a third of the cost of entering patch
-    mode, which ``alcop_triton.compile`` does around every call.)"""
+    mode, which a block around every forward pass does.)"""
     __slots__ = ()
 
     def __del__(self) -> None:
@@ -467,8 +467,8 @@ def is_enabled() -> bool:
 class patched(contextlib.ContextDecorator):
     """Route torch's products and convolutions through alcop inside the block, in this context (thread or
     asyncio task; nested blocks and ``enable()`` combine: routing lasts until the last of them ends).
-    Usable as a decorator too. A class rather than a generator: ``alcop_triton.compile`` enters a block
-    around every call, and a generator's context manager costs about a microsecond more per block."""
+    Usable as a decorator too. A class rather than a generator: a block is often entered around every
+    forward pass, and a generator's context manager costs about a microsecond more per block."""
     __slots__ = ()
 
     def __enter__(self) -> None:

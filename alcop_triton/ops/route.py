@@ -5,7 +5,7 @@ the implementations registered under ``torch.ops.alcop`` (below torch's dispatch
 backward formulas make and ``@alcop_triton.op`` ops. Each passes its ``OpRoutes``: the ways it can run,
 by name. ``call`` takes the first rule that applies:
 
-1. traced by Dynamo                    -> with routing on (patch mode, ``alcop_triton.compile``) ``traced``:
+1. traced by Dynamo                    -> with routing on (patch mode)     ``traced``:
                                           a deciding op that becomes alcop's op or torch's per workload
                                           (``ops.traced``); else ``registered``: the ``torch.ops.alcop`` op
 2. inside another call's first run     -> ``direct``: that first run records the launches

@@ -3,8 +3,10 @@ faster, else torch's own, decided per workload while the graph is built.
 
 Dynamo runs Python symbolically: it cannot ask the tuning records (a database, caches, dataclasses) from
 the code it traces, and the shapes it sees there are its own variables. So a routed call traced with
-routing on (``state.on``: patch mode, ``alcop_triton.compile``) puts a call of a *deciding op* in
-Dynamo's graph, ``torch.ops.alcop.routed_{mm,bmm,gemm,linear,conv}`` (behind a plain function: ``define``).
+routing on (``state.on``: patch mode) puts a call of a *deciding op* in Dynamo's graph,
+``torch.ops.alcop.routed_{mm,bmm,gemm,linear,conv}`` (behind a plain function: ``define``);
+``alcop_triton.compile``'s backend puts the same calls in the graphs Dynamo traced without routing
+(``compiling.route_graph``).
 Each is ``CompositeImplicitAutograd``: it has no
 kernel of its own, and wherever torch runs it — Dynamo's fake-tensor propagation, AOTAutograd's trace
 that Inductor and every ``aot_autograd`` backend compile — its Python body runs on fake tensors with
@@ -52,9 +54,9 @@ def routing_on() -> bool:
 ROUTED = False
 """``state.on`` as Dynamo reads it: the code Dynamo traces (patch mode's wrappers, ``route.call``) reads this
 module attribute, and Dynamo guards the graph on its value. So a graph traced with routing on runs only
-while routing is on, and one traced with it off only while it is off: two compiles of the same model
-(``torch.compile`` beside ``alcop_triton.compile``, or one called inside and outside ``patched()``) share
-Dynamo's cache of its code, and without the guard each ran the other's graph (``docs/compile.md``). A
+while routing is on, and one traced with it off only while it is off: a compiled model called inside
+and outside ``patched()`` (or two ``torch.compile``s of one model, one called in the block) share Dynamo's
+cache of its code, and without the guard each ran the other's graph (``docs/compile.md``). A
 process-wide value, set with the thread's flag (``set_on``): where threads trace under different routing at
 the same time, a trace follows the thread that last entered or left patch mode."""
 

@@ -115,6 +115,36 @@ def test_the_graph_holds_alcops_op_exactly_where_the_records_show_it_faster(
     assert_close(got, fn(*(a.double() for a in args)))
 
 
+SPELLINGS: dict[str, tuple[Callable[..., torch.Tensor], str]] = {
+    # each spelling of a routed product in Dynamo's graph (a function, an operator, a method, a drop-in):
+    # name -> (function of (x, w) with x (8, 16) and w (16, 12), the alcop op it becomes); each is x @ w
+    # in torch's terms (x @ w plus x[:, :12] for addmm), computed in float64 by torch for reference
+    "operator": (lambda x, w: x @ w, "alcop.mm"),
+    "method_matmul": (lambda x, w: x.matmul(w), "alcop.mm"),
+    "method_mm": (lambda x, w: x.mm(w), "alcop.mm"),
+    "method_addmm": (lambda x, w: x[:, :12].addmm(x, w, alpha=2.0), "alcop.gemm"),
+    "linear_keyword_bias": (lambda x, w: F.linear(x, weight=w.t(), bias=None), "alcop.linear"),
+    "drop_in": (lambda x, w: at.mm(x, w), "alcop.mm"),
+}
+
+
+@pytest.mark.parametrize("alcop_faster", [True, False], ids=["alcop_faster", "torch_faster"])
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_every_spelling_of_a_product_is_routed(spelling: str, alcop_faster: bool,
+                                                records: Callable[[Workload, bool], None]) -> None:
+    fn, op = SPELLINGS[spelling]
+    records(_gemm(8, 12, 16, "nn"), alcop_faster)
+    x, w = randn(8, 16), randn(16, 12, seed=1)
+    graphs = Graphs()
+    with torch.no_grad():
+        got = at.compile(fn, backend=graphs.backend, fullgraph=True)(x, w)
+    code = graphs.forward[-1]
+    assert _alcop_ops(code) == ({op} if alcop_faster else set()), code
+    assert bool(_torch_products(code)) is not alcop_faster, code
+    want = x.double() @ w.double()
+    assert_close(got, x[:, :12].double() + 2 * want if spelling == "method_addmm" else want)
+
+
 def test_patch_mode_and_the_explicit_option_build_the_same_graph(records: Callable[[Workload, bool], None]) -> None:
     fn, make_args, workloads, _ = CASES["linear_bias_relu"]
     records(workloads[0], True)
@@ -263,15 +293,29 @@ def test_routing_holds_only_while_the_compiled_callable_runs() -> None:
     assert not patch._state.on
 
 
-def test_the_default_backend_is_prepared_before_routing() -> None:
-    # Inductor's extern kernels reference torch.mm & co. from its import: imported by compile(), before
-    # any call enters patch mode, they are torch's functions (not called here: Inductor needs a C compiler).
-    import sys
+def test_a_compiled_call_enters_no_patch_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Routing is decided while a graph is compiled; a compiled call is torch.compile's alone (no patch-mode
+    # block around it, no guard on alcop's state: the host time a call costs is torch.compile's).
+    f = at.compile(lambda a, b: a @ b, backend="eager")
+    a, b = randn(2, 3), randn(3, 2)
+    f(a, b)
+
+    def refuse(*args: Any) -> None:
+        raise AssertionError("a compiled call entered patch mode")
+    monkeypatch.setattr(patch, "_set", refuse)
+    assert_close(f(a, b), a.double() @ b.double())
+
+
+def test_the_backend_names_what_compiles_the_routed_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    from alcop_triton.compiling import RoutedBackend
     module = at.compile(nn.Linear(2, 2))
     assert isinstance(module, nn.Module)
-    extern = sys.modules["torch._inductor.select_algorithm"].extern_kernels
-    assert getattr(extern, "mm", torch.mm) is not patch._wrappers.get((id(torch), "mm"), (None, None))[1]
-
+    seen: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw) or model)
+    at.compile(nn.Linear(2, 2), mode="max-autotune", dynamic=False)
+    (kw,) = seen
+    assert isinstance(kw["backend"], RoutedBackend) and kw["backend"].backend == "inductor"
+    assert kw["mode"] == "max-autotune" and kw["backend"].dynamic is False
 
 
 def test_a_compiled_call_is_not_recompiled_when_the_call_counters_move(records: Callable[[Workload, bool], None]
@@ -287,8 +331,7 @@ def test_a_compiled_call_is_not_recompiled_when_the_call_counters_move(records: 
         f(x, w)
         for _ in range(3):
             fastpath._counters.dispatched += 1  # as any call through torch's dispatcher counts
-            with at.patched():
-                F.linear(x, w)
+            at.linear(x, w)  # an eager call of alcop's: its counters move
             assert_close(f(x, w), F.linear(x.double(), w.double()))
     assert counter.frame_count == 1
 
@@ -322,7 +365,13 @@ def test_a_model_compiled_beside_a_plain_compile_runs_its_own_graph_on_every_cal
         plain, ours = torch.compile(model), at.compile(model)
         plain(x)
         ours(x)
-        for _ in range(3):
+        # Patch mode's wrappers outlive an eager block (patch._set): each compiled model, whose guards hold
+        # torch's F.linear, compiles once more for the wrappers (no alcop op: traced with routing off)...
+        with at.patched():
+            model(x)
+        plain(x)
+        ours(x)
+        for _ in range(3):  # ...and from then on runs its own graph, with or without the wrappers
             with at.patched():
                 model(x)
             assert alcop_calls(plain) == 0
@@ -337,8 +386,26 @@ def test_torch_compiles_arguments_pass_through_as_given(monkeypatch: pytest.Monk
     fn = lambda x: x  # noqa: E731
     at.compile(fn)
     at.compile(fn, mode="max-autotune")
-    at.compile(fn, options={"max_autotune_pointwise": True}, backend="aot_eager")
-    assert seen == [{}, {"mode": "max-autotune"}, {"options": {"max_autotune_pointwise": True}, "backend": "aot_eager"}]
+    at.compile(fn, options={"max_autotune_pointwise": True}, backend="aot_eager", fullgraph=True)
+    assert [{k: v for k, v in kw.items() if k != "backend"} for kw in seen] == [
+        {}, {"mode": "max-autotune"}, {"options": {"max_autotune_pointwise": True}, "fullgraph": True}]
+    assert [kw["backend"].backend for kw in seen] == ["inductor", "inductor", "aot_eager"]
+
+
+def test_mode_and_options_reach_the_backend_as_torch_compile_passes_them() -> None:
+    # torch.compile checks them (both at once is its RuntimeError) and hands them to a caller's backend
+    with pytest.raises(RuntimeError, match="Either mode or options"):
+        at.compile(lambda x: x, mode="max-autotune", options={"max_autotune_pointwise": True})
+    got: list[tuple[Any, Any]] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor], mode: Any = None,
+                options: Any = None) -> Any:
+        got.append((mode, options))
+        return gm.forward
+    at.compile(lambda x: x + 1, backend=backend, mode="reduce-overhead")(randn(2))
+    torch._dynamo.reset()
+    at.compile(lambda x: x + 1, backend=backend, options={"a": 1})(randn(2))
+    assert got == [("reduce-overhead", None), (None, {"a": 1})]
 
 
 def test_a_compiled_graph_follows_the_records_not_a_cached_graph(records: Callable[[Workload, bool], None],
