@@ -85,12 +85,13 @@ class RoutedBackend:
         route_graph(gm)
         if self.backend == "inductor":
             traced_epilogues.install()  # Inductor's pre-grad passes fold epilogues into the routed linears
-        on = traced.state.on
-        traced.state.on = True
+        state = traced.state
+        on, within = state.on, state.backend
+        state.on = state.backend = True
         try:
             return inner(gm, example_inputs)
         finally:
-            traced.state.on = on
+            state.on, state.backend = on, within
 
     def inner(self, mode: str | None, options: dict[str, Any] | None) -> Callable[..., Any]:
         """The backend that compiles the routed graphs, made once per mode and options, as torch.compile

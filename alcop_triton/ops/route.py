@@ -118,9 +118,10 @@ def call(op: Hashable, tensors: tuple[Tensor | None, ...], params: tuple[Any, ..
         mode.applying.keyed += 1
     if key is None:
         _counters.dispatched += 1
-        if routing.on and routes.traced is not None and _compiler._is_compiling_flag:
+        if routing.on and routes.traced is not None and (_compiler._is_compiling_flag or routing.backend):
             # torch.compile's later stages (AOTAutograd running Dynamo's graph, torch's decompositions
-            # calling torch.mm...) reach patch mode's wrappers too: decided as Dynamo's calls are
+            # calling torch.mm...) reach patch mode's wrappers too, and alcop_triton.compile's backend
+            # puts the drop-ins in the graphs AOTAutograd traces: decided as Dynamo's calls are
             return routes.traced(*tensors, *params)
         return (routes.registered or routes.direct)(*tensors, *params)
     # 6. a stored signature

@@ -37,8 +37,12 @@ Tensor = torch.Tensor
 
 class _Routing(threading.local):
     """Whether this thread traces with routing on: what patch mode last set here (Dynamo reads no context
-    variable, so a trace follows this thread's flag rather than the fast path's mode)."""
+    variable, so a trace follows this thread's flag rather than the fast path's mode). ``backend``: this
+    thread is inside ``alcop_triton.compile``'s backend, whose graphs AOTAutograd traces: a routed call
+    there is a graph's call whatever torch's compile flag says (torch 2.11 does not set it while
+    AOTAutograd traces; a drop-in traced there took its registered op undecided, seen on the H200)."""
     on = False
+    backend = False
 
 
 state = _Routing()

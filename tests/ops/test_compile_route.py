@@ -145,6 +145,22 @@ def test_every_spelling_of_a_product_is_routed(spelling: str, alcop_faster: bool
     assert_close(got, x[:, :12].double() + 2 * want if spelling == "method_addmm" else want)
 
 
+@pytest.mark.parametrize("alcop_faster", [True, False], ids=["alcop_faster", "torch_faster"])
+def test_a_drop_in_put_in_the_graph_is_decided_where_torch_sets_no_compile_flag(
+        alcop_faster: bool, records: Callable[[Workload, bool], None], monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch 2.11 does not set torch.compiler's flag while AOTAutograd traces: the drop-in the backend put in
+    # place of ``@`` took its registered op there, alcop's whatever the records said (seen on the H200)
+    from alcop_triton.ops import route
+    monkeypatch.setattr(route, "_compiler", type("Torch211Compiler", (), {"_is_compiling_flag": False}))
+    records(_gemm(8, 12, 16, "nn"), alcop_faster)
+    x, w = randn(8, 16), randn(16, 12, seed=1)
+    graphs = Graphs()
+    with torch.no_grad():
+        got = at.compile(lambda x, w: x @ w, backend=graphs.backend, fullgraph=True)(x, w)
+    assert _alcop_ops(graphs.forward[-1]) == ({"alcop.mm"} if alcop_faster else set()), graphs.forward[-1]
+    assert_close(got, x.double() @ w.double())
+
+
 def test_patch_mode_and_the_explicit_option_build_the_same_graph(records: Callable[[Workload, bool], None]) -> None:
     fn, make_args, workloads, _ = CASES["linear_bias_relu"]
     records(workloads[0], True)
