@@ -726,6 +726,20 @@ def task_modes(task: str, modes: Sequence[str], no_compile: bool, dry_run: bool,
     return [m for m in MODES if m in keep]
 
 
+def alcop_kwargs(options: str | None) -> dict[str, Any]:
+    """compile_alcop's torch.compile arguments: ``options`` (``--alcop-options``), a JSON object, or none."""
+    if options is None:
+        return {}
+    try:
+        parsed = json.loads(options)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--alcop-options: {options!r} is not JSON ({exc.msg})") from None
+    if not isinstance(parsed, dict) or not all(isinstance(k, str) for k in parsed):
+        raise ValueError(f"--alcop-options: {options!r} must be a JSON object of option names, as torch.compile's "
+                         "options are")
+    return {"options": parsed}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--out", required=True, help="output directory (e2e.json, e2e.md)")
@@ -739,8 +753,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="after timing, profile N passes of each mode: its largest kernels per pass (a diagnosis)")
     ap.add_argument("--dry-run", action="store_true", help="tiny models on CPU, no compile modes: tests the script")
+    ap.add_argument("--alcop-options", default=None, metavar="JSON",
+                    help="torch.compile options for compile_alcop, a JSON object (e.g. '{\"max_autotune_pointwise\": "
+                         "true}'); named in the result's compiled_by")
     a = ap.parse_args(argv)
     try:
+        COMPILE_KWARGS["compile_alcop"] = alcop_kwargs(a.alcop_options)
         todo = pairs([m for m in a.models.split(",") if m], [t for t in a.task.split(",") if t])
         modes = {t: task_modes(t, [m for m in a.modes.split(",") if m], a.no_compile, a.dry_run,
                                a.train_max_autotune) for t in TASKS}

@@ -238,6 +238,16 @@ def test_compile_alcop_uses_the_packages_compile_where_it_has_one(monkeypatch):
     assert fn() == ("alcop", 2) and how == "alcop_triton.compile(model)" and compiled == [{}] and not entered
 
 
+def test_alcop_options_are_a_json_object_given_to_compile_alcop(capsys):
+    assert e2e.alcop_kwargs(None) == {}
+    assert e2e.alcop_kwargs('{"max_autotune_pointwise": true}') == {"options": {"max_autotune_pointwise": True}}
+    for bad in ("{max_autotune_pointwise", "[1]", "true"):
+        with pytest.raises(ValueError, match="--alcop-options"):
+            e2e.alcop_kwargs(bad)
+    assert e2e.main(["--out", "unused", "--dry-run", "--alcop-options", "[1]"]) == 2
+    assert "must be a JSON object" in capsys.readouterr().err
+
+
 def test_compile_modes_build_before_patched_and_after_eager():
     assert e2e.build_order(["patched", "compile_alcop", "eager", "compile"]) == ["eager", "compile", "compile_alcop",
                                                                                 "patched"]
