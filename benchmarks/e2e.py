@@ -3,6 +3,7 @@
     python benchmarks/e2e.py --out OUT [--models bert,gpt2,llama,resnet50] [--task infer,train]
                              [--modes eager,patched,compile,compile_max,compile_alcop] [--no-compile]
                              [--train-max-autotune] [--reps 20] [--warmup 3] [--profile N] [--dry-run]
+                             [--alcop-options '{"max_autotune_pointwise": true}']
 
 Compile times to plan calls by (H200, 16 CPU cores, cold caches): compile_max took 76 s for the Llama layers,
 118 s for BERT, and did not finish GPT-2 in the 86 s a call had left; the other modes compile in 9-15 s.
@@ -41,7 +42,8 @@ mode="max-autotune-no-cudagraphs")``: Inductor's GEMM autotuning without CUDA gr
 mode is timed the same way, kernels launched from the host, under the same timer as eager; a CUDA graph
 would hide the host cost only this mode pays for); ``compile_alcop``: the model compiled with alcop's
 routing on, through ``alcop_triton.compile(model)`` where the package has it, otherwise
-``torch.compile(model)`` called under ``patched()``; the result says which (``compiled_by``). Training
+``torch.compile(model)`` called under ``patched()``; the result says which (``compiled_by``), with the
+torch.compile options ``--alcop-options`` gave it. Training
 leaves ``compile_max`` out unless ``--train-max-autotune`` (its compile is long).
 
 Timer: CUDA events around one pass (inference) or step (training), the host synchronised before each (host
