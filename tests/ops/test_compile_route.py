@@ -145,6 +145,43 @@ def test_every_spelling_of_a_product_is_routed(spelling: str, alcop_faster: bool
     assert_close(got, x[:, :12].double() + 2 * want if spelling == "method_addmm" else want)
 
 
+def test_where_the_records_leave_every_product_to_torch_the_graph_is_plain_compiles(
+        records: Callable[[Workload, bool], None]) -> None:
+    # An attention block and an MLP, float32 and unmeasured (torch's): alcop_triton.compile hands the backend
+    # exactly the graph torch.compile does (so its kernels, and Inductor's fusions, are plain compile's)
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.qkv, self.out = nn.Linear(16, 48), nn.Linear(16, 16)
+            self.up, self.down, self.norm = nn.Linear(16, 32), nn.Linear(32, 16), nn.LayerNorm(16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k, v = self.qkv(self.norm(x)).view(2, 4, 3, 2, 8).permute(2, 0, 3, 1, 4)
+            x = x + self.out((torch.softmax(q @ k.transpose(-1, -2), -1) @ v).transpose(1, 2).reshape(2, 4, 16))
+            return x + self.down(F.gelu(self.up(self.norm(x))))
+    model, x = Block().eval(), randn(2, 4, 16)
+    plain, ours = Graphs(), Graphs()
+    with torch.no_grad():
+        torch.compile(model, backend=plain.backend, fullgraph=True)(x)
+        torch._dynamo.reset()
+        at.compile(model, backend=ours.backend, fullgraph=True)(x)
+    assert _torch_products(plain.forward[-1]) == {"aten.addmm", "aten.bmm"}
+    assert ours.forward[-1] == plain.forward[-1]
+
+
+def test_a_form_the_drop_in_does_not_take_stays_torchs(records: Callable[[Workload, bool], None]) -> None:
+    # the deprecated addmm(beta, input, alpha, mat1, mat2): more positional arguments than the drop-in has
+    # (patch mode's wrappers give such calls torch's function too)
+    records(_gemm(8, 8, 8, "nn"), True)
+    c, a, b = randn(8, 8, seed=2), randn(8, 8), randn(8, 8, seed=1)
+    graphs = Graphs()
+    with torch.no_grad(), pytest.warns(UserWarning, match="deprecated"):
+        got = at.compile(lambda c, a, b: torch.addmm(0.5, c, 2.0, a, b), backend=graphs.backend)(c, a, b)
+    assert not _alcop_ops(graphs.forward[-1]) and _torch_products(graphs.forward[-1]), graphs.forward[-1]
+    assert_close(got, 0.5 * c.double() + 2.0 * a.double() @ b.double())
+
+
 @pytest.mark.parametrize("alcop_faster", [True, False], ids=["alcop_faster", "torch_faster"])
 def test_a_drop_in_put_in_the_graph_is_decided_where_torch_sets_no_compile_flag(
         alcop_faster: bool, records: Callable[[Workload, bool], None], monkeypatch: pytest.MonkeyPatch) -> None:
