@@ -20,6 +20,7 @@ time at plain compile's compile time, but BERT-base lost as much elsewhere: ``do
 
 from __future__ import annotations
 
+import importlib
 import operator
 from typing import Any, Callable, TypeVar
 
@@ -64,6 +65,11 @@ def compile(model: Model, **torch_compile_kwargs: Any) -> Model:
     graphs, with ``mode`` and ``options`` passed to it as torch.compile passes them. An ``nn.Module`` gives
     torch.compile's module (parameters, ``state_dict`` and all), a function a function."""
     backend = torch_compile_kwargs.pop("backend", "inductor")
+    if backend == "inductor":
+        # Inductor takes references to torch.mm & co. when it is imported (its extern kernels): imported
+        # here, it takes torch's functions even where patch mode's wrappers are in place later, when the
+        # first call compiles (they outlive an eager patched() block).
+        importlib.import_module("torch._inductor.select_algorithm")
     routed = RoutedBackend(backend, torch_compile_kwargs.get("dynamic"))
     return torch.compile(model, backend=routed, **torch_compile_kwargs)  # type: ignore[return-value]
 

@@ -360,9 +360,15 @@ def test_a_compiled_call_enters_no_patch_mode(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_backend_names_what_compiles_the_routed_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Inductor's extern kernels reference torch.mm & co. from its import: imported by compile(), they are
+    # torch's functions whatever patch mode has in place when the first call compiles
+    import sys
+
     from alcop_triton.compiling import RoutedBackend
     module = at.compile(nn.Linear(2, 2))
     assert isinstance(module, nn.Module)
+    extern = sys.modules["torch._inductor.select_algorithm"].extern_kernels
+    assert getattr(extern, "mm", torch.mm) is not patch._wrappers.get((id(torch), "mm"), (None, None))[1]
     seen: list[dict[str, Any]] = []
     monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw) or model)
     at.compile(nn.Linear(2, 2), mode="max-autotune", dynamic=False)
