@@ -31,20 +31,26 @@ from . import ops
 from .ops import traced, traced_epilogues
 from .ops import conv as _conv
 from .ops.gemm import ROUTED
+from .patch import ROUTES
 
 Model = TypeVar("Model", bound=Callable[..., Any])
 
+
+def _torchs(owner: Any, name: str) -> Any:
+    """``owner.name`` as torch defines it (patch mode's wrapper, where one is in place, names it)."""
+    fn = getattr(owner, name)
+    return fn.__wrapped__ if hasattr(fn, "__alcop_route__") else fn
+
+
 ROUTED_FUNCTIONS: dict[Any, Callable[..., Any]] = {
-    torch.matmul: ops.matmul, operator.matmul: ops.matmul, torch.mm: ops.mm, torch.bmm: ops.bmm,
-    torch.addmm: ops.addmm, torch.baddbmm: ops.baddbmm,
-    torch.conv1d: ops.conv1d, torch.conv2d: ops.conv2d, torch.conv3d: ops.conv3d,
-}
-"""Call targets of Dynamo's graphs (torch's functions, ``@``) -> the drop-in put in their place: patch mode's
-routes (``patch.ROUTES``) as Dynamo records them (``F.convNd`` is ``torch.convNd``; ``nn.ConvNd`` and
-``nn.Linear`` are inlined to these). ``F.linear`` is ``LINEAR``'s."""
-ROUTED_METHODS: dict[str, Callable[..., Any]] = {
-    "matmul": ops.matmul, "__matmul__": ops.matmul, "mm": ops.mm, "bmm": ops.bmm, "addmm": ops.addmm,
-    "baddbmm": ops.baddbmm}
+    operator.matmul: ops.matmul,
+    **{_torchs(owner, name): drop_in for owner, name, drop_in in ROUTES
+       if owner is not torch.Tensor and drop_in is not ops.linear}}
+"""Call targets of Dynamo's graphs -> the drop-in put in their place: patch mode's routes (``patch.ROUTES``)
+as Dynamo records them (``F.convNd`` is ``torch.convNd``; ``nn.ConvNd`` and ``nn.Linear`` are inlined to
+these; ``@`` is ``operator.matmul``). ``F.linear`` is ``LINEAR``'s."""
+ROUTED_METHODS: dict[str, Callable[..., Any]] = {name: drop_in for owner, name, drop_in in ROUTES
+                                                 if owner is torch.Tensor}
 """``Tensor`` methods of the same (``call_method`` nodes: ``x.matmul(w)``)."""
 _ROUTED_OPS = {"mm": ROUTED.mm, "bmm": ROUTED.bmm, "gemm": ROUTED.gemm, "linear": ROUTED.linear,
                "conv": _conv.ROUTED.conv}
@@ -83,7 +89,7 @@ class RoutedBackend:
 
     def __init__(self, backend: str | Callable[..., Any], dynamic: bool | None) -> None:
         self.backend, self.dynamic = backend, dynamic
-        self._inner: dict[tuple[str | None, int], Callable[..., Any]] = {}
+        self._inner: tuple[tuple[str | None, dict[str, Any] | None], Callable[..., Any]] | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], mode: str | None = None,
                  options: dict[str, Any] | None = None) -> Callable[..., Any]:
@@ -100,22 +106,19 @@ class RoutedBackend:
             state.on, state.backend = on, within
 
     def inner(self, mode: str | None, options: dict[str, Any] | None) -> Callable[..., Any]:
-        """The backend that compiles the routed graphs, made once per mode and options, as torch.compile
-        makes it (torch's own wrappers: Inductor's reads the mode's settings)."""
-        key = (mode, id(options))
-        made = self._inner.get(key)
-        if made is None:
-            if self.backend == "inductor":
-                made = torch._TorchCompileInductorWrapper(mode, options, self.dynamic)
-            else:
-                made = torch._TorchCompileWrapper(self.backend, mode, options, self.dynamic)
-            self._inner[key] = made
-        return made
+        """The backend that compiles the routed graphs, made as torch.compile makes it (torch's own wrappers:
+        Inductor's reads the mode's settings), once: torch.compile's wrapper passes the same mode and options
+        with every graph."""
+        if self._inner is None or self._inner[0] != (mode, options):
+            made = (torch._TorchCompileInductorWrapper(mode, options, self.dynamic) if self.backend == "inductor"
+                    else torch._TorchCompileWrapper(self.backend, mode, options, self.dynamic))
+            self._inner = ((mode, options), made)
+        return self._inner[1]
 
     def reset(self) -> None:
         """What ``torch._dynamo.reset()`` asks of a backend: the inner backends' reset."""
-        for made in self._inner.values():
-            getattr(made, "reset", lambda: None)()
+        if self._inner is not None:
+            getattr(self._inner[1], "reset", lambda: None)()
 
 
 def route_graph(gm: torch.fx.GraphModule) -> int:
