@@ -9,7 +9,8 @@ positions shifted by the tap, zero-filled past the input (the padding), as the f
 them (a strided 2-d convolution's input through its phase view, a strided 1x1 one's through its strided
 view). The tiles are few and the reductions long (a 3x3, 64-channel layer at batch 64 on 56 x 56 outputs:
 9 tiles of 200,704 positions), so the positions are split into slices, one per program, whose float32
-partial sums the host adds in slice order: deterministic, and no program waits for another.
+partial sums one more launch adds in slice order into the gradient's dtype (``sum_slices``): deterministic,
+and no program waits for another. With one slice the kernel stores the gradient itself.
 
 The DSL kernel of ``conv_grad.conv_weight_grad_te`` splits a flat (n, *o) index per lane of every chunk
 and masks the padding per element; here the index math is a few scalars per chunk and TMA does the rest.
@@ -24,6 +25,7 @@ CUDA graphs, one suite run): the suite's conv2d backward at 0.827x cuDNN (0.576x
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -38,8 +40,10 @@ from .conv_grad import tap_run
 from .conv_window import WINDOW_CC, WINDOW_DTYPES, boxes, gluon_descriptor, input_view, pointwise_strided
 from .conv_window_kernel import conv_window as _conv_kernel
 from .conv_window_kernel import conv_window_wgrad as _wgrad_kernel
+from .conv_window_kernel import sum_slices as _sum_kernel
 
-WGRAD_KERNEL: Any = _wgrad_kernel  # Gluon JIT functions (their module is not type-checked)
+WGRAD_KERNEL: Any = _wgrad_kernel  # Gluon and Triton JIT functions (their module is not type-checked)
+SUM_KERNEL: Any = _sum_kernel
 CONV_KERNEL: Any = _conv_kernel
 
 POSITIONS = 64
@@ -142,8 +146,9 @@ def plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[in
          ) -> tuple[tuple[torch.Tensor, ...], tuple[int], tuple[Any, ...], dict[str, Any], Any, int]:
     """The launch on these tensors (``why_not`` None): (tensors: the input's view, dY channels last, the
     float32 workspace), grid, the positional arguments after the tensors' descriptors, constexprs,
-    descriptors as ``(tensor index, dims, block)``, and the number of slices. ``choice`` overrides
-    ``tile``'s (BM, BN, stages, slices), for probes."""
+    descriptors as ``(tensor index, dims, block)``, and the number of slices. The workspace holds each
+    slice's float32 partial sums, or with one slice the gradient itself in the input's dtype. ``choice``
+    overrides ``tile``'s (BM, BN, stages, slices), for probes."""
     view = _view(x, w, dy, stride, pad)
     assert view is not None
     xv, strides = view
@@ -165,7 +170,8 @@ def plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[in
         split = 1  # the workspace's offsets are 32-bit
         per_split = chunks
     dyc = dy.contiguous(memory_format=memory_format_of(x))
-    ws = torch.empty((split, co, taps, c), device=x.device, dtype=torch.float32)
+    # One slice's sums are the gradient itself, stored in the input's dtype: no sum, no cast after it.
+    ws = torch.empty((split, co, taps, c), device=x.device, dtype=torch.float32 if split > 1 else x.dtype)
     rank = x.dim()
     # Channels last (unit stride) in every descriptor; a 2-d input's phase view is read in its own order.
     ydims = (0, *range(2, rank), 1)
@@ -180,14 +186,40 @@ def plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[in
     return (xv, dyc, ws), grid, (co, chunks, per_split, n_db, n_hb, n_wb, -(-co // bm)), kwargs, descriptors, split
 
 
-_LAUNCHES: dict[tuple[Any, ...], tuple[Callable[..., None], tuple[int, ...], int, bool] | None] = {}
+@dataclass(frozen=True)
+class WeightGradLaunch:
+    """A convolution's weight gradient on the box kernel, bound once (``_weight_grad_launch``): later calls
+    pass tensors of the same shapes and strides and allocate only the buffers."""
+    launch: Callable[..., None]
+    """The box kernel's prebound launch on (the input, dY channels last, the workspace)."""
+    workspace: tuple[int, ...]
+    """(slices, C_out, taps, C): float32 partial sums per slice; with one slice, the gradient itself."""
+    finish: Callable[..., None] | None
+    """With several slices: ``sum_slices``'s prebound launch on (the workspace, the gradient), which adds the
+    slices in order into the gradient's dtype; None with one."""
+    whole: bool
+    """Whether the input is first padded to whole phases of the stride (``_whole_phases``)."""
+    size: tuple[int, ...]
+    """The gradient's shape, the weight's: (C_out, C, *window)."""
+    strides: tuple[int, ...]
+    """Its channels-last strides over the (C_out, *window, C) rows the kernels store."""
+
+
+_LAUNCHES: dict[tuple[Any, ...], WeightGradLaunch | None] = {}
 """Per convolution (the tensors' shapes, strides, dtypes and device, its stride, padding, dilation and groups):
-``_weight_grad_launch``'s launch, workspace shape, slices and padding, or None where the kernel cannot run. A training
-loop's backward binds each layer's kernel once; later calls check only the addresses' alignment. Bounded
-(``MAX_LAUNCHES``) and forgotten at each dispatch generation (``fastpath.invalidate()``)."""
+its ``WeightGradLaunch``, or None where the kernel cannot run. A training loop's backward binds each layer's
+kernels once; later calls check only the addresses' alignment. Bounded (``MAX_LAUNCHES``) and forgotten at each
+dispatch generation (``fastpath.invalidate()``)."""
 
 MAX_LAUNCHES = 1 << 12
 """Convolutions whose prebound launches each table keeps; a full table starts over (a model has far fewer)."""
+
+SUM_BLOCK = 256
+"""Gradient elements per program of ``sum_slices`` (two warps): a large layer's gradient is small (64 x 128
+channels x 9 taps: 73,728 elements) and its slices many, so small programs, several on each SM, keep more
+loads in flight than a few large ones."""
+
+SUM_WARPS = 2
 
 
 def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int],
@@ -200,19 +232,25 @@ def weight_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, str
            tuple(pad), tuple(dilation), groups)
     if key not in _LAUNCHES:
         _remember(_LAUNCHES, key, _weight_grad_launch(x, w, dy, stride, pad, dilation, groups))
-    entry = _LAUNCHES.get(key)
-    if entry is None:
+    bound = _LAUNCHES.get(key)
+    if bound is None:
         return None
-    launch, ws_shape, split, whole = entry
-    xw = _whole_phases(x, stride) if whole else x
+    xw = _whole_phases(x, stride) if bound.whole else x
     # x is channels last here (``why_not`` passed for the key's strides): its memory format without asking
     dyc = dy.contiguous(memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
     if xw.data_ptr() % 16 or dyc.data_ptr() % 16:   # the key fixed the strides (``_weight_grad_launch`` checked them)
         return None
-    ws = torch.empty(ws_shape, device=x.device, dtype=torch.float32)
-    launch(xw, dyc, ws)   # the input's view starts at its address: the launch rebinds the view there
-    dw = (ws[0] if split == 1 else ws.sum(0)).to(x.dtype)   # slices added in order: deterministic
-    return dw.reshape(w.shape[0], *w.shape[2:], x.shape[1]).movedim(-1, 1)
+    # Each call's buffers are its own (the caching allocator hands out the same ones on the same stream):
+    # nothing is shared between calls on two streams, or with a graph that captured one.
+    if bound.finish is None:
+        dw = torch.empty(bound.workspace, device=x.device, dtype=x.dtype)
+        bound.launch(xw, dyc, dw)   # the input's view starts at its address: the launch rebinds the view there
+    else:
+        ws = torch.empty(bound.workspace, device=x.device, dtype=torch.float32)
+        dw = torch.empty(bound.workspace[1:], device=x.device, dtype=x.dtype)
+        bound.launch(xw, dyc, ws)
+        bound.finish(ws, dw)   # the slices added in order: deterministic
+    return dw.as_strided(bound.size, bound.strides)
 
 
 _REAL = (torch.Tensor, torch.nn.Parameter)
@@ -227,10 +265,9 @@ def _launchable(*tensors: torch.Tensor) -> bool:
 
 
 def _weight_grad_launch(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
-          dilation: Sequence[int], groups: int) -> tuple[Callable[..., None], tuple[int, ...], int, bool] | None:
-    """The prebound launch for such tensors, the workspace's shape, the slices and whether the input is
-    first padded to whole phases (``_whole_phases``); None where it cannot run (``why_not``, or strides
-    TMA cannot address)."""
+                        dilation: Sequence[int], groups: int) -> WeightGradLaunch | None:
+    """The weight gradient bound for such tensors; None where it cannot run (``why_not``, or strides TMA
+    cannot address)."""
     whole = False
     if why_not(x, w, dy, stride, pad, dilation, groups) is not None:
         # a strided 2-d window over extents the stride does not divide: its phase view of the padded input
@@ -243,7 +280,16 @@ def _weight_grad_launch(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
     tensors, grid, tail, kwargs, descriptors, split = plan(x, w, dy, stride, pad, sms)
     if not _strides_aligned(tensors[:2]):
         return None
-    return _prebound(WGRAD_KERNEL, grid, tensors, tail, kwargs, descriptors), tuple(tensors[2].shape), split, whole
+    ws = tensors[2]
+    finish = None
+    if split > 1:
+        dw = torch.empty(ws.shape[1:], device=x.device, dtype=x.dtype)
+        n = dw.numel()
+        finish = _prebound(SUM_KERNEL, (-(-n // SUM_BLOCK), ), (ws, dw), (n, split), {"BLOCK": SUM_BLOCK, "num_warps": SUM_WARPS}, ())
+    # the (C_out, *window, C) rows the kernels store are the weight's shape in channels-last strides
+    strides = torch.empty(w.shape, device="meta", memory_format=memory_format_of(x)).stride()
+    return WeightGradLaunch(_prebound(WGRAD_KERNEL, grid, tensors, tail, kwargs, descriptors), tuple(ws.shape),
+                            finish, whole, tuple(w.shape), strides)
 
 
 def _strides_aligned(tensors: Sequence[torch.Tensor]) -> bool:

@@ -1,4 +1,5 @@
-"""The box kernel's device code (Gluon): ``conv_window.py`` holds what runs on the host.
+"""The box kernel's device code (Gluon; the weight gradient's slice sum in Triton): ``conv_window.py`` and
+``conv_window_grad.py`` hold what runs on the host.
 
 Device code, not host Python: Gluon's constexpr annotations and layouts are not types mypy can follow, so
 this module is left out of the type check (``setup.cfg``).
@@ -6,6 +7,8 @@ this module is left out of the type check (``setup.cfg``).
 
 from __future__ import annotations
 
+import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
@@ -211,11 +214,11 @@ def conv_window_wgrad(x, dy, ws, x_desc, dy_desc, CO, n_pos, per_split, n_db, n_
                       BI: gl.constexpr, BD: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, STAGES: gl.constexpr,
                       num_warps: gl.constexpr):
     """The weight gradient dW[co, tap, c] = sum over output positions of dY[pos, co] * X[pos + tap, c], as
-    float32 partial sums ``ws[split, co, tap, c]`` of one slice of the positions per program (the host adds
-    the slices in order). A program's operands are boxes of the same BI x BD x BH x BW output positions:
-    dY's [positions, BM channels] box is the wgmma's A (read transposed from shared memory), the input's
-    box at the program's tap, [positions, BN channels], its B; TMA's zero fill past the input is the
-    padding, and past dY's edges it adds zeros."""
+    float32 partial sums ``ws[split, co, tap, c]`` of one slice of the positions per program (``sum_slices``
+    adds them in order; one slice stores the gradient itself, in the input's dtype). A program's operands
+    are boxes of the same BI x BD x BH x BW output positions: dY's [positions, BM channels] box is the
+    wgmma's A (read transposed from shared memory), the input's box at the program's tap, [positions, BN
+    channels], its B; TMA's zero fill past the input is the padding, and past dY's edges it adds zeros."""
     BM: gl.constexpr = dy_desc.block_type.shape[-1]
     BN: gl.constexpr = x_desc.block_type.shape[-1]
     BK: gl.constexpr = BI * BD * BH * BW
@@ -266,4 +269,34 @@ def conv_window_wgrad(x, dy, ws, x_desc, dy_desc, CO, n_pos, per_split, n_db, n_
     rows = co0 + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
     cols = c0 + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     offs = ((split * CO + rows[:, None]) * TAPS + tap) * C + cols[None, :]
-    gl.store(ws + offs, acc, mask=(rows < CO)[:, None])
+    # float32 partial sums, or with one slice the gradient in the input's dtype (``plan``'s workspace)
+    gl.store(ws + offs, acc.to(ws.dtype.element_ty), mask=(rows < CO)[:, None])
+
+
+@triton.jit
+def _slice(ws, s, slices, numel, offs, mask):
+    """Slice ``s``'s partial sums at ``offs``; 0.0 past the last slice (adding it leaves a sum as it is)."""
+    return tl.load(ws + s * numel + offs, mask=mask & (s < slices), other=0.0)
+
+
+@triton.jit
+def sum_slices(ws, out, numel, slices, BLOCK: tl.constexpr):
+    """``out[i] = ws[0, i] + ws[1, i] + ... + ws[slices - 1, i]`` in float32, added in slice order (the same
+    bits at every run), stored in ``out``'s dtype: the weight gradient from its slices' partial sums, in one
+    launch where a sum and a cast were two. Eight slices' loads go out before their adds: a large layer
+    has a hundred slices or more over few elements, and loading one at a time waits out the memory's
+    latency a hundred times."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.load(ws + offs, mask=mask, other=0.0)
+    for s in range(1, slices, 8):
+        p0 = _slice(ws, s, slices, numel, offs, mask)
+        p1 = _slice(ws, s + 1, slices, numel, offs, mask)
+        p2 = _slice(ws, s + 2, slices, numel, offs, mask)
+        p3 = _slice(ws, s + 3, slices, numel, offs, mask)
+        p4 = _slice(ws, s + 4, slices, numel, offs, mask)
+        p5 = _slice(ws, s + 5, slices, numel, offs, mask)
+        p6 = _slice(ws, s + 6, slices, numel, offs, mask)
+        p7 = _slice(ws, s + 7, slices, numel, offs, mask)
+        acc = acc + p0 + p1 + p2 + p3 + p4 + p5 + p6 + p7   # left to right: slice order
+    tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)

@@ -52,11 +52,38 @@ def test_the_plan_of_a_strided_layer_reads_the_phase_view() -> None:
     xv, dyc, ws = tensors
     assert xv.shape == (64, 14, 2, 14, 512) and xv.data_ptr() == x.data_ptr()
     assert (kwargs["SH"], kwargs["SW"]) == (2, 2) and kwargs["BI"] * kwargs["BH"] * kwargs["BW"] == g.POSITIONS
-    assert ws.shape == (split, 512, 9, 256) and ws.dtype == torch.float32
+    assert ws.shape == (split, 512, 9, 256) and ws.dtype == (torch.float32 if split > 1 else x.dtype)
     co, chunks, per_split = tail[:3]
     assert co == 512 and chunks == 14 * 14 * 64 // g.POSITIONS and -(-chunks // per_split) == split
     bm, bn = descriptors[1][2][-1], descriptors[0][2][-1]
     assert grid == (split * 9 * (512 // bm) * (256 // bn), )
+
+
+def test_one_slice_stores_the_gradient_itself_several_their_float32_sums() -> None:
+    for sp, split in (((56, 56), 32), ((7, 7), 1)):
+        x, w, dy = _tensors(2, 64, 256, 256, sp, 3, 1, 1, torch.bfloat16)
+        ws = g.plan(x, w, dy, [1, 1], [1, 1], SMS, (128, 256, 2, split))[0][2]
+        assert ws.shape[0] == split and ws.dtype == (torch.float32 if split > 1 else torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_slices_are_added_in_order_into_the_gradients_dtype(dtype: torch.dtype) -> None:
+    # Triton's interpreter runs ``sum_slices``: the float32 sum slice after slice, the same bits as adding
+    # them one by one, then one rounding into the gradient's dtype (no element past the end is written).
+    g_ = torch.Generator().manual_seed(7)
+    ws = torch.randn(13, 24, 9, 19, generator=g_) * torch.logspace(-3, 3, 19)   # two rounds of eight loads
+    out = torch.full((24 * 9 * 19 + 3, ), float("nan"), dtype=dtype)
+    n = ws[0].numel()
+    g.SUM_KERNEL[(-(-n // g.SUM_BLOCK), )](ws, out, n, 13, BLOCK=g.SUM_BLOCK)
+    acc = ws[0].clone()
+    for s in range(1, 13):
+        acc += ws[s]
+    assert out[n:].isnan().all()
+    if dtype == torch.float16:
+        assert torch.equal(out[:n], acc.flatten().to(dtype))
+    else:   # the interpreter's bfloat16 conversion truncates where the GPU's rounds to nearest: one unit apart
+        ulp = 2.0 ** (torch.frexp(acc.flatten())[1] - 8).float()
+        assert ((out[:n].float() - acc.flatten()).abs() <= ulp).all()
 
 
 def test_the_plan_of_a_conv3d_spans_planes() -> None:
