@@ -17,8 +17,9 @@ and masks the padding per element; here the index math is a few scalars per chun
 Where this kernel cannot run (``why_not``) the backward takes that kernel or the GEMM over im2col rows.
 
 The input gradient (``input_grad_by_boxes``) is the forward's box kernel with ``TRANS_W``: a convolution of
-dY whose weight boxes are read as they lie, at the flipped tap; a strided convolution's runs one launch per
-input phase, stored into dX's phase view. Measured on the H100 (``docs/decisions.md#d25``,
+dY whose weight boxes are read as they lie, at the flipped tap; a strided convolution's runs every input
+phase in one launch (``conv_window_phases``: each program finds its phase's taps), stored into dX's phase
+view. Measured on the H100 (``docs/decisions.md#d25``,
 CUDA graphs, one suite run): the suite's conv2d backward at 0.827x cuDNN (0.576x before), conv3d's 0.867x.
 """
 
@@ -36,15 +37,16 @@ from alcop_triton import generation
 from alcop_triton.build import Launch, tma_aligned
 
 from .conv import ConvParams, memory_format_of
-from .conv_grad import tap_run
 from .conv_window import WINDOW_CC, WINDOW_DTYPES, boxes, gluon_descriptor, input_view, pointwise_strided
 from .conv_window_kernel import conv_window as _conv_kernel
+from .conv_window_kernel import conv_window_phases as _phases_kernel
 from .conv_window_kernel import conv_window_wgrad as _wgrad_kernel
 from .conv_window_kernel import sum_slices as _sum_kernel
 
 WGRAD_KERNEL: Any = _wgrad_kernel  # Gluon and Triton JIT functions (their module is not type-checked)
 SUM_KERNEL: Any = _sum_kernel
 CONV_KERNEL: Any = _conv_kernel
+PHASES_KERNEL: Any = _phases_kernel
 
 POSITIONS = 64
 """Output positions per reduction chunk: one box of dY and one of the input per chunk (four k-steps of 16)."""
@@ -345,16 +347,28 @@ def input_why_not(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Se
     return None
 
 
-def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
-                dx: torch.Tensor, sms: int) -> tuple[list[tuple[tuple[int], tuple[torch.Tensor, ...], tuple[int, ...],
-                                                                   dict[str, Any], Any]],
-                                           list[tuple[int, int]]]:
-    """The input gradient's launches into ``dx`` (channels last, ``_grad_buffer``'s shape; ``input_why_not``
-    None): one
-    per input phase (one in all for stride 1), each a convolution of dY with the phase's taps of the
-    weight flipped, read from the weight as it lies (``TRANS_W``), stored into the phase's rows of dX.
-    Returns, per launch, (grid, tensors: dY's view, the weight, dX's view; the integer arguments after their
-    descriptors, constexprs, descriptors as ``(tensor index, dims, block)``), and the phases that no tap reaches (to be zeroed: a strided 1x1 convolution's)."""
+Plan = tuple[Any, tuple[int], tuple[torch.Tensor, ...], tuple[int, ...], dict[str, Any], Any]
+"""A launch: (kernel, grid, tensors, the integer arguments after their descriptors, constexprs, descriptors as
+``(tensor index, dims, block)``), the arguments of ``_prebound``."""
+
+
+def phase_taps(phase: int, stride: int, pad: int, ksize: int) -> tuple[int, int, int]:
+    """Along one dim, the window taps that reach input phase ``phase`` of a stride-``stride`` convolution
+    (dilation 1): (the first, their count J, J - 1 - t: the left padding of the flipped window over dY, t the
+    first tap's output row). The arithmetic that ``conv_window_phases`` does per program
+    (``_phase_taps``); the same as ``conv_grad.tap_run``'s count."""
+    first = (phase + pad) % stride
+    count = (ksize - first + stride - 1) // stride
+    return first, count, count - 1 - (phase + pad - first) // stride
+
+
+def input_plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
+               dx: torch.Tensor, sms: int) -> Plan:
+    """The input gradient's launch into ``dx`` (channels last, ``_grad_buffer``'s shape; ``input_why_not``
+    None): a convolution of dY with the weight's window flipped, read from the weight as it lies
+    (``TRANS_W``). A strided convolution's runs every input phase in one launch (``conv_window_phases``:
+    per phase the taps that reach it, stored into the phase's rows of dX; zeros where none does); stride 1
+    on ``conv_window`` with the window as constexprs. The tensors are dY's view, the weight and dX's view."""
     three = x.dim() == 5
     nd = x.dim() - 2
     n, c, co = x.shape[0], x.shape[1], w.shape[0]
@@ -371,42 +385,31 @@ def input_plans(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequ
     dyv = view[0]
     wdims = (0, *range(2, x.dim()), 1)
     strided = any(st != 1 for st in stride)
+    extents = [dx.shape[2 + i] // stride[i] for i in range(nd)]   # one phase's (all phases' extents are equal)
+    od, oh, ow = extents if three else (1, *extents)
+    bi, bd, bh, bw = boxes(n, od, oh, ow, bm)[0]
+    n_db, n_hb, n_wb, n_cb = -(-od // bd), -(-oh // bh), -(-ow // bw), -(-c // bn)
+    per_phase = -(-n // bi) * n_db * n_hb * n_wb * n_cb
+    xbox = (bi, bd, bh, bw, bk) if three else (bi, bh, 1, bw, bk)
+    wbox = (bk, *[1] * nd, bn)
     if strided:   # dX's phase view: rows s * q + ph of each dim (``dx`` rounded up to whole phases)
         dh, dw_ = dx.shape[2], dx.shape[3]
         out = dx.permute(0, 2, 3, 1).view(n, dh // stride[0], stride[0], dw_ // stride[1], stride[1] * c)
-    else:
-        out = dx
-    launches: list[tuple[tuple[int], tuple[torch.Tensor, ...], tuple[int, ...], dict[str, Any], Any]] = []
-    empty: list[tuple[int, int]] = []
-    phases = [(0, 0)] if not strided else [(a, b) for a in range(stride[0]) for b in range(stride[1])]
-    for phase in phases:
-        # per spatial dim: (first tap, taps J, left padding of the flipped window over dY)
-        runs = [tap_run(phase[i - (nd - 2)] if i >= nd - 2 else 0, stride[i], pad[i], 1, w.shape[2 + i])
-                for i in range(nd)]
-        if any(r[2] == 0 for r in runs):
-            empty.append(phase)
-            continue
-        taps = [r[2] for r in runs]
-        lefts = [r[2] - 1 - r[3] for r in runs]
-        extents = [dx.shape[2 + i] // stride[i] for i in range(nd)]
-        od, oh, ow = extents if three else (1, *extents)
-        bi, bd, bh, bw = boxes(n, od, oh, ow, bm)[0]
-        kd, kh, kw = taps if three else (1, *taps)
-        pd_, ph_, pw_ = lefts if three else (0, *lefts)
-        xbox = (bi, bd, bh, bw, bk) if three else (bi, bh, 1, bw, bk)
-        wbox = (bk, *[1] * nd, bn)
-        ydims: tuple[int, ...] = tuple(range(5)) if strided else wdims
-        ybox: tuple[int, ...] = ((bi, bh, 1, bw, bn) if strided else (bi, bd, bh, bw, bn) if three
-                                 else (bi, bh, bw, bn))
-        descriptors = ((0, wdims if three else tuple(range(5)), xbox), (1, wdims, wbox), (2, ydims, ybox))
-        n_db, n_hb, n_wb, n_cb = -(-od // bd), -(-oh // bh), -(-ow // bw), -(-c // bn)
-        kwargs = {"THREE": three, "C": co, "KD": kd, "KH": kh, "KW": kw, "PD": pd_, "PH": ph_, "PW": pw_, "SH": 1,
-                  "SW": 1, "BI": bi, "BD": bd, "BH": bh, "BW": bw, "BN": bn, "STAGES": stages, "TRANS_W": True,
-                  "WSH": stride[-2], "WSW": stride[-1], "WRH": runs[-2][0], "WRW": runs[-1][0],
-                  "PHO": phase[0] if strided else -1, "PWO": phase[1], "num_warps": bm // 16}
-        grid = (-(-n // bi) * n_db * n_hb * n_wb * n_cb, )
-        launches.append((grid, (dyv, wc, out), (c, n_db, n_hb, n_wb, n_cb), kwargs, descriptors))
-    return launches, empty
+        descriptors: Any = ((0, tuple(range(5)), xbox), (1, wdims, wbox), (2, tuple(range(5)), (bi, bh, 1, bw, bn)))
+        kwargs = {"C": co, "KH": w.shape[2], "KW": w.shape[3], "PH": pad[0], "PW": pad[1], "BI": bi, "BH": bh,
+                  "BW": bw, "BN": bn, "STAGES": stages, "WSH": stride[0], "WSW": stride[1], "num_warps": bm // 16}
+        return (PHASES_KERNEL, (per_phase * stride[0] * stride[1], ), (dyv, wc, out),
+                (c, n_db, n_hb, n_wb, n_cb, per_phase), kwargs, descriptors)
+    # stride 1: the whole window flipped, its left padding k - 1 - pad
+    kd, kh, kw = w.shape[2:] if three else (1, *w.shape[2:])
+    pd_, ph_, pw_ = [w.shape[2 + i] - 1 - pad[i] for i in range(nd)] if three else \
+        (0, *[w.shape[2 + i] - 1 - pad[i] for i in range(nd)])
+    ybox = (bi, bd, bh, bw, bn) if three else (bi, bh, bw, bn)
+    descriptors = ((0, wdims if three else tuple(range(5)), xbox), (1, wdims, wbox), (2, wdims, ybox))
+    kwargs = {"THREE": three, "C": co, "KD": kd, "KH": kh, "KW": kw, "PD": pd_, "PH": ph_, "PW": pw_, "SH": 1,
+              "SW": 1, "BI": bi, "BD": bd, "BH": bh, "BW": bw, "BN": bn, "STAGES": stages, "TRANS_W": True,
+              "WSH": 1, "WSW": 1, "WRH": 0, "WRW": 0, "PHO": -1, "PWO": 0, "num_warps": bm // 16}
+    return (CONV_KERNEL, (per_phase, ), (dyv, wc, dx), (c, n_db, n_hb, n_wb, n_cb), kwargs, descriptors)
 
 
 INPUT_TILES = ((128, 256), (128, 128), (64, 256), (64, 128), (64, 64), (64, 32), (64, 16))
@@ -425,10 +428,21 @@ def input_tile(rows: int, c: int, sms: int) -> tuple[int, int]:
     return next((t for t, p in zip(tiles, programs) if p >= FILL * sms), tiles[programs.index(max(programs))])
 
 
-_INPUT_LAUNCHES: dict[tuple[Any, ...], tuple[list[Callable[..., None]], list[tuple[int, int]], Any, tuple[int, ...],
-                                             tuple[int, ...] | None] | None] = {}
-"""As ``_LAUNCHES``, for the input gradient: the prebound launch of every phase, the empty phases, dX's memory
-format and buffer shape (``_grad_buffer``'s), and the input's extents where the buffer is larger (whole phases)."""
+@dataclass(frozen=True)
+class InputGradLaunch:
+    """A convolution's input gradient on the box kernel, bound once (``input_plan``)."""
+    launch: Callable[..., None]
+    """The prebound launch on (dY channels last, the weight channels last, dX's buffer)."""
+    memory_format: Any
+    """dX's memory format (channels last)."""
+    buffer: tuple[int, ...]
+    """dX's buffer shape (``_grad_buffer``'s: rounded up to whole phases of the stride)."""
+    extents: tuple[int, ...] | None
+    """The input's extents where the buffer is larger: dX is a view of its first rows."""
+
+
+_INPUT_LAUNCHES: dict[tuple[Any, ...], InputGradLaunch | None] = {}
+"""As ``_LAUNCHES``, for the input gradient."""
 
 
 def _remember(table: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
@@ -456,32 +470,27 @@ def input_grad_by_boxes(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stri
     key = (x.shape, x.stride(), dy.shape, dy.stride(), w.shape, w.stride(), x.dtype, w.dtype, dy.dtype, x.device,
            tuple(stride), tuple(pad), tuple(dilation), groups)
     if key not in _INPUT_LAUNCHES:
-        plan = None
+        bound = None
         if input_why_not(x, w, dy, stride, dilation, groups) is None:
             dx = _grad_buffer(x, stride)
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-            launches, empty = input_plans(x, w, dy, stride, pad, dx, sms)
-            if all(_strides_aligned(tensors) for _, tensors, _, _, _ in launches):
-                plan = ([_prebound(CONV_KERNEL, *launch) for launch in launches], empty, memory_format_of(x),
-                        tuple(dx.shape), tuple(x.shape[2:]) if dx.shape != x.shape else None)
-        _remember(_INPUT_LAUNCHES, key, plan)
+            plan = input_plan(x, w, dy, stride, pad, dx, sms)
+            if _strides_aligned(plan[2]):
+                bound = InputGradLaunch(_prebound(*plan), memory_format_of(x), tuple(dx.shape),
+                                        tuple(x.shape[2:]) if dx.shape != x.shape else None)
+        _remember(_INPUT_LAUNCHES, key, bound)
     entry = _INPUT_LAUNCHES.get(key)
     if entry is None:
         return None
-    bound, empty, fmt, whole, extents = entry
+    fmt = entry.memory_format
     dyc = dy.contiguous(memory_format=fmt)
     wc = w.contiguous(memory_format=fmt)
     if dyc.data_ptr() % 16 or wc.data_ptr() % 16:   # the key fixed the strides (checked when bound)
         return None
-    dx = torch.empty(whole, device=x.device, dtype=x.dtype, memory_format=fmt)   # ``_grad_buffer``'s
-    for launch in bound:   # the views of dY and dX start at their addresses: each launch rebinds them
-        launch(dyc, wc, dx)
-    if empty:
-        rows = dx.permute(0, 2, 3, 1).unflatten(1, (-1, stride[0])).unflatten(3, (-1, stride[1]))
-        for ph, pw in empty:
-            rows[:, :, ph, :, pw].zero_()
-    if extents is not None:   # rows past the input (whole phases' padding): a view of the first ones
-        dx = dx[(slice(None), slice(None), *(slice(0, e) for e in extents))]
+    dx = torch.empty(entry.buffer, device=x.device, dtype=x.dtype, memory_format=fmt)   # ``_grad_buffer``'s
+    entry.launch(dyc, wc, dx)   # the views of dY and dX start at their addresses: the launch rebinds them
+    if entry.extents is not None:   # rows past the input (whole phases' padding): a view of the first ones
+        dx = dx[(slice(None), slice(None), *(slice(0, e) for e in entry.extents))]
     return dx
 
 

@@ -17,7 +17,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 @gluon.jit
 def _window_copy(x_desc, bar, dst, n0, od0, oh0, ow0, c0, rd, rh, rw, THREE: gl.constexpr, C: gl.constexpr,
-                 PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr):
+                 PD: gl.constexpr, PH, PW, SH: gl.constexpr, SW: gl.constexpr):
     """TMA copy into ``dst`` of the input box that window tap (rd, rh, rw) reads for the output block at
     (n0, od0, oh0, ow0), channels c0.., arriving on ``bar``.
 
@@ -45,9 +45,8 @@ def _ring_barriers(STAGES: gl.constexpr):
 
 @gluon.jit
 def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, THREE: gl.constexpr,
-           C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr, PD: gl.constexpr,
-           PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr, TRANS_W: gl.constexpr,
-           WSH: gl.constexpr, WSW: gl.constexpr, WRH: gl.constexpr, WRW: gl.constexpr):
+           C: gl.constexpr, KD: gl.constexpr, KH, KW, PD: gl.constexpr, PH, PW, SH: gl.constexpr, SW: gl.constexpr,
+           TRANS_W: gl.constexpr, WSH: gl.constexpr, WSW: gl.constexpr, WRH, WRW):
     """Copy reduction chunk ``i`` (window tap, then channels) of the tile at (n0, od0, oh0, ow0, co0) into
     ring stage ``s``: the input's box at the tap and the weight's box of the tap's channels.
 
@@ -55,7 +54,10 @@ def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, T
     flipped. The weight is read as it lies, (CO, [KD,] KH, KW, C): its [reduction channels, output channels]
     box at tap (WRH + WSH * (KH - 1 - rh), WRW + WSW * (KW - 1 - rw)) is the B operand (K by N, N
     contiguous); WSH, WRH > 1, 0: one input phase of a strided convolution's gradient, whose taps are every
-    stride-th of the window from the phase's first (``conv_grad.tap_run``)."""
+    stride-th of the window from the phase's first (``conv_grad.tap_run``).
+
+    KH, KW, PH, PW, WRH and WRW are constexprs from ``conv_window``'s callers (a call with constexpr
+    arguments compiles for their values) and values of the program's phase in ``conv_window_phases``."""
     BK: gl.constexpr = x_desc.block_type.shape[-1]
     CH: gl.constexpr = (C + BK - 1) // BK  # a last partial chunk reads zeros past the channels (TMA fill)
     tap = i // CH
@@ -82,18 +84,18 @@ def _issue(x_desc, w_desc, a_ring, b_ring, bars, i, s, n0, od0, oh0, ow0, co0, T
 
 
 @gluon.jit
-def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BIAS: gl.constexpr,
-               THREE: gl.constexpr, C: gl.constexpr, KD: gl.constexpr, KH: gl.constexpr, KW: gl.constexpr,
-               PD: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, SH: gl.constexpr, SW: gl.constexpr,
-               BI: gl.constexpr, BD: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr,
-               STAGES: gl.constexpr, TRANS_W: gl.constexpr, WSH: gl.constexpr, WSW: gl.constexpr,
-               WRH: gl.constexpr, WRW: gl.constexpr, PHO: gl.constexpr, PWO: gl.constexpr, num_warps: gl.constexpr):
+def _conv_tile(t, x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BIAS: gl.constexpr,
+               THREE: gl.constexpr, C: gl.constexpr, KD: gl.constexpr, KH, KW, PD: gl.constexpr, PH, PW,
+               SH: gl.constexpr, SW: gl.constexpr, BI: gl.constexpr, BD: gl.constexpr, BH: gl.constexpr,
+               BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, TRANS_W: gl.constexpr, WSH: gl.constexpr,
+               WSW: gl.constexpr, WRH, WRW, PHASED: gl.constexpr, PHO, PWO, num_warps: gl.constexpr):
+    """Output tile ``t`` of a convolution on boxes (``_issue``'s arguments). ``PHASED``: the output is dX's
+    phase view (N, H/s, s, W/s, s*C) and the tile goes to phase (PHO, PWO), a strided input gradient's."""
     BK: gl.constexpr = x_desc.block_type.shape[-1]
     dtype: gl.constexpr = x_desc.dtype
     BM: gl.constexpr = BI * BD * BH * BW
-    KT: gl.constexpr = KD * KH * KW * ((C + BK - 1) // BK)
+    KT = KD * KH * KW * ((C + BK - 1) // BK)   # a constexpr where the window is; 0 for a phase no tap reaches
     # Output channel blocks fastest: programs that run side by side read the same input window from L2.
-    t = gl.program_id(0)
     cb = t % n_cb
     t = t // n_cb
     wb = t % n_wb
@@ -150,7 +152,7 @@ def _conv_tile(x_desc, w_desc, y_desc, b_ptr, CO, n_db, n_hb, n_wb, n_cb, HAS_BI
     y_box = c_smem._reinterpret(dtype, y_desc.block_type.shape, y_desc.layout)
     if THREE:
         tma.async_copy_shared_to_global(y_desc, [n0, od0, oh0, ow0, co0], y_box)
-    elif PHO >= 0:  # one phase of a strided input gradient: the output is dX's phase view (N, H/s, s, W/s, s*C)
+    elif PHASED:  # one phase of a strided input gradient: the output is dX's phase view (N, H/s, s, W/s, s*C)
         tma.async_copy_shared_to_global(y_desc, [n0, oh0, PHO, ow0, PWO * CO + co0], y_box)
     else:
         tma.async_copy_shared_to_global(y_desc, [n0, oh0, ow0, co0], y_box)
@@ -165,8 +167,9 @@ def conv_window(x, w, y, x_desc, w_desc, y_desc, CO, n_db, n_hb, n_wb, n_cb, THR
                 BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, TRANS_W: gl.constexpr,
                 WSH: gl.constexpr, WSW: gl.constexpr, WRH: gl.constexpr, WRW: gl.constexpr, PHO: gl.constexpr,
                 PWO: gl.constexpr, num_warps: gl.constexpr):
-    _conv_tile(x_desc, w_desc, y_desc, x, CO, n_db, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW, PD, PH, PW, SH,
-               SW, BI, BD, BH, BW, BN, STAGES, TRANS_W, WSH, WSW, WRH, WRW, PHO, PWO, num_warps)
+    _conv_tile(gl.program_id(0), x_desc, w_desc, y_desc, x, CO, n_db, n_hb, n_wb, n_cb, False, THREE, C, KD, KH, KW,
+               PD, PH, PW, SH, SW, BI, BD, BH, BW, BN, STAGES, TRANS_W, WSH, WSW, WRH, WRW, PHO >= 0, PHO, PWO,
+               num_warps)
 
 
 @gluon.jit
@@ -176,8 +179,40 @@ def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, n_db, n_hb, n_wb, n
                      BD: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                      TRANS_W: gl.constexpr, WSH: gl.constexpr, WSW: gl.constexpr, WRH: gl.constexpr,
                      WRW: gl.constexpr, PHO: gl.constexpr, PWO: gl.constexpr, num_warps: gl.constexpr):
-    _conv_tile(x_desc, w_desc, y_desc, b, CO, n_db, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW, PD, PH, PW, SH, SW,
-               BI, BD, BH, BW, BN, STAGES, TRANS_W, WSH, WSW, WRH, WRW, PHO, PWO, num_warps)
+    _conv_tile(gl.program_id(0), x_desc, w_desc, y_desc, b, CO, n_db, n_hb, n_wb, n_cb, True, THREE, C, KD, KH, KW,
+               PD, PH, PW, SH, SW, BI, BD, BH, BW, BN, STAGES, TRANS_W, WSH, WSW, WRH, WRW, PHO >= 0, PHO, PWO,
+               num_warps)
+
+
+@gluon.jit
+def _phase_taps(phase, S: gl.constexpr, P: gl.constexpr, K: gl.constexpr):
+    """Along one dim of a stride-S, padding-P, K-tap window (dilation 1), the taps that reach input phase
+    ``phase``: (the first, their count J, J - 1 - t: the flipped window's left padding over dY, t the first
+    tap's output row), as ``conv_grad.tap_run`` and ``conv_window_grad.phase_taps`` count them."""
+    first = (phase + P) % S
+    count = (K - first + S - 1) // S   # 0 where the first tap is past the window (K - first > -S)
+    return first, count, count - 1 - (phase + P - first) // S
+
+
+# Tensors first, then their descriptors, as ``conv_window``'s.
+@gluon.jit
+def conv_window_phases(x, w, y, x_desc, w_desc, y_desc, CO, n_db, n_hb, n_wb, n_cb, per_phase, C: gl.constexpr,
+                       KH: gl.constexpr, KW: gl.constexpr, PH: gl.constexpr, PW: gl.constexpr, BI: gl.constexpr,
+                       BH: gl.constexpr, BW: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+                       WSH: gl.constexpr, WSW: gl.constexpr, num_warps: gl.constexpr):
+    """A strided 2-d convolution's input gradient, every input phase in one launch: ``per_phase`` programs
+    per phase (the phases' extents are equal: dX is rounded up to whole phases), phase (a, b) the
+    convolution of dY (``x``) with the weight's taps that reach it, flipped and read as they lie, stored into
+    dX's phase view (``y``); a phase no tap reaches gets zeros. KH, KW: the window; PH, PW: the forward's
+    padding; WSH, WSW: its stride."""
+    t = gl.program_id(0)
+    q = t // per_phase
+    pa = q // WSW
+    pb = q - pa * WSW
+    wrh, kh, lh = _phase_taps(pa, WSH, PH, KH)
+    wrw, kw, lw = _phase_taps(pb, WSW, PW, KW)
+    _conv_tile(t - q * per_phase, x_desc, w_desc, y_desc, x, CO, n_db, n_hb, n_wb, n_cb, False, False, C, 1, kh, kw,
+               0, lh, lw, 1, 1, BI, 1, BH, BW, BN, STAGES, True, WSH, WSW, wrh, wrw, True, pa, pb, num_warps)
 
 
 @gluon.jit

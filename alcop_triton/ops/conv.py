@@ -293,7 +293,7 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
     through ``alcop::conv`` runs; None where not asked), each on the fastest kernel that computes it
     (``kernels/conv_grad.py``, ``kernels/conv_window_grad.py``). On sm90, fp16/bf16 and channels last, both
     run on TMA boxes: the input gradient on the box kernel with the weight read as it lies at flipped taps
-    (a strided convolution's phase by phase), the weight gradient on boxes of dY and the input. Elsewhere
+    (a strided convolution's phases in one launch), the weight gradient on boxes of dY and the input. Elsewhere
     a strided convolution's input gradient runs in one kernel over its input phases where that applies,
     else on the forward convolution kernel; the weight gradient as a GEMM over im2col rows where the
     reduction is short and there are no groups, else on its DSL kernel. ``differentiable`` (a backward

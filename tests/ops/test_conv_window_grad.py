@@ -136,22 +136,28 @@ def test_on_the_cpu_the_input_gradient_takes_another_route() -> None:
     assert g.input_grad_by_boxes(x, w, dy, [1, 1], [1, 1], [1, 1], 1) is None
 
 
-def test_a_strided_input_gradient_runs_phase_by_phase() -> None:
-    # 3x3 stride 2 pad 1: phase 0 receives tap 1, phase 1 taps 0 and 2 (flipped: 2 then 0), per dim.
+def test_a_strided_input_gradient_runs_every_phase_in_one_launch() -> None:
     x, w, dy = _tensors(2, 2, 32, 16, (10, 12), 3, 2, 1)
     dx = torch.empty_like(x)
-    launches, empty = g.input_plans(x, w, dy, [2, 2], [1, 1], dx, SMS)
-    assert len(launches) == 4 and not empty
-    by_phase = {(k["PHO"], k["PWO"]): k for _, _, _, k, _ in launches}
-    assert (by_phase[0, 0]["KH"], by_phase[0, 0]["WRH"], by_phase[0, 0]["PH"]) == (1, 1, 0)
-    assert (by_phase[1, 0]["KH"], by_phase[1, 0]["WRH"], by_phase[1, 0]["WSH"], by_phase[1, 0]["PH"]) == (2, 0, 2, 0)
-    assert all(k["TRANS_W"] and k["C"] == 16 for k in by_phase.values())
-    grid, tensors, _, _, descriptors = launches[0]
+    kernel, grid, tensors, tail, kwargs, descriptors = g.input_plan(x, w, dy, [2, 2], [1, 1], dx, SMS)
+    assert kernel is g.PHASES_KERNEL and grid == (4 * tail[-1], )   # four phases of equal programs
+    assert (kwargs["KH"], kwargs["KW"], kwargs["PH"], kwargs["WSH"], kwargs["C"]) == (3, 3, 1, 2, 16)
     assert tensors[2].shape == (2, 5, 2, 6, 64) and tensors[2].data_ptr() == dx.data_ptr()   # dX's phase view
-    # a strided 1x1 convolution: the odd rows and columns receive nothing
-    x, w, dy = _tensors(2, 2, 32, 16, (8, 8), 1, 2, 0)
-    launches, empty = g.input_plans(x, w, dy, [2, 2], [0, 0], torch.empty_like(x), SMS)
-    assert len(launches) == 1 and sorted(empty) == [(0, 1), (1, 0), (1, 1)]
+    assert descriptors[2] == (2, (0, 1, 2, 3, 4), (kwargs["BI"], kwargs["BH"], 1, kwargs["BW"], kwargs["BN"]))
+
+
+@pytest.mark.parametrize("stride,pad,ksize", [(s, p, k) for s in (2, 3, 4) for k in (1, 2, 3, 5, 7) for p in range(k)])
+def test_each_phase_finds_the_taps_that_reach_it(stride: int, pad: int, ksize: int) -> None:
+    # The arithmetic the phases' kernel does per program, against the count of the other input-gradient
+    # routes: 3x3 stride 2 pad 1 gives phase 0 tap 1, phase 1 taps 0 and 2 (flipped: 2 then 0); a strided
+    # 1x1 convolution's odd phases none (their rows of dX are zeros).
+    from alcop_triton.kernels.conv_grad import tap_run
+    for phase in range(stride):
+        first, count, left = g.phase_taps(phase, stride, pad, ksize)
+        r = tap_run(phase, stride, pad, 1, ksize)
+        assert count == r[2] and (count == 0 or (first, left) == (r[0], r[2] - 1 - r[3])), (phase, r)
+    assert [g.phase_taps(p, 2, 1, 3)[:2] for p in (0, 1)] == [(1, 1), (0, 2)]
+    assert g.phase_taps(1, 2, 0, 1)[1] == 0
 
 
 def test_input_tiles_fill_the_gpu() -> None:
@@ -163,15 +169,15 @@ def test_input_tiles_fill_the_gpu() -> None:
 
 def test_stride_one_flips_the_whole_window() -> None:
     x, w, dy = _tensors(3, 2, 32, 48, (4, 6, 5), 3, 1, 1)
-    launches, empty = g.input_plans(x, w, dy, [1, 1, 1], [1, 1, 1], torch.empty_like(x), SMS)
-    (_, _, _, kwargs, descriptors), = launches
-    assert not empty and kwargs["PHO"] == -1 and (kwargs["KD"], kwargs["PD"], kwargs["C"]) == (3, 1, 48)
+    kernel, _, _, _, kwargs, descriptors = g.input_plan(x, w, dy, [1, 1, 1], [1, 1, 1], torch.empty_like(x), SMS)
+    assert kernel is g.CONV_KERNEL and kwargs["PHO"] == -1 and (kwargs["KD"], kwargs["PD"], kwargs["C"]) == (3, 1, 48)
     assert descriptors[1] == (1, (0, 2, 3, 4, 1), (16, 1, 1, 1, kwargs["BN"]))   # the weight's (CO, window, C) box
 
 
 INPUT_COMPILE_CASES = [  # (nd, N, C, C_out, spatial, window, stride, pad, dtype)
     (2, 4, 512, 512, (7, 7), 3, 1, 1, "float16"),
-    (2, 4, 64, 128, (28, 28), 3, 2, 1, "bfloat16"),
+    (2, 4, 64, 128, (28, 28), 3, 2, 1, "bfloat16"),   # every phase in one launch
+    (2, 4, 64, 128, (14, 14), 1, 2, 0, "float16"),    # phases no tap reaches: zeros
     (3, 2, 64, 32, (6, 7, 9), 3, 1, 1, "float16"),
 ]
 
@@ -181,10 +187,10 @@ def input_compile_case(nd: int, n: int, c: int, co: int, sp: tuple[int, ...], k:
     from tests.conftest import Kit
     x, w, dy = _tensors(nd, n, c, co, tuple(sp), k, stride, pad, getattr(torch, dtype))
     from alcop_triton.kernels.conv_window import gluon_descriptor
-    launches, _ = g.input_plans(x, w, dy, [stride] * nd, [pad] * nd, torch.empty_like(x), SMS)
-    return [Kit.compile_sm90(g.CONV_KERNEL, (*tensors, *[gluon_descriptor(tensors[i], dims, block)
-                                                          for i, dims, block in descriptors], *tail), kwargs)
-            for _, tensors, tail, kwargs, descriptors in launches]
+    kernel, _, tensors, tail, kwargs, descriptors = g.input_plan(x, w, dy, [stride] * nd, [pad] * nd,
+                                                                 torch.empty_like(x), SMS)
+    return [Kit.compile_sm90(kernel, (*tensors, *[gluon_descriptor(tensors[i], dims, block)
+                                                  for i, dims, block in descriptors], *tail), kwargs)]
 
 
 def test_the_input_gradient_compiles_for_sm90(kit) -> None:
