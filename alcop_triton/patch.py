@@ -83,9 +83,9 @@ CONV_MODULES: tuple[tuple[type[nn.Module], str], ...] = (
 GRAD_TO_TORCH: frozenset[Callable[..., Any]] = frozenset({ops.conv1d, ops.conv2d, ops.conv3d})
 """Drop-ins whose calls patch mode leaves to torch when autograd will run their backward (grad mode on and
 a tensor argument requiring grad): alcop's convolution gradients measured slower than cuDNN's on 19 of the
-ALCOP suite's 20 conv2d layers, 0.83x geomean under CUDA graphs and 0.70x eagerly
-(``docs/decisions.md#d15``). The drop-ins themselves, called directly, still differentiate through alcop's
-kernels."""
+ALCOP suite's 20 conv2d layers on the H100 (``docs/decisions.md#d15``), and on the H200, with fewer launches,
+still on 13 (0.921x geomean eagerly, ``docs/decisions.md#d51``), and the records hold no backward timings to
+route a layer by. The drop-ins themselves, called directly, still differentiate through alcop's kernels."""
 
 
 class _Activation:

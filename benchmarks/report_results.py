@@ -514,6 +514,17 @@ def readme_block(results: Path, headline: Path | None = None) -> str:
             out += [f"End to end under `patched()` against eager ({m['device']}, {m['date']}; CUDA events around a "
                     "pass, host included, modes alternated, median, `benchmarks/e2e.py`): fp16 inference "
                     + ", ".join(parts["infer"]) + "; one bf16 training step " + ", ".join(parts["train"]) + ".", ""]
+    conv = results / "conv_h200" / "report.json"
+    if conv.is_file():   # training convolutions: a layer's forward and both gradients
+        r = json.loads(conv.read_text())
+        both = [(timer, a) for timer in ("eager", "graph")
+                if (a := r.get("forward_backward", {}).get("conv2d", {}).get(timer, {}).get("alcop")) and a.get("n")]
+        if both:
+            run = r["run"]
+            out += [f"Convolutions forward + backward against cuDNN ({run['device']}, {run['date']}; "
+                    "`benchmarks/results/conv_h200`), the suite's conv2d layers: "
+                    + ", ".join(f"{timer} {_x(a['geomean'])} (min {_x(a['min'])})" for timer, a in both)
+                    + ". Patch mode leaves convolutions that will be trained to torch.", ""]
     hop = results / "hopper_gemm" / "hopper_gemm.json"
     if hop.is_file():
         r = json.loads(hop.read_text())

@@ -145,3 +145,18 @@ def test_e2e_section_says_which_compile_alcop_rows_were_not_checked_against_the_
     assert "old infer compile_alcop: 4;" in text and "new infer compile_alcop: 4 (a timed pass ran 4)." in text
     assert any(line.startswith("compile_alcop rows not checked") and line.endswith(": old infer.") for line in lines)
     assert not any("not checked" in line for line in rr.e2e_section({"meta": meta, "results": [res("new", alcop_calls_run=4)]}))
+
+
+def test_readme_quotes_the_convolutions_forward_and_backward(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+    report = results / "conv_h200" / "report.json"
+    r = json.loads(report.read_text())
+    fb = r["forward_backward"]["conv2d"]
+    line = next(ln for ln in rr.readme_block(results).splitlines() if ln.startswith("Convolutions forward + backward"))
+    assert f"eager {fb['eager']['alcop']['geomean']:.3f}x" in line and r["run"]["device"] in line
+    fb["eager"]["alcop"]["geomean"] = 0.5
+    report.write_text(json.dumps(r))
+    assert "eager 0.500x" in rr.readme_block(results)
+    report.unlink()
+    assert "Convolutions forward + backward" not in rr.readme_block(results)
