@@ -105,8 +105,9 @@ TOLERANCE = {"float16": 1e-2, "bfloat16": 8e-2}
 # patched / eager ResNet-50 at 1.045x, 0.969x, 1.115x and 0.899x in turns of two and six passes, 0.982x
 # and 0.980x pass by pass: docs/decisions.md#d30).
 TIMER = (f"{timing.PASS} (benchmarks/timing.py), "
-         "median of the timed passes after warm-up; the modes take turns pass by pass, each turn "
-         "beginning with one untimed pass (switching modes is not timed as a pass of either: patch mode's "
+         "median of the timed passes after warm-up; the modes take turns pass by pass, in an order that "
+         "changes each round so that each mode follows every other equally often (a Williams design), each "
+         "turn beginning with one untimed pass (switching modes is not timed as a pass of either: patch mode's "
          "wrappers go into place, or back, on a turn's first pass)")
 
 
@@ -476,6 +477,29 @@ def cold_caches(mode: str, device: str, root: str) -> ContextManager[Any]:
     return fresh(dir=root, delete=False)
 
 
+def turn_order(modes: Sequence[str], round_: int) -> list[str]:
+    """The order the modes take their turns in round ``round_``: the rows of a Williams design, so that over
+    its rounds (as many as modes, twice as many for an odd count, the second half mirrored) each mode
+    follows every other equally often. In one fixed order compile_alcop followed compile_max in every round
+    and its passes of the Llama block ran 4% slower than compile's, with the same kernels; with the two
+    compiled modes in either order and no compile_max they were equal (``docs/decisions.md#d52``)."""
+    n = len(modes)
+    if n < 2:
+        return list(modes)
+    first, low, high = [0], 1, n - 1   # 0, 1, n - 1, 2, n - 2, ...: each difference once
+    while len(first) < n:
+        if len(first) % 2:
+            first.append(low)
+            low += 1
+        else:
+            first.append(high)
+            high -= 1
+    rows = n if n % 2 == 0 else 2 * n
+    i = round_ % rows
+    row = [modes[(j + i) % n] for j in first]
+    return row[::-1] if i >= n else row
+
+
 def build_order(modes: Sequence[str]) -> list[str]:
     """eager first (the reference), the compile modes, patched last (see the module docstring)."""
     return sorted(modes, key=lambda m: (m != "eager", m == "patched", MODES.index(m)))
@@ -544,7 +568,7 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
         rounds = rounds or reps
         times: dict[str, list[float]] = {mode: [] for mode in modes if mode in fns}
         for i in range(rounds):
-            for mode in list(times):
+            for mode in turn_order(list(times), i):
                 try:
                     times[mode] += timer(fns[mode], -(-reps // rounds), warmup if i == 0 else 1, device)
                 except Exception as exc:   # a later pass that fails (a recompile, say): the mode's result
@@ -688,11 +712,13 @@ def merge(path: Path, meta: dict[str, Any], results: list[dict[str, Any]]) -> li
     if not path.is_file():
         return results
     old = json.loads(path.read_text())
-    differ = [k for k in ("device", "torch", "triton", "alcop", "reps", "warmup") if old["meta"].get(k) != meta[k]]
+    # a report holds one timer's numbers: a rerun whose timer reads otherwise replaces it
+    differ = [k for k in ("device", "torch", "triton", "alcop", "reps", "warmup", "timer")
+              if old["meta"].get(k) != meta.get(k)]
     same = not differ
     if differ and old["results"]:
         # said, not silent: a rerun with other settings replaces the whole report
-        changes = ", ".join(f"{k} {old['meta'].get(k)!r} -> {meta[k]!r}" for k in differ)
+        changes = ", ".join(f"{k} {old['meta'].get(k)!r} -> {meta.get(k)!r}" for k in differ)
         print(f"[e2e] {path}: its {len(old['results'])} results were run with other settings ({changes}); not kept",
               file=sys.stderr)
 

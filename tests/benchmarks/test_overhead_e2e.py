@@ -138,20 +138,25 @@ def test_run_model_modes_errors_and_speedups(monkeypatch):
     pytest.importorskip("triton")
     calls = []
 
+    entered = []
+
     def timer(fn, reps, warmup, device):
-        # the modes take turns: eager, patched, eager, ...; each round's pass times as scripted
-        mode = ("eager", "patched")[len(calls) % 2]
+        # which mode this is: the patched mode's call enters the stand-in block; each round's times as scripted
+        before = len(entered)
+        fn()
+        mode = "patched" if len(entered) > before else "eager"
         calls.append((mode, reps, warmup))
         return {"eager": [10.0, 12.0], "patched": [5.0, 5.0]}[mode][:reps]
 
     import alcop_triton as at
 
     # patch mode replaced by a context that changes nothing, so the test needs no interpreter run
-    monkeypatch.setattr(at, "patched", lambda: _NoPatch())
+    monkeypatch.setattr(at, "patched", lambda: entered.append(1) or _NoPatch())
     res = e2e.run_model("bert", "cpu", ["eager", "patched"], reps=4, warmup=2, tiny=True, timer=timer, rounds=2)
     eager, patched = res["modes"]["eager"], res["modes"]["patched"]
-    # each later turn begins with one untimed pass: a mode switch is not timed as a pass
-    assert calls == [("eager", 2, 2), ("patched", 2, 2), ("eager", 2, 1), ("patched", 2, 1)]
+    # each later turn begins with one untimed pass: a mode switch is not timed as a pass; the order changes
+    # from round to round (``turn_order``), so no mode always follows the same one
+    assert calls == [("eager", 2, 2), ("patched", 2, 2), ("patched", 2, 1), ("eager", 2, 1)]
     assert eager["ms"] == 11.0 and patched["ms"] == 5.0  # medians over every round's passes
     assert eager["speedup_vs_eager"] == 1.0 and eager["max_rel_err"] == 0.0 and eager["within_tolerance"]
     assert patched["speedup_vs_eager"] == 2.2 and patched["max_rel_err"] == 0.0
@@ -185,6 +190,9 @@ def test_e2e_calls_into_one_directory_merge_their_models(tmp_path, capsys):
     assert got == [{"model": "bert", "v": 1}, {"model": "gpt2", "v": 2}]
     assert e2e.merge(path, {**meta, "reps": 30}, [{"model": "gpt2", "v": 2}]) == [{"model": "gpt2", "v": 2}]
     assert "2 results were run with other settings (reps 20 -> 30); not kept" in capsys.readouterr().err
+    # nor are numbers of another timer kept beside this one's
+    assert e2e.merge(path, {**meta, "timer": "T2"}, [{"model": "gpt2", "v": 2}]) == [{"model": "gpt2", "v": 2}]
+    assert "(timer None -> 'T2')" in capsys.readouterr().err
     assert e2e.merge(tmp_path / "none.json", meta, [{"model": "x"}]) == [{"model": "x"}]
     # a (model, task) pair replaces only itself; a result without a task is an inference result
     train = {"model": "gpt2", "task": "train", "v": 3}
@@ -193,6 +201,19 @@ def test_e2e_calls_into_one_directory_merge_their_models(tmp_path, capsys):
     path.write_text(json.dumps({"meta": meta, "results": got}))
     assert e2e.merge(path, meta, [{"model": "gpt2", "task": "infer", "v": 4}]) == [
         {"model": "bert", "v": 1}, train, {"model": "gpt2", "task": "infer", "v": 4}]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_over_a_cycle_of_rounds_each_mode_follows_every_other_equally_often(n):
+    from collections import Counter
+    modes = [f"m{i}" for i in range(n)]
+    cycle = n if n % 2 == 0 else 2 * n
+    rounds = [e2e.turn_order(modes, i) for i in range(cycle)]
+    assert all(sorted(r) == modes for r in rounds)
+    pairs = Counter((r[j - 1], r[j]) for r in rounds for j in range(1, n))
+    assert set(pairs) == {(a, b) for a in modes for b in modes if a != b} and len(set(pairs.values())) == 1
+    assert Counter(r[0] for r in rounds) == Counter({m: cycle // n for m in modes})   # each goes first as often
+    assert e2e.turn_order(modes, cycle) == rounds[0] and e2e.turn_order([], 3) == []
 
 
 def test_each_mode_keeps_its_own_call_when_the_modes_take_turns(monkeypatch):
