@@ -353,16 +353,6 @@ Plan = tuple[Any, tuple[int], tuple[torch.Tensor, ...], tuple[int, ...], dict[st
 ``(tensor index, dims, block)``), the arguments of ``_prebound``."""
 
 
-def phase_taps(phase: int, stride: int, pad: int, ksize: int) -> tuple[int, int, int]:
-    """Along one dim, the window taps that reach input phase ``phase`` of a stride-``stride`` convolution
-    (dilation 1): (the first, their count J, J - 1 - t: the left padding of the flipped window over dY, t the
-    first tap's output row). The arithmetic that ``conv_window_phases`` does per program
-    (``_phase_taps``); the same as ``conv_grad.tap_run``'s count."""
-    first = (phase + pad) % stride
-    count = (ksize - first + stride - 1) // stride
-    return first, count, count - 1 - (phase + pad - first) // stride
-
-
 def input_plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Sequence[int], pad: Sequence[int],
                dx: torch.Tensor, sms: int) -> Plan:
     """The input gradient's launch into ``dx`` (channels last, ``_grad_buffer``'s shape; ``input_why_not``
@@ -403,8 +393,8 @@ def input_plan(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, stride: Seque
                 (c, n_db, n_hb, n_wb, n_cb, per_phase), kwargs, descriptors)
     # stride 1: the whole window flipped, its left padding k - 1 - pad
     kd, kh, kw = w.shape[2:] if three else (1, *w.shape[2:])
-    pd_, ph_, pw_ = [w.shape[2 + i] - 1 - pad[i] for i in range(nd)] if three else \
-        (0, *[w.shape[2 + i] - 1 - pad[i] for i in range(nd)])
+    lefts = [w.shape[2 + i] - 1 - pad[i] for i in range(nd)]
+    pd_, ph_, pw_ = lefts if three else (0, *lefts)
     ybox = (bi, bd, bh, bw, bn) if three else (bi, bh, bw, bn)
     descriptors = ((0, wdims if three else tuple(range(5)), xbox), (1, wdims, wbox), (2, wdims, ybox))
     kwargs = {"THREE": three, "C": co, "KD": kd, "KH": kh, "KW": kw, "PD": pd_, "PH": ph_, "PW": pw_, "SH": 1,

@@ -188,7 +188,8 @@ def conv_window_bias(x, w, b, y, x_desc, w_desc, y_desc, CO, n_db, n_hb, n_wb, n
 def _phase_taps(phase, S: gl.constexpr, P: gl.constexpr, K: gl.constexpr):
     """Along one dim of a stride-S, padding-P, K-tap window (dilation 1), the taps that reach input phase
     ``phase``: (the first, their count J, J - 1 - t: the flipped window's left padding over dY, t the first
-    tap's output row), as ``conv_grad.tap_run`` and ``conv_window_grad.phase_taps`` count them."""
+    tap's output row), as ``conv_grad.tap_run`` counts them (a CPU test runs this function's Python body
+    against it)."""
     first = (phase + P) % S
     count = (K - first + S - 1) // S   # 0 where the first tap is past the window (K - first > -S)
     return first, count, count - 1 - (phase + P - first) // S

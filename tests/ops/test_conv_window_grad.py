@@ -148,16 +148,18 @@ def test_a_strided_input_gradient_runs_every_phase_in_one_launch() -> None:
 
 @pytest.mark.parametrize("stride,pad,ksize", [(s, p, k) for s in (2, 3, 4) for k in (1, 2, 3, 5, 7) for p in range(k)])
 def test_each_phase_finds_the_taps_that_reach_it(stride: int, pad: int, ksize: int) -> None:
-    # The arithmetic the phases' kernel does per program, against the count of the other input-gradient
-    # routes: 3x3 stride 2 pad 1 gives phase 0 tap 1, phase 1 taps 0 and 2 (flipped: 2 then 0); a strided
-    # 1x1 convolution's odd phases none (their rows of dX are zeros).
+    # The arithmetic the phases' kernel does per program (its device function's Python body, run on ints),
+    # against the count of the other input-gradient routes: 3x3 stride 2 pad 1 gives phase 0 tap 1, phase 1
+    # taps 0 and 2 (flipped: 2 then 0); a strided 1x1 convolution's odd phases none (their rows of dX are zeros).
     from alcop_triton.kernels.conv_grad import tap_run
+    from alcop_triton.kernels.conv_window_kernel import _phase_taps
+    phase_taps = _phase_taps.fn
     for phase in range(stride):
-        first, count, left = g.phase_taps(phase, stride, pad, ksize)
+        first, count, left = phase_taps(phase, stride, pad, ksize)
         r = tap_run(phase, stride, pad, 1, ksize)
         assert count == r[2] and (count == 0 or (first, left) == (r[0], r[2] - 1 - r[3])), (phase, r)
-    assert [g.phase_taps(p, 2, 1, 3)[:2] for p in (0, 1)] == [(1, 1), (0, 2)]
-    assert g.phase_taps(1, 2, 0, 1)[1] == 0
+    assert [phase_taps(p, 2, 1, 3)[:2] for p in (0, 1)] == [(1, 1), (0, 2)]
+    assert phase_taps(1, 2, 0, 1)[1] == 0
 
 
 def test_input_tiles_fill_the_gpu() -> None:
