@@ -27,8 +27,15 @@ GLUON_COPIES: tuple[str, ...] = ("box", "ws")
 """The copy mechanisms of alcop's Gluon kernels (sm90): elsewhere their config runs as its "tma" twin."""
 WS_DTYPES: tuple[str, ...] = ("float16", "bfloat16")
 
-OPS: tuple[str, ...] = ("matmul", "bmm", "conv1d", "conv2d", "conv3d", "linear")
 CONV_OPS: tuple[str, ...] = ("conv1d", "conv2d", "conv3d")
+GRADIENTS: tuple[str, ...] = ("input", "weight")
+CONV_GRAD_OPS: tuple[str, ...] = tuple(f"{op}_{g}_grad" for op in CONV_OPS for g in GRADIENTS)
+"""A convolution's gradients, as ops of their own: ``conv2d_input_grad`` is the input gradient of the
+``conv2d`` workload of the same shape, dtype and layout (the forward's fields: what the backward of that
+call computes). They are measured, not tuned: alcop's gradient kernels plan their own tiles, so a record of
+one holds ``GRADIENT_CONFIG``, and patch mode reads its time against torch's to route a convolution that
+trains (``docs/decisions.md#d53``)."""
+OPS: tuple[str, ...] = ("matmul", "bmm", "conv1d", "conv2d", "conv3d", "linear") + CONV_GRAD_OPS
 GEMM_LAYOUTS: tuple[str, ...] = ("nn", "nt", "tn", "tt")
 """A GEMM's operand storage, A then B: 'n' as in the math (A: M x K, B: K x N), 't' transposed."""
 CONV_LAYOUTS: tuple[str, ...] = ("nhwc", "nchw")
@@ -254,9 +261,12 @@ def check_record(workload: "Workload", config: KernelConfig) -> None:
     field, value and rule). ``Workload`` and ``KernelConfig`` range-check each field on its own; these are
     the rules of a tuning record on top: the layout its op's calls are keyed by, and a config the op's
     kernels run, so that a record either runs or is skipped, never dispatched to fail."""
-    layouts = CONV_LAYOUTS if workload.op in CONV_OPS else GEMM_LAYOUTS
+    layouts = CONV_LAYOUTS if workload.forward_op in CONV_OPS else GEMM_LAYOUTS
     if workload.layout not in layouts:
         raise ScheduleError(f"Workload.layout={workload.layout!r} for op {workload.op!r}: must be one of {layouts}")
+    if workload.op in CONV_GRAD_OPS and config != GRADIENT_CONFIG:
+        raise ScheduleError(f"config {config.to_dict()} for op {workload.op!r}: a gradient's record holds "
+                            f"GRADIENT_CONFIG {GRADIENT_CONFIG.to_dict()} (its kernels plan their own tiles)")
     if config.async_copy == "box" and workload.op not in CONV_OPS:
         raise ScheduleError(f"KernelConfig.async_copy='box' for op {workload.op!r}: the box kernel is a "
                             f"convolution's (ops {CONV_OPS}); a GEMM copies with 'pointer', 'tma' or 'ws'")
@@ -290,6 +300,10 @@ def tail_split_factor(tail_tiles: int, k_chunks: int, sms: int, stages: int) -> 
     return s if s >= 2 else 1
 
 
+GRADIENT_CONFIG = KernelConfig()
+"""The config of every record of a ``CONV_GRAD_OPS`` workload: the gradient kernels choose their tiles
+from the shape (``kernels/conv_window_grad.py``), so the record holds no choice, only the time."""
+
 TAIL_CONFIG = KernelConfig(TAIL_BLOCK, TAIL_BLOCK, 64, group_m=8, num_warps=4, smem_stages=4, async_copy="tma")
 """The second launch of a ``wave_tail`` config: its tile, warps, stages and copies (a copy falls back to
 pointers where TMA cannot read an operand, as for any config)."""
@@ -320,10 +334,10 @@ class Workload:
         shape = tuple(int(s) for s in self.shape)
         object.__setattr__(self, "shape", shape)
         want = {"matmul": (3,), "linear": (3,), "bmm": (4,), "conv1d": (9, 11), "conv2d": (9, 11),
-                "conv3d": (11, 13)}[self.op]
+                "conv3d": (11, 13)}[self.forward_op]
         if len(shape) not in want or any(s < 0 for s in shape):
             raise ValueError(f"Workload.shape={shape} for op {self.op!r}: expected {want} non-negative ints")
-        if self.op in CONV_OPS:
+        if self.forward_op in CONV_OPS:
             self._check_conv()
         if min(self.gemm_dims()) <= 0:
             raise ValueError(f"Workload.shape={shape} for op {self.op!r}: GEMM view {self.gemm_dims()} has an empty dim")
@@ -341,9 +355,26 @@ class Workload:
                 raise ValueError(f"Workload.shape={self.shape} for op {self.op!r}: {name}={p[name]} is not a "
                                  f"multiple of groups={p['groups']}")
 
+    @property
+    def forward_op(self) -> str:
+        """The op whose call this workload is part of: ``op`` itself, or for a gradient (``CONV_GRAD_OPS``)
+        the convolution it is the gradient of."""
+        return self.op.split("_", 1)[0]
+
+    @property
+    def gradient(self) -> str | None:
+        """Which gradient of its convolution this workload is ("input" or "weight"), None for a forward."""
+        return self.op.split("_")[1] if self.op in CONV_GRAD_OPS else None
+
+    def grad(self, which: str) -> "Workload":
+        """The workload of this convolution's ``which`` gradient (``GRADIENTS``)."""
+        if self.op not in CONV_OPS or which not in GRADIENTS:
+            raise ValueError(f"Workload.grad({which!r}) of op {self.op!r}: a convolution's {GRADIENTS} gradients only")
+        return Workload(f"{self.op}_{which}_grad", self.shape, self.dtype, self.layout)
+
     def conv_fields(self) -> dict[str, int]:
         """A convolution's fields as stored (no output extents: nothing is divided)."""
-        if self.op == "conv3d":
+        if self.forward_op == "conv3d":
             n, d, h, w, ci, co, kd, kh, kw, stride, pad, *rest = self.shape
         else:
             n, h, w, ci, co, kh, kw, stride, pad, *rest = self.shape
@@ -361,7 +392,7 @@ class Workload:
         p = self.conv_fields()
         pad, dil, stride = p["pad"], p["dilation"], p["stride"]
         out = lambda x, k: (x + 2 * pad - dil * (k - 1) - 1) // stride + 1  # noqa: E731
-        od = out(p["d"], p["kd"]) if self.op == "conv3d" else 1
+        od = out(p["d"], p["kd"]) if self.forward_op == "conv3d" else 1
         return dict(p, od=od, oh=out(p["h"], p["kh"]), ow=out(p["w"], p["kw"]))
 
     def operand_rows(self) -> tuple[int, int]:
@@ -382,7 +413,13 @@ class Workload:
             return b, m, n, k
         p = self.conv_params()
         g = p["groups"]
-        return g, p["n"] * p["od"] * p["oh"] * p["ow"], p["co"] // g, p["ci"] // g * p["kd"] * p["kh"] * p["kw"]
+        taps, rows = p["kd"] * p["kh"] * p["kw"], p["n"] * p["od"] * p["oh"] * p["ow"]
+        if self.gradient == "input":  # dX: every input position, reduced over the taps that reach it: a stride
+            nd = {"conv1d": 1, "conv2d": 2, "conv3d": 3}[self.forward_op]  # s reaches 1 / s**nd of them
+            return g, p["n"] * p["d"] * p["h"] * p["w"], p["ci"] // g, max(1, p["co"] // g * taps // p["stride"] ** nd)
+        if self.gradient == "weight":  # dW: reduced over every output position
+            return g, p["co"] // g, p["ci"] // g * taps, rows
+        return g, rows, p["co"] // g, p["ci"] // g * taps
 
     @property
     def flops(self) -> int:

@@ -22,7 +22,12 @@ Workloads are keyed as the drop-ins and patch mode key their calls (``kernels.ma
   Llama-3-8B-sized decode, ViT-B/L at batch 32, and odd sizes;
 * ``train``: backward products ("nn" and "tn" layouts) of BERT-base / GPT-2 linears, of the Llama
   block's linears at 4,096 rows (e2e.py's training step) and of the conv weight gradients that run as
-  GEMMs over im2col rows.
+  GEMMs over im2col rows;
+* ``conv_grad``: the input and weight gradients of e2e.py's ResNet-50 convolutions at batch 64
+  (``records.CONV_GRAD_OPS``): alcop's (``ops.conv.conv_grads``, what a backward through alcop's
+  convolution runs, one gradient at a time) and torch's (``aten.convolution_backward``, cuDNN's), each
+  checked against float32 and timed with the tuner's timer. A gradient has no config to tune: its record
+  holds ``GRADIENT_CONFIG`` and its time, and patch mode routes a convolution that trains by them.
 
 Any shape listed in ``benchmarks/workloads/heldout.json`` is left out, in every dtype and layout, so
 the held-out evaluation stays unseen. A GEMM whose operand rows 16-byte loads cannot read is measured
@@ -73,7 +78,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from alcop_triton.records import KernelConfig, Workload, geomean  # noqa: E402
+from alcop_triton.records import CONV_GRAD_OPS, GRADIENT_CONFIG, GRADIENTS, KernelConfig, Workload, geomean  # noqa: E402
 
 Shape = tuple[str, tuple[int, ...], str]
 """(op, shape, layout) of one workload, dtype aside."""
@@ -195,14 +200,18 @@ WORKLOAD_SETS: dict[str, list[Shape]] = {
     + _linear_backward_set(E2E_LLAMA["batch"] * E2E_LLAMA["seq"], [(4096, 4096), (11008, 4096), (4096, 11008)])
     + [("matmul", (512, 4608, 3136), "tn"), ("matmul", (512, 2304, 3136), "tn"), ("matmul", (512, 4608, 1024), "tn")],
 }
+# The gradients of e2e.py's ResNet-50 convolutions (its training step), measured for patch mode's routing.
+WORKLOAD_SETS["conv_grad"] = [(f"{op}_{g}_grad", shape, layout)
+                              for op, shape, layout in resnet50_layers(E2E_RESNET_BATCH) if op == "conv2d"
+                              for g in GRADIENTS]
 SUITE_SETS = ("suite", "conv2d", "conv3d")
-OPS = {"matmul", "bmm", "conv2d", "conv3d"}
+OPS = {"matmul", "bmm", "conv2d", "conv3d", "conv2d_input_grad", "conv2d_weight_grad"}
 """The ops the sets hold (``--ops`` narrows a run to some of them)."""
 """Sets read from the ALCOP suite file."""
 MODELS = ROOT / "benchmarks" / "workloads" / "models.json"
 """``benchmarks/suite.py``'s ``models`` set (each workload with its layout)."""
 SETS: tuple[str, ...] = ("suite", "e2e", "conv2d", "conv3d", "resnet50", "models", "bert", "gpt2", "llama", "decode",
-                         "vit", "odd", "train")
+                         "vit", "odd", "train", "conv_grad")
 """Every set, most valuable first (the default order of ``--sets``)."""
 
 
@@ -524,6 +533,82 @@ def measure_workload(called: Workload, w: Workload, configs: list[KernelConfig],
         write(record(tw, None, ms, None, meta, timer))
 
 
+class _GradientRunner:
+    """One gradient of a convolution workload (``records.CONV_GRAD_OPS``) by alcop or torch, with the runner
+    interface ``measure.time_gpu`` times: inputs (x, weight, dy) in the workload's layout, as a model's
+    backward gets them (a channels-last network keeps its weights and gradients channels last)."""
+
+    def __init__(self, w: Workload, impl: str) -> None:
+        self.workload, self.impl = w, impl
+        p = w.conv_params()
+        self.nd = {"conv1d": 1, "conv2d": 2, "conv3d": 3}[w.forward_op]
+        pick = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}[self.nd]
+        self.spatial = tuple(p[k] for k in pick)
+        self.kernel = tuple(p["k" + k] for k in pick)
+        self.out = tuple(p["o" + k] for k in pick)
+        self.p = p
+
+    def inputs(self, seed: int) -> tuple[Any, ...]:
+        import torch
+        p, g = self.p, torch.Generator(device="cpu").manual_seed(seed)
+        dt = getattr(torch, self.workload.dtype)
+        fan_in = p["ci"] // p["groups"] * math.prod(self.kernel)
+        fmt = {2: torch.channels_last, 3: torch.channels_last_3d}.get(self.nd, torch.contiguous_format)
+        fmt = fmt if self.workload.layout == "nhwc" else torch.contiguous_format
+
+        def make(*shape: int, scale: float = 1.0) -> Any:
+            t = (torch.randn(shape, generator=g) * scale).to(dt).to("cuda")
+            return t.contiguous(memory_format=fmt) if t.dim() > 3 else t
+        return (make(p["n"], p["ci"], *self.spatial), make(p["co"], p["ci"] // p["groups"], *self.kernel,
+                                                           scale=fan_in ** -0.5), make(p["n"], p["co"], *self.out))
+
+    def run(self, inputs: tuple[Any, ...], impl: str | None = None, dtype: Any = None) -> Any:
+        from alcop_triton.ops.conv import conv_grads, torch_conv_grads
+        p, nd = self.p, self.nd
+        x, weight, dy = inputs if dtype is None else (t.to(dtype) for t in inputs)
+        which = self.workload.gradient
+        args = ((p["stride"],) * nd, (p["pad"],) * nd, (p["dilation"],) * nd, p["groups"], which == "input",
+                which == "weight")
+        if (impl or self.impl) == "torch":
+            dx, dw = torch_conv_grads(x, weight, dy, *args)
+        else:
+            dx, dw = conv_grads(x, weight, dy, args[0], args[1], args[2], args[3], args[4], args[5])
+        return dx if which == "input" else dw
+
+    def reference(self, inputs: tuple[Any, ...]) -> Any:
+        """torch's gradient in float32 with cuDNN's TF32 off."""
+        import torch
+
+        from alcop_triton.settings import tf32
+        with tf32(False):
+            return self.run(inputs, "torch", torch.float32)
+
+
+def measure_gradient(w: Workload, done: set[str], meta: dict[str, Any], write: Any) -> None:
+    """Time alcop's and torch's ``w`` (a convolution's gradient) unless the file holds them: alcop's checked
+    against float32 first (normwise relative error <= 1e-2), torch's the faster of a timing before and one
+    after alcop's (``TORCH_TIMINGS_AROUND_CANDIDATES``), written last (it marks the workload complete)."""
+    from alcop_triton.autotune.measure import time_gpu
+    mine, theirs = _GradientRunner(w, "alcop"), _GradientRunner(w, "torch")
+    want_torch = _pair_key(w, None) not in done
+    before = time_gpu(theirs, 0) if want_torch else (math.inf, "")
+    if _pair_key(w, GRADIENT_CONFIG) not in done:
+        try:
+            x = mine.inputs(0)
+            ref = mine.reference(x)
+            err = ((mine.run(x).float() - ref).norm() / ref.norm()).item()
+            if not err <= 1e-2:
+                write(record(w, GRADIENT_CONFIG, None, "wrong_answer", meta, message=f"relative error {err:.3g}"))
+            else:
+                ms, timer = time_gpu(mine, 0)
+                write(record(w, GRADIENT_CONFIG, ms, None, meta, timer))
+        except Exception as e:  # recorded, never dropped: a gradient that fails is never routed to alcop
+            write(record(w, GRADIENT_CONFIG, None, "runtime", meta, message=f"{type(e).__name__}: {str(e)[:300]}"))
+    if want_torch:
+        ms, timer = min(time_gpu(theirs, 0), before)
+        write(record(w, None, ms, None, meta, timer))
+
+
 def run_chunks(todo: list[Any], chunk: int, budget_s: float, t_start: float,
                prepare: Callable[[list[Any]], list[Any]], measure: Callable[[Any], None],
                clock: Callable[[], float] = time.time) -> int:
@@ -710,13 +795,20 @@ def main(argv: list[str] | None = None) -> int:
             f.flush()
 
         def prepare(part: list[tuple[Workload, Workload]]) -> list[tuple[Workload, Workload, list[KernelConfig]]]:
-            out = [(called, w, ws_candidates(w, spec) if a.candidates == "ws" else candidates(w, spec, a.top_k, known))
+            out = [(called, w, [GRADIENT_CONFIG] if w.op in CONV_GRAD_OPS else
+                    ws_candidates(w, spec) if a.candidates == "ws" else candidates(w, spec, a.top_k, known))
                    for called, w in part]
-            precompile([(w, c) for _, w, cands in out for c in cands if _pair_key(w, c) not in done], a.workers)
+            precompile([(w, c) for _, w, cands in out if w.op not in CONV_GRAD_OPS
+                        for c in cands if _pair_key(w, c) not in done], a.workers)
             return out
 
-        run_chunks(todo, a.chunk, a.budget_s, t_start, prepare,
-                   lambda item: measure_workload(item[0], item[1], item[2], done, meta, write))
+        def measure(item: tuple[Workload, Workload, list[KernelConfig]]) -> None:
+            if item[1].op in CONV_GRAD_OPS:
+                measure_gradient(item[1], done, meta, write)
+            else:
+                measure_workload(item[0], item[1], item[2], done, meta, write)
+
+        run_chunks(todo, a.chunk, a.budget_s, t_start, prepare, measure)
     summary = summarize(path, meta)
     write_summary(out_dir, summary)
     print(f"[table] {len(summary['rows'])} workloads measured, geomean {summary['geomean_speedup']:.3f}x torch",

@@ -16,6 +16,9 @@ a dict lookup):
    (an H200 without a table transfers the H100's through the calibrated model);
 6. the analytical model's top-1 over its shortlist (``space.DISPATCH_KNOBS``).
 
+A convolution's gradient (``records.CONV_GRAD_OPS``) stops after 2: it is measured, never tuned or
+transferred, and patch mode sends it to alcop only where records hold alcop's time and torch's.
+
 A configuration that failed on this GPU in any recorded run is never returned (``rank_configs``).
 """
 
@@ -32,7 +35,7 @@ from typing import Any, Sequence
 
 from .. import generation, settings
 from ..errors import DatabaseError, ScheduleError, TuningError
-from ..records import WS_DTYPES, KernelConfig, Workload, tail_capable
+from ..records import CONV_GRAD_OPS, GRADIENT_CONFIG, WS_DTYPES, KernelConfig, Workload, tail_capable
 from .database import (GpuKey, TuningRecord, best_of, current_version_group, gpu_key, mma_of, rank_configs, read_jsonl,
                        select)
 from .store import TuningStore, open_database
@@ -343,7 +346,7 @@ class Dispatcher:
         # A dtype of TORCH_UNLESS_MEASURED stays with torch until records hold both times, whichever way the
         # config was found: a record of alcop's time alone (torch's run failed, or was not asked for) or a
         # call-time tuning does not measure alcop against torch.
-        unmeasured = workload.dtype in TORCH_UNLESS_MEASURED
+        unmeasured = workload.dtype in TORCH_UNLESS_MEASURED or workload.op in CONV_GRAD_OPS
         mine = self._db_records(workload=workload, gpu=spec)
         found = best_of(mine, workload, spec)
         if found is not None:
@@ -354,6 +357,11 @@ class Dispatcher:
         if found is not None:
             return Decision(found.config, "default", f"{found.time_ms:.4g} ms", found.time_ms,
                             torch_time(shipped, workload, spec), unmeasured_to_torch=unmeasured)
+        if workload.op in CONV_GRAD_OPS:
+            # A gradient is measured, never tuned nor transferred (its kernels plan their tiles): unmeasured,
+            # patch mode leaves it to torch, as it left every convolution that trains before gradients
+            # were measured (docs/decisions.md#d53).
+            return Decision(GRADIENT_CONFIG, "unmeasured", "no record of this gradient", unmeasured_to_torch=True)
         if autotune and settings.autotune():
             tuned = self._tune(workload, spec)
             if tuned is not None:

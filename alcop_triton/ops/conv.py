@@ -320,6 +320,18 @@ def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple
     return dx, dw
 
 
+def torch_conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: Sequence[int],
+                     padding: Sequence[int], dilation: Sequence[int], groups: int, input_grad: bool = True,
+                     weight_grad: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The input and weight gradients torch's autograd computes for a convolution (``aten.convolution_backward``:
+    cuDNN's on a GPU) with symmetric ``padding``; None where not asked. What patch mode's backward runs for a
+    gradient the records leave to torch, and what the tables time torch's by."""
+    nd = x.dim() - 2
+    dx, dw, _ = torch.ops.aten.convolution_backward(dz, x, w, None, list(stride), list(padding), list(dilation),
+                                                    False, [0] * nd, groups, [input_grad, weight_grad, False])
+    return (dx if input_grad else None), (dw if weight_grad else None)
+
+
 def _conv_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, w, bias, out = ctx.saved_tensors
     stride, pad_left, pad_right, dilation, groups = ctx.params

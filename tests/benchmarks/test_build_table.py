@@ -123,8 +123,15 @@ def test_conv_keys_are_the_conv_drop_ins_keys(bt):
     """Each planned convolution, called as the drop-in is called (channels-last input and weight), gets
     exactly the planned key from the drop-in's own keying function."""
     plan, _ = bt.workload_list(bt.SETS, ["float16", "bfloat16"], SUITE, HELDOUT)
-    convs = [c for c, m in plan if c.op.startswith("conv")]
+    convs = [c for c, m in plan if c.op in ("conv2d", "conv3d")]
     assert len({c.op for c in convs}) == 2 and any(c.shape[5:7] == (1, 1) for c in convs)  # 1x1 ones too
+    # a gradient is keyed by its forward's fields (a planned forward workload: ResNet-50's), both gradients
+    # planned, each measured as it is called
+    grads = [c for c, m in plan if c.gradient is not None]
+    forwards = {Workload(g.forward_op, g.shape, g.dtype, g.layout) for g in grads}
+    assert grads and forwards <= set(convs)
+    assert {f.grad(which) for f in forwards for which in ("input", "weight")} == set(grads)
+    assert all(dict(plan)[g] == g for g in grads)
     for c in convs:
         p = c.conv_params()
         nd = int(c.op[4])
