@@ -173,6 +173,17 @@ def recorded_times(device: torch.device, w: Workload,
     return decision.alcop_ms, decision.torch_ms
 
 
+def measured_faster(device: torch.device, w: Workload, torch_workload: Workload | None = None) -> bool:
+    """Whether the records hold alcop's time and torch's for ``w`` on ``device`` (``recorded_times``) and
+    alcop's saves what patch mode asks (``PATCH_MIN_GAIN``): where patch mode may send a convolution that
+    trains to alcop (``ops.conv.training_to_torch``), only on a measured gain."""
+    from .autotune.dispatch import PATCH_MIN_GAIN, Decision
+    alcop_ms, torch_ms = recorded_times(device, w, torch_workload)
+    if alcop_ms is None or torch_ms is None:
+        return False
+    return not Decision(KernelConfig(), "", alcop_ms=alcop_ms, torch_ms=torch_ms).torch_preferred_by(PATCH_MIN_GAIN)
+
+
 def _unmeasured_stays_with_torch(w: Workload) -> bool:
     """Whether ``w``'s dtype stays with torch until measured (``TORCH_UNLESS_MEASURED``): so also where the
     records' torch time is no measure of the call (``torch_comparable`` False), since it is not their torch

@@ -11,7 +11,7 @@ Routed: ``torch.matmul``/``Tensor.matmul``/``@``, ``torch.mm``/``Tensor.mm``, ``
 ``torch.addmm``/``Tensor.addmm``, ``torch.baddbmm``/``Tensor.baddbmm``, ``F.linear`` and
 ``F.conv1d``/``conv2d``/``conv3d`` (also spelled ``torch.conv1d``...; so ``nn.Linear`` and ``nn.ConvNd``
 too; a ConvNd with a non-zeros ``padding_mode`` pads with torch and convolves through alcop). A
-convolution whose backward will run stays torch's (``GRAD_TO_TORCH``).
+convolution whose backward will run is decided by its gradients' records too (``GRAD_TO_TORCH``).
 
 How: while patch mode is on in some context (a thread, an asyncio task), those attributes of ``torch``,
 ``torch.nn.functional`` and ``torch.Tensor`` are thin wrappers; in a context with patch mode on they call
@@ -58,6 +58,7 @@ import torch.nn.functional as F
 from torch import _guards
 
 from . import generation, ops, tensor_kinds
+from .ops import conv as conv_ops
 from .ops import traced, traced_epilogues
 from .fastpath import _ROUTING, _compiler, _dispatch_modes, _dynamo_tracing, _transforms, set_routing, unrouted
 from .fastpath import _counters as _fastpath_counters
@@ -80,12 +81,15 @@ CONV_MODULES: tuple[tuple[type[nn.Module], str], ...] = (
 """Convolution modules whose ``forward`` patch mode replaces while it is on, each with the function of
 ``torch.nn.functional`` that its own forward calls (a route of ``ROUTES``)."""
 
-GRAD_TO_TORCH: frozenset[Callable[..., Any]] = frozenset({ops.conv1d, ops.conv2d, ops.conv3d})
-"""Drop-ins whose calls patch mode leaves to torch when autograd will run their backward (grad mode on and
-a tensor argument requiring grad): alcop's convolution gradients measured slower than cuDNN's on 19 of the
-ALCOP suite's 20 conv2d layers on the H100 (``docs/decisions.md#d15``), and on the H200, with fewer launches,
-still on 13 (0.921x geomean eagerly, ``docs/decisions.md#d51``), and the records hold no backward timings to
-route a layer by. The drop-ins themselves, called directly, still differentiate through alcop's kernels."""
+GRAD_TO_TORCH: dict[Callable[..., Any], int] = {ops.conv1d: 1, ops.conv2d: 2, ops.conv3d: 3}
+"""Drop-ins (with their spatial rank) whose calls that will train (grad mode on and a tensor argument
+requiring grad) patch mode decides by their gradients' records as well (``ops.conv.training_to_torch``):
+torch's unless the records show alcop faster, measured against torch, in the forward or in a gradient
+(``records.CONV_GRAD_OPS``; ``docs/decisions.md#d53``). Unmeasured, a convolution that trains stays
+torch's: alcop's gradients were slower than cuDNN's on 13 of the ALCOP suite's 20 conv2d layers on the H200
+(0.921x geomean eagerly, ``docs/decisions.md#d51``). One sent to alcop computes each part where its
+records say (``ops.conv._conv_backward``). The drop-ins themselves, called directly, differentiate
+through alcop's kernels."""
 
 
 class _Activation:
@@ -189,8 +193,16 @@ def _runs_as_cudnn(args: tuple[Any, ...], out: Any) -> bool:
     return bool(direct.stride() == out.stride() and torch.equal(direct, out))
 
 
+_trained: dict[Callable[..., Any], dict[int, tuple[torch.Size, torch.dtype, bool]]] = {}
+"""Per convolution route (``GRAD_TO_TORCH``), the call sites of calls that will train: the identity of the
+weight -> the input's shape and dtype at the last such call, and whether patch mode left it to torch
+(``ops.conv.training_to_torch``, decided once per site: it reads three workloads' records). Apart from
+``_to_torch``: a training call's answer weighs its gradients, an inference call's does not. Forgotten when
+records change."""
+
+
 def _forget_sites() -> None:
-    for sites in _to_torch.values():
+    for sites in (*_to_torch.values(), *_trained.values()):
         sites.clear()
 
 
@@ -206,7 +218,9 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
     # this thread's state is read: a site left to torch goes to torch's function whoever calls it (a
     # thread without patch mode, a drop-in's own torch call, a convolution that will train all would too).
     sites = _to_torch.setdefault(route, {})
+    trained = _trained.setdefault(route, {})
     grad_to_torch = route in GRAD_TO_TORCH  # the convolutions
+    nd = GRAD_TO_TORCH.get(route, 0)
     tensor = torch.Tensor
     # More positional arguments than the drop-in takes: a form of torch's own (the deprecated
     # ``addmm(beta, input, alpha, mat1, mat2)``), which torch's function parses.
@@ -225,13 +239,34 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
         if not _live:  # the wrappers outlived patch mode's last block: torch's functions go back
             _put_back()  # (not while torch.compile builds a graph: see _put_back)
             return original(*args, **kwargs)
-        if sites and not kwargs and len(args) > 1:
+        # A convolution that will train (grad mode on and a tensor argument requiring grad) is decided by
+        # its own sites (``_trained``): its gradients' records count too.
+        trains = False
+        if grad_to_torch and _grad_enabled():
+            try:  # input, weight and bias, passed positionally as nn.ConvNd does: three attribute reads
+                trains = args[0].requires_grad or args[1].requires_grad or (
+                    args[2] is not None and args[2].requires_grad)
+            except (AttributeError, IndexError):  # passed by keyword, no bias, or not a tensor
+                trains = any(isinstance(a, tensor) and a.requires_grad for a in (*args[:3], *kwargs.values()))
+        if sites and not trains and not kwargs and len(args) > 1:
             seen = sites.get(id(args[1]))
             if seen is not None:
                 a = args[0]
                 if type(a) is tensor and seen[1] is a.dtype and seen[0] == a.shape:
                     _fastpath_counters.to_torch += 1
                     return original(*args)
+        if trains:
+            a = args[0] if args else None
+            seen = trained.get(id(args[1])) if len(args) > 1 and not kwargs else None
+            if seen is not None and type(a) is tensor and seen[1] is a.dtype and seen[0] == a.shape:
+                to_torch = seen[2]
+            else:
+                to_torch = conv_ops.training_to_torch(nd, args, kwargs)
+                if len(args) > 1 and not kwargs and type(a) is tensor:
+                    trained[id(args[1])] = (a.shape, a.dtype, to_torch)
+            if to_torch:
+                _fastpath_counters.to_torch += 1
+                return original(*args, **kwargs)
         if len(args) > arity or (operator and not isinstance(args[1], tensor)):
             return original(*args, **kwargs)
         # Not a plain tensor while torch.compile builds a graph: a trace of torch's own code (Inductor
@@ -245,16 +280,6 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
         if (_has_torch_function(args) or (kwargs and _has_torch_function(tuple(kwargs.values())))) \
                 and _intercepted(args, kwargs):
             return original(*args, **kwargs)
-        # A convolution that will train goes to torch's function whoever calls it: checked before the
-        # thread's state and mode, which that answer does not depend on.
-        if grad_to_torch and _grad_enabled():
-            try:  # input, weight and bias, passed positionally as nn.ConvNd does: three attribute reads
-                trains = args[0].requires_grad or args[1].requires_grad or (
-                    args[2] is not None and args[2].requires_grad)
-            except (AttributeError, IndexError):  # passed by keyword, no bias, or not a tensor
-                trains = any(isinstance(a, tensor) and a.requires_grad for a in (*args[:3], *kwargs.values()))
-            if trains:
-                return original(*args, **kwargs)
         mode = _fastpath_mode.get()
         if not mode.routes:  # patch mode is off in this thread (another's installed the wrappers), or this
             return original(*args, **kwargs)  # is a drop-in's own torch call (a fallback, a bias add)
@@ -270,7 +295,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
                 out = route(*args, **kwargs)
             finally:
                 _fastpath_mode.reset(token)
-        if _fastpath_counters.to_torch != sent and not kwargs and len(args) > 1:
+        if _fastpath_counters.to_torch != sent and not trains and not kwargs and len(args) > 1:
             a = args[0]
             if type(a) is torch.Tensor:
                 sites[id(args[1])] = (a.shape, a.dtype, grad_to_torch and _runs_as_cudnn(args, out))
@@ -304,7 +329,7 @@ def _conv_module_forward(cls: type[nn.Module], original: Callable[..., Any], tor
     # convolution (``_runs_as_cudnn``) and nothing else must see it (autograd, a dispatch mode, a
     # functorch transform, autocast), calls cuDNN's op as torch's front end would.
     route = getattr(functional, "__alcop_route__")
-    sites = _to_torch.setdefault(route, {})
+    sites, trained = _to_torch.setdefault(route, {}), _trained.setdefault(route, {})
     own_conv_forward, tensor = getattr(cls, "_conv_forward"), torch.Tensor
     class_attributes = hasattr(cls, "weight") or hasattr(cls, "bias")  # none on torch's classes
     cudnn_conv = cast(Callable[..., Any], _cudnn_conv)  # called only at sites _runs_as_cudnn found it at
@@ -323,19 +348,27 @@ def _conv_module_forward(cls: type[nn.Module], original: Callable[..., Any], tor
             weight, bias = params["weight"], params["bias"]
         else:  # a subclass (a parametrization's), or a weight that is no longer a parameter (a norm's hook)
             weight, bias = self.weight, self.bias
-        # The functional wrapper's check of a site stored as torch's, in the order it makes it (tracing first)
-        if not (_dynamo_tracing() or _compiler._is_compiling_flag) and sites:
-            seen = sites.get(id(weight))
-            if seen is not None and type(input) is tensor and seen[1] is input.dtype and seen[0] == input.shape:
-                _fastpath_counters.to_torch += 1
-                if (seen[2] and bias is None and not _grad_enabled() and not _dispatch_modes() and not _transforms()
-                        and not _autocast()):
-                    try:
-                        return cudnn_conv(input, weight, self.padding, self.stride, self.dilation, self.groups,
-                                          _cudnn_benchmark(), _cudnn_deterministic(), _cudnn_tf32())
-                    except RuntimeError:  # a failure torch's own call reports in its words
-                        pass
-                return torch_fn(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+        # The functional wrapper's check of a site stored as torch's, in the order it makes it (tracing first);
+        # a call that will train by the training sites (``_trained``: whether that site went to torch)
+        if not (_dynamo_tracing() or _compiler._is_compiling_flag) and type(input) is tensor:
+            if _grad_enabled() and (input.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+                seen = trained.get(id(weight)) if trained else None
+                if seen is not None and seen[2] and seen[1] is input.dtype and seen[0] == input.shape:
+                    _fastpath_counters.to_torch += 1
+                    return torch_fn(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+            elif sites:
+                seen = sites.get(id(weight))
+                if seen is not None and seen[1] is input.dtype and seen[0] == input.shape:
+                    _fastpath_counters.to_torch += 1
+                    if (seen[2] and bias is None and not _grad_enabled() and not _dispatch_modes()
+                            and not _transforms() and not _autocast()):
+                        try:
+                            return cudnn_conv(input, weight, self.padding, self.stride, self.dilation, self.groups,
+                                              _cudnn_benchmark(), _cudnn_deterministic(), _cudnn_tf32())
+                        except RuntimeError:  # a failure torch's own call reports in its words
+                            pass
+                    return torch_fn(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
         return functional(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
     forward.__doc__ = original.__doc__
     setattr(forward, "__alcop_route__", route)

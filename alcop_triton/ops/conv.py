@@ -13,18 +13,19 @@ in the order a call meets them:
 from __future__ import annotations
 
 import types
+from dataclasses import replace
 from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from .. import fallback, fastpath
+from .. import fallback, fastpath, tensor_kinds
 from .. import choose_config
 from ..fallback import TORCH_ACTIVATIONS
 from ..kernels import conv as kconv
 from ..kernels import conv_grad
 from ..kernels import matmul as kmatmul
-from ..records import Workload, dtype_name
+from ..records import GRADIENTS, Workload, dtype_name
 from . import checks, dsl_call, gemm, route, traced
 from .checks import CUDA_GRID_Y, check_activation, check_same, need_tensor, shape_of
 from .gemm import activation_grad, run_gemm
@@ -283,6 +284,58 @@ def _conv_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None
     ctx.params = (tuple(stride), tuple(pad_left), tuple(pad_right), tuple(dilation), groups)
     ctx.activation = activation
     ctx.save_for_backward(x, w, bias, output if activation == "relu" else None)
+    ctx.patched = fastpath.patch_mode_on()
+
+
+def training_to_torch(nd: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether patch mode leaves a call of ``F.conv{nd}d(*args, **kwargs)`` that will train to torch: yes
+    unless the records show alcop faster, measured against torch, in one of its three parts, the forward
+    (weighed as ``_routed_conv`` weighs it) or a gradient (``records.CONV_GRAD_OPS``). A convolution sent
+    to alcop then runs each part where its own records say (``_conv_backward``). Torch's as well for any
+    call these keys cannot hold (an unbatched input, a padding string, arguments that are not plain), which
+    torch's front end then judges."""
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+    if len(args) > len(names) or any(k not in names for k in kwargs):
+        return True
+    given = dict(zip(names, args)) | kwargs
+    x, w = given.get("input"), given.get("weight")
+    groups = given.get("groups", 1)
+    padding = given.get("padding", 0)
+    if type(x) is not Tensor or not isinstance(w, Tensor) or x.dim() != nd + 2 or type(groups) is not int \
+            or isinstance(padding, str) or tensor_kinds.first_reason(x, w) is not None:
+        return True
+    try:
+        stride, pad = _ints("", "stride", given.get("stride", 1), nd, 1), _ints("", "padding", padding, nd, 0)
+        dilation = _ints("", "dilation", given.get("dilation", 1), nd, 1)
+        fw = _conv_workload(x, w, stride, pad, pad, dilation, groups)
+    except (RuntimeError, TypeError, ValueError):  # torch's call says what is wrong with them
+        return True
+    if fw is None:
+        return True
+    device = x.device.type
+    if torch.is_autocast_enabled(device) and x.is_floating_point():  # computed in autocast's dtype (amp.cast)
+        fw = replace(fw, dtype=dtype_name(torch.get_autocast_dtype(device)))
+    gw = kconv.gemm_workload(fw)  # a channels-last pointwise one runs as its GEMM, weighed against the convolution
+    if choose_config.measured_faster(x.device, kmatmul.aligned_workload(gw), fw) if gw is not fw else \
+            choose_config.measured_faster(x.device, fw):
+        return False
+    # only the gradients autograd will ask for (a network's first layer computes no input gradient)
+    wanted = [which for which, t in zip(GRADIENTS, (x, w)) if t.requires_grad]
+    return not any(choose_config.measured_faster(x.device, fw.grad(which)) for which in wanted)
+
+
+def _gradients_to_torch(ctx: Any, x: torch.Tensor, w: torch.Tensor, need: Sequence[bool]) -> tuple[bool, bool]:
+    """Which of the input and weight gradients (of those asked) a backward leaves to torch: in patch mode's
+    backward those whose records do not show alcop's faster (unmeasured included, as the forward's
+    ``training_to_torch``); none elsewhere, or where torch's op cannot take the padding (asymmetric)."""
+    stride, pad_left, pad_right, dilation, groups = ctx.params
+    if not getattr(ctx, "patched", False) or pad_left != pad_right:
+        return False, False
+    fw = _conv_workload(x, w, stride, pad_left, pad_right, dilation, groups)
+    if fw is None:
+        return False, False
+    return tuple(bool(n) and choose_config.prefers_torch(x.device, lambda which=which: fw.grad(which))  # type: ignore[return-value]
+                 for n, which in zip(need, GRADIENTS))
 
 
 def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple[int, ...],
@@ -339,7 +392,13 @@ def _conv_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     dz = activation_grad(ctx.activation, grad, out, lambda: BACKWARD.conv(
         x, w, bias, stride, pad_left, pad_right, dilation, groups, None))
     # grad mode is on in a backward exactly when it runs under create_graph (a double backward to come)
-    dx, dw = conv_grads(x, w, dz, stride, pad_left, dilation, groups, need[0], need[1], torch.is_grad_enabled())
+    differentiable = torch.is_grad_enabled()
+    torch_dx, torch_dw = (False, False) if differentiable else _gradients_to_torch(ctx, x, w, need[:2])
+    dx, dw = conv_grads(x, w, dz, stride, pad_left, dilation, groups, need[0] and not torch_dx,
+                        need[1] and not torch_dw, differentiable)
+    if torch_dx or torch_dw:  # those the records leave to torch, in one call of torch's backward
+        tdx, tdw = torch_conv_grads(x, w, dz, stride, pad_left, dilation, groups, torch_dx, torch_dw)
+        dx, dw = (tdx if torch_dx else dx), (tdw if torch_dw else dw)
     dbias = dz.sum(dim=[0] + list(range(2, dz.dim()))) if need[2] else None
     return dx, dw, dbias, None, None, None, None, None, None
 

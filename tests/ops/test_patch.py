@@ -621,3 +621,88 @@ def test_patch_modes_training_products_go_where_the_records_say(
     assert_close(y, yd.detach())
     for g, want in ((gx, xd.grad), (gw, wd.grad), (gb, bd.grad)):
         assert_close(g, want)
+
+
+@pytest.mark.parametrize("faster", [
+    {},                                                     # nothing measured faster: all torch's
+    {"weight": "alcop", "input": "torch", "forward": "torch"},  # alcop's weight gradient alone
+    {"weight": "torch", "input": "alcop", "forward": "alcop"},
+    {"weight": "alcop", "input": "alcop", "forward": "alcop"},
+])
+@pytest.mark.parametrize("module", [False, True])
+def test_a_convolution_that_trains_goes_where_its_gradients_records_say(
+        faster: dict[str, str], module: bool, records: Callable[[Workload, bool], None],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Patch mode sends a convolution that will train to alcop only where the records show alcop faster in
+    # its forward or in a gradient (records.CONV_GRAD_OPS); there each part runs where its own records say:
+    # the forward by the forward's, each gradient by its own, torch's in one aten.convolution_backward.
+    from alcop_triton.ops import conv as conv_ops
+    x, w = randn(2, 4, 6, 6), randn(8, 4, 3, 3, seed=1)
+    fw = conv_ops._conv_workload(x, w, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+    assert fw is not None and fw.op == "conv2d"
+    for part, who in faster.items():
+        records(fw if part == "forward" else fw.grad(part), who == "alcop")
+    computed: list[tuple[str, bool, bool]] = []
+    for name in ("conv_grads", "torch_conv_grads"):
+        real = getattr(conv_ops, name)
+
+        def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            computed.append((_name, bool(args[7]), bool(args[8])))
+            return _real(*args)
+        monkeypatch.setattr(conv_ops, name, spy)
+    conv = nn.Conv2d(4, 8, 3, padding=1, bias=False)
+    with torch.no_grad():
+        conv.weight.copy_(w)
+
+    def step() -> tuple[torch.Tensor, ...]:
+        xs = x.clone().requires_grad_()
+        conv.weight.grad = None
+        with OpRecorder() as rec, patch.patched():
+            y = conv(xs) if module else F.conv2d(xs, conv.weight, None, 1, 1)
+        y.square().sum().backward()
+        return y.detach(), xs.grad, conv.weight.grad, tuple(rec.ops)
+
+    for _ in range(3):  # the first call decides the site, the repeats take the stored answer
+        computed.clear()
+        y, gx, gw, ops_seen = step()
+        to_alcop = "alcop" in faster.values()
+        assert ("alcop.conv" in ops_seen) == to_alcop, ops_seen
+        if not to_alcop:
+            assert computed == [] and "aten.convolution" in ops_seen
+        else:  # alcop's Function: each gradient where its records say
+            alcop_parts = [g for g in ("input", "weight") if faster.get(g) == "alcop"]
+            mine = [c for c in computed if c[0] == "conv_grads"]
+            assert mine == [("conv_grads", "input" in alcop_parts, "weight" in alcop_parts)], computed
+            theirs = [c for c in computed if c[0] == "torch_conv_grads"]
+            assert theirs == ([] if len(alcop_parts) == 2 else
+                              [("torch_conv_grads", "input" not in alcop_parts, "weight" not in alcop_parts)])
+        xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+        yd = F.conv2d(xd, wd, None, 1, 1)
+        yd.square().sum().backward()
+        assert_close(y, yd.detach())
+        assert_close(gx, xd.grad)
+        assert_close(gw, wd.grad)
+
+
+def test_a_training_convolution_weighs_only_the_gradients_it_needs_in_autocasts_dtype(
+        records: Callable[[Workload, bool], None]) -> None:
+    # A network's first layer computes no input gradient: that gradient's records do not send it to alcop.
+    # Under autocast the records read are those of autocast's dtype, the dtype the call computes in.
+    from alcop_triton.ops import conv as conv_ops
+    conv = nn.Conv2d(4, 8, 3, padding=1, bias=False)
+    x = randn(2, 4, 6, 6)  # float32, no grad: an image
+    fw = conv_ops._conv_workload(x.bfloat16(), conv.weight, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+    assert fw is not None and fw.dtype == "bfloat16"
+
+    def ran_alcop() -> bool:
+        with torch.autocast("cpu", dtype=torch.bfloat16), OpRecorder() as rec, patch.patched():
+            y = conv(x)
+        y.float().square().sum().backward()
+        assert conv.weight.grad is not None
+        return "alcop.conv" in rec.ops
+
+    records(fw.grad("input"), True)
+    records(Workload(fw.op, fw.shape, "float32", fw.layout).grad("weight"), True)  # another dtype's: not read
+    assert not ran_alcop()
+    records(fw.grad("weight"), True)
+    assert ran_alcop()
