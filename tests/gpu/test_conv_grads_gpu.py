@@ -49,3 +49,34 @@ def test_phased_input_gradient_and_split_weight_gradient_match_torch(n: int, siz
     for got, want in ((dx, x64.grad), (dw, w64.grad)):
         assert got is not None and got.shape == want.shape
         assert ((got.double() - want).norm() / want.norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("layer", ["stem", "downsample"])
+def test_patch_mode_trains_the_layers_its_gradient_records_send_to_alcop(layer: str) -> None:
+    # ResNet-50's 7x7 stem and a strided 1x1 downsample at batch 64, channels last, under bf16 autocast:
+    # on an H200 the shipped table sends both to alcop when they train (the stem's forward and weight
+    # gradient, the downsample's weight gradient: docs/decisions.md#d53), the other parts to torch.
+    # Elsewhere the route may differ; the gradients must match float64 either way.
+    import torch.nn as nn
+
+    import alcop_triton as at
+    torch.manual_seed(0)
+    if layer == "stem":
+        conv, x = nn.Conv2d(3, 64, 7, 2, 3, bias=False), torch.randn(64, 3, 224, 224)
+    else:
+        conv, x = nn.Conv2d(256, 512, 1, 2, bias=False), torch.randn(64, 256, 56, 56)
+    conv = conv.cuda().to(memory_format=torch.channels_last)
+    x = x.cuda().contiguous(memory_format=torch.channels_last).requires_grad_(layer != "stem")
+    with torch.autocast("cuda", dtype=torch.bfloat16), at.patched():
+        y = conv(x)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    x64, w64 = x.detach().double().requires_grad_(x.requires_grad), conv.weight.detach().double().requires_grad_()
+    y64 = F.conv2d(x64, w64, None, conv.stride, conv.padding)
+    y64.backward(dy.double())
+    assert ((y.double() - y64).norm() / y64.norm()).item() < 2e-2
+    pairs = [(conv.weight.grad, w64.grad)] + ([(x.grad, x64.grad)] if x.requires_grad else [])
+    for got, want in pairs:
+        assert got is not None and ((got.double() - want).norm() / want.norm()).item() < 2e-2
+    if "H200" in torch.cuda.get_device_name():
+        assert type(y.grad_fn).__name__ == "AlcopConvBackward", y.grad_fn  # alcop's Function, not torch's
