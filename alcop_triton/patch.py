@@ -11,7 +11,7 @@ Routed: ``torch.matmul``/``Tensor.matmul``/``@``, ``torch.mm``/``Tensor.mm``, ``
 ``torch.addmm``/``Tensor.addmm``, ``torch.baddbmm``/``Tensor.baddbmm``, ``F.linear`` and
 ``F.conv1d``/``conv2d``/``conv3d`` (also spelled ``torch.conv1d``...; so ``nn.Linear`` and ``nn.ConvNd``
 too; a ConvNd with a non-zeros ``padding_mode`` pads with torch and convolves through alcop). A
-convolution whose backward will run is decided by its gradients' records too (``GRAD_TO_TORCH``).
+convolution whose backward will run is decided by its gradients' records too (``TRAINING_ROUTED``).
 
 How: while patch mode is on in some context (a thread, an asyncio task), those attributes of ``torch``,
 ``torch.nn.functional`` and ``torch.Tensor`` are thin wrappers; in a context with patch mode on they call
@@ -81,7 +81,7 @@ CONV_MODULES: tuple[tuple[type[nn.Module], str], ...] = (
 """Convolution modules whose ``forward`` patch mode replaces while it is on, each with the function of
 ``torch.nn.functional`` that its own forward calls (a route of ``ROUTES``)."""
 
-GRAD_TO_TORCH: dict[Callable[..., Any], int] = {ops.conv1d: 1, ops.conv2d: 2, ops.conv3d: 3}
+TRAINING_ROUTED: dict[Callable[..., Any], int] = {ops.conv1d: 1, ops.conv2d: 2, ops.conv3d: 3}
 """Drop-ins (with their spatial rank) whose calls that will train (grad mode on and a tensor argument
 requiring grad) patch mode decides by their gradients' records as well (``ops.conv.training_to_torch``):
 torch's unless the records show alcop faster, measured against torch, in the forward or in a gradient
@@ -194,7 +194,7 @@ def _runs_as_cudnn(args: tuple[Any, ...], out: Any) -> bool:
 
 
 _trained: dict[Callable[..., Any], dict[int, tuple[torch.Size, torch.dtype, bool]]] = {}
-"""Per convolution route (``GRAD_TO_TORCH``), the call sites of calls that will train: the identity of the
+"""Per convolution route (``TRAINING_ROUTED``), the call sites of calls that will train: the identity of the
 weight -> the input's shape and dtype at the last such call, and whether patch mode left it to torch
 (``ops.conv.training_to_torch``, decided once per site: it reads three workloads' records). Apart from
 ``_to_torch``: a training call's answer weighs its gradients, an inference call's does not. Forgotten when
@@ -219,8 +219,8 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
     # thread without patch mode, a drop-in's own torch call, a convolution that will train all would too).
     sites = _to_torch.setdefault(route, {})
     trained = _trained.setdefault(route, {})
-    grad_to_torch = route in GRAD_TO_TORCH  # the convolutions
-    nd = GRAD_TO_TORCH.get(route, 0)
+    conv_route = route in TRAINING_ROUTED  # the convolutions
+    nd = TRAINING_ROUTED.get(route, 0)
     tensor = torch.Tensor
     # More positional arguments than the drop-in takes: a form of torch's own (the deprecated
     # ``addmm(beta, input, alpha, mat1, mat2)``), which torch's function parses.
@@ -242,7 +242,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
         # A convolution that will train (grad mode on and a tensor argument requiring grad) is decided by
         # its own sites (``_trained``): its gradients' records count too.
         trains = False
-        if grad_to_torch and _grad_enabled():
+        if conv_route and _grad_enabled():
             try:  # input, weight and bias, passed positionally as nn.ConvNd does: three attribute reads
                 trains = args[0].requires_grad or args[1].requires_grad or (
                     args[2] is not None and args[2].requires_grad)
@@ -298,7 +298,7 @@ def _wrapper(original: Callable[..., Any], route: Callable[..., Any], operator: 
         if _fastpath_counters.to_torch != sent and not trains and not kwargs and len(args) > 1:
             a = args[0]
             if type(a) is torch.Tensor:
-                sites[id(args[1])] = (a.shape, a.dtype, grad_to_torch and _runs_as_cudnn(args, out))
+                sites[id(args[1])] = (a.shape, a.dtype, conv_route and _runs_as_cudnn(args, out))
         return out
     setattr(routed, "__alcop_route__", route)  # marks it as patch mode's
     return routed

@@ -524,7 +524,7 @@ def readme_block(results: Path, headline: Path | None = None) -> str:
             out += [f"Convolutions forward + backward against cuDNN ({run['device']}, {run['date']}; "
                     "`benchmarks/results/conv_h200`), the suite's conv2d layers: "
                     + ", ".join(f"{timer} {_x(a['geomean'])} (min {_x(a['min'])})" for timer, a in both)
-                    + ". Patch mode leaves convolutions that will be trained to torch.", ""]
+                    + ". Patch mode trains a convolution on alcop only where its records (forward or gradients) show alcop faster.", ""]
     hop = results / "hopper_gemm" / "hopper_gemm.json"
     if hop.is_file():
         r = json.loads(hop.read_text())

@@ -43,7 +43,7 @@ def _calls_under_patch(fn: object) -> list[str]:
     ("torch.baddbmm", lambda: torch.baddbmm(randn(2, 3, 2), randn(2, 3, 4), randn(2, 4, 2)), "alcop.gemm"),
     ("F.linear", lambda: F.linear(randn(3, 4), randn(2, 4), randn(2)), "alcop.linear"),
     ("nn.Linear", lambda: nn.Linear(4, 2)(randn(5, 4)), "alcop.linear"),
-    # convolutions in inference (no_grad): with a backward to run they stay torch's (GRAD_TO_TORCH)
+    # convolutions in inference (no_grad): with a backward to run, torch's unless their records say otherwise (TRAINING_ROUTED)
     ("nn.Conv1d", lambda: _no_grad(lambda: nn.Conv1d(2, 3, 3)(randn(1, 2, 7))), "alcop.conv"),
     ("nn.Conv2d reflect", lambda: _no_grad(lambda: nn.Conv2d(2, 3, 3, padding=1, padding_mode="reflect")(
         randn(1, 2, 5, 5))), "alcop.conv"),
