@@ -334,8 +334,9 @@ def _gradients_to_torch(ctx: Any, x: torch.Tensor, w: torch.Tensor, need: Sequen
     fw = _conv_workload(x, w, stride, pad_left, pad_right, dilation, groups)
     if fw is None:
         return False, False
-    return tuple(bool(n) and choose_config.prefers_torch(x.device, lambda which=which: fw.grad(which))  # type: ignore[return-value]
-                 for n, which in zip(need, GRADIENTS))
+    grads = (fw.grad("input"), fw.grad("weight"))
+    return (bool(need[0]) and choose_config.prefers_torch(x.device, lambda: grads[0]),
+            bool(need[1]) and choose_config.prefers_torch(x.device, lambda: grads[1]))
 
 
 def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple[int, ...],
