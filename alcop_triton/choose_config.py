@@ -173,15 +173,18 @@ def recorded_times(device: torch.device, w: Workload,
     return decision.alcop_ms, decision.torch_ms
 
 
-def measured_faster(device: torch.device, w: Workload, torch_workload: Workload | None = None) -> bool:
-    """Whether the records hold alcop's time and torch's for ``w`` on ``device`` (``recorded_times``) and
-    alcop's saves what patch mode asks (``PATCH_MIN_GAIN``): where patch mode may send a convolution that
-    trains to alcop (``ops.conv.training_to_torch``), only on a measured gain."""
+def measured_gain(device: torch.device, w: Workload, torch_workload: Workload | None = None) -> float:
+    """The ms alcop saves on ``w`` on ``device`` by the records (``recorded_times``), where they hold alcop's time
+    and torch's and alcop's saves what patch mode asks (``PATCH_MIN_GAIN``); 0.0 anywhere else. What patch
+    mode weighs to send a convolution that trains to alcop (``ops.conv.training_to_torch``): a measured gain
+    only."""
     from .autotune.dispatch import PATCH_MIN_GAIN, Decision
     alcop_ms, torch_ms = recorded_times(device, w, torch_workload)
     if alcop_ms is None or torch_ms is None:
-        return False
-    return not Decision(KernelConfig(), "", alcop_ms=alcop_ms, torch_ms=torch_ms).torch_preferred_by(PATCH_MIN_GAIN)
+        return 0.0
+    if Decision(KernelConfig(), "", alcop_ms=alcop_ms, torch_ms=torch_ms).torch_preferred_by(PATCH_MIN_GAIN):
+        return 0.0
+    return torch_ms - alcop_ms
 
 
 def _unmeasured_stays_with_torch(w: Workload) -> bool:

@@ -60,6 +60,16 @@ CPU's caches are cold, as in a model's forward pass (ResNet-50 at batch 64 on an
 more per convolution, ``docs/decisions.md#d01``), and a host-bound model pays it on every
 call; a kernel that saves less does not pay for its call there. Direct calls always run alcop."""
 
+TRAINING_MIN_GAIN_MS = 0.05
+"""What the parts of a convolution that trains (its forward and the gradients it needs) must save together, by
+their records, for patch mode to send it to alcop (``ops.conv.training_to_torch``): such a call runs alcop's
+autograd Function, whose forward, backward formula and gradient calls cost the host several times an
+inference call's 13 µs (``PATCH_MIN_GAIN``). On an H200, e2e.py's ResNet-50 bf16 step with its two strided
+1x1 downsamples sent to alcop for their weight gradients (7 and 8 µs each) and its stem (288 µs) ran 148 µs
+less of kernels a pass, yet its passes were slower than eager's (fastest pass 0.905x and 0.876x in two runs),
+on a host that step keeps busy (``docs/decisions.md#d53``). 50 µs: four such calls' host cost, an estimate
+until measured per route."""
+
 GRAPH_MIN_GAIN = (0.15, 0.005)
 """``PATCH_MIN_GAIN`` for a product inside a graph ``torch.compile`` builds (``ops.traced``), where the
 records overstated torch's time and alcop's epilogue may save nothing (a SwiGLU's SiLU: Inductor fuses it

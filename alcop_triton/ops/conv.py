@@ -289,9 +289,10 @@ def _conv_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None
 
 def training_to_torch(nd: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether patch mode leaves a call of ``F.conv{nd}d(*args, **kwargs)`` that will train to torch: yes
-    unless the records show alcop faster, measured against torch, in one of its three parts, the forward
-    (weighed as ``_routed_conv`` weighs it) or a gradient (``records.CONV_GRAD_OPS``). A convolution sent
-    to alcop then runs each part where its own records say (``_conv_backward``). Torch's as well for any
+    unless the records show alcop faster, measured against torch, in its parts, the forward (weighed as
+    ``_routed_conv`` weighs it) and the gradients it needs (``records.CONV_GRAD_OPS``), by
+    ``TRAINING_MIN_GAIN_MS`` together. A convolution sent to alcop then runs each part where its own records
+    say (``_conv_backward``). Torch's as well for any
     call these keys cannot hold (an unbatched input, a padding string, arguments that are not plain), which
     torch's front end then judges."""
     names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
@@ -316,12 +317,13 @@ def training_to_torch(nd: int, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     if torch.is_autocast_enabled(device) and x.is_floating_point():  # computed in autocast's dtype (amp.cast)
         fw = replace(fw, dtype=dtype_name(torch.get_autocast_dtype(device)))
     gw = kconv.gemm_workload(fw)  # a channels-last pointwise one runs as its GEMM, weighed against the convolution
-    if choose_config.measured_faster(x.device, kmatmul.aligned_workload(gw), fw) if gw is not fw else \
-            choose_config.measured_faster(x.device, fw):
-        return False
+    gain = choose_config.measured_gain(x.device, kmatmul.aligned_workload(gw), fw) if gw is not fw else \
+        choose_config.measured_gain(x.device, fw)
     # only the gradients autograd will ask for (a network's first layer computes no input gradient)
-    wanted = [which for which, t in zip(GRADIENTS, (x, w)) if t.requires_grad]
-    return not any(choose_config.measured_faster(x.device, fw.grad(which)) for which in wanted)
+    gain += sum(choose_config.measured_gain(x.device, fw.grad(which))
+                for which, t in zip(GRADIENTS, (x, w)) if t.requires_grad)
+    from ..autotune.dispatch import TRAINING_MIN_GAIN_MS
+    return gain < TRAINING_MIN_GAIN_MS
 
 
 def _gradients_to_torch(ctx: Any, x: torch.Tensor, w: torch.Tensor, need: Sequence[bool]) -> tuple[bool, bool]:

@@ -54,9 +54,9 @@ def test_phased_input_gradient_and_split_weight_gradient_match_torch(n: int, siz
 @pytest.mark.parametrize("layer", ["stem", "downsample"])
 def test_patch_mode_trains_the_layers_its_gradient_records_send_to_alcop(layer: str) -> None:
     # ResNet-50's 7x7 stem and a strided 1x1 downsample at batch 64, channels last, under bf16 autocast:
-    # on an H200 the shipped table sends both to alcop when they train (the stem's forward and weight
-    # gradient, the downsample's weight gradient: docs/decisions.md#d53), the other parts to torch.
-    # Elsewhere the route may differ; the gradients must match float64 either way.
+    # on an H200 the shipped table sends the stem to alcop when it trains (its forward and weight gradient
+    # save 0.29 ms), the downsample to torch (its weight gradient's 8 µs are less than TRAINING_MIN_GAIN_MS;
+    # docs/decisions.md#d53). Elsewhere the route may differ; the gradients must match float64 either way.
     import torch.nn as nn
 
     import alcop_triton as at
@@ -78,5 +78,6 @@ def test_patch_mode_trains_the_layers_its_gradient_records_send_to_alcop(layer: 
     pairs = [(conv.weight.grad, w64.grad)] + ([(x.grad, x64.grad)] if x.requires_grad else [])
     for got, want in pairs:
         assert got is not None and ((got.double() - want).norm() / want.norm()).item() < 2e-2
-    if "H200" in torch.cuda.get_device_name():
-        assert type(y.grad_fn).__name__ == "AlcopConvBackward", y.grad_fn  # alcop's Function, not torch's
+    if "H200" in torch.cuda.get_device_name():  # alcop's Function, or torch's convolution
+        want = "AlcopConvBackward" if layer == "stem" else "ConvolutionBackward0"
+        assert type(y.grad_fn).__name__ == want, y.grad_fn

@@ -108,14 +108,14 @@ RECORDS_GPU = get_spec("H100")
 
 @pytest.fixture
 def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Workload, bool], None]]:
-    """``records(workload, alcop_faster)`` measures ``workload`` in a fresh database: alcop's config at
-    0.01 ms and torch at 0.03 ms, or the other way round. No shipped table is read."""
+    """``records(workload, alcop_faster, scale=1.0)`` measures ``workload`` in a fresh database: alcop's config
+    at 0.01 ms and torch at 0.03 ms, or the other way round, both times ``scale``. No shipped table is read."""
     monkeypatch.setenv("ALCOP_DB", str(tmp_path / "tuning.sqlite"))
     monkeypatch.setattr(dispatch, "default_tables", lambda: [])
     db = Database(tmp_path / "tuning.sqlite")
 
-    def add(w: Workload, alcop_faster: bool) -> None:
-        ms, torch_ms = (0.01, 0.03) if alcop_faster else (0.03, 0.01)
+    def add(w: Workload, alcop_faster: bool, scale: float = 1.0) -> None:
+        ms, torch_ms = (0.01 * scale, 0.03 * scale) if alcop_faster else (0.03 * scale, 0.01 * scale)
         db.add(dataclasses.replace(TuningRecord.from_result(w, MeasureResult(KernelConfig(), ms, None), RECORDS_GPU),
                                    torch_ms=torch_ms))
         fastpath.invalidate()  # as a database that gained a record does in a running process
