@@ -503,11 +503,11 @@ def readme_block(results: Path, headline: Path | None = None) -> str:
             if x is not None:
                 text = f"{res['model']} {_x(x)}"
                 # a host-bound pair's passes swing with the host (docs/decisions.md#d30): where the fastest
-                # passes say otherwise than the medians, both are shown
+                # passes say otherwise than the medians, both are shown (which one holds is the run's to say)
                 if eager.get("ms_min") and patched.get("ms_min"):
                     fastest = eager["ms_min"] / patched["ms_min"]
                     if abs(math.log(fastest / x)) > math.log(1.03):
-                        text += f" (fastest passes {_x(fastest)}: the host's spread)"
+                        text += f" (fastest passes {_x(fastest)})"
                 parts.setdefault(res.get("task", "infer"), []).append(text)
         m = r["meta"]
         if parts["infer"] or parts["train"]:
