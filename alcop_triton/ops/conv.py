@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from .. import fallback, fastpath, tensor_kinds
+from .. import fallback, fastpath, generation, tensor_kinds
 from .. import choose_config
 from ..fallback import TORCH_ACTIVATIONS
 from ..kernels import conv as kconv
@@ -333,12 +333,30 @@ def _gradients_to_torch(ctx: Any, x: torch.Tensor, w: torch.Tensor, need: Sequen
     stride, pad_left, pad_right, dilation, groups = ctx.params
     if not getattr(ctx, "patched", False) or pad_left != pad_right:
         return False, False
+    # Every backward of a convolution trained through alcop asks: remembered per signature (building the
+    # workloads and asking the records costs the host about 45 µs a backward), until the records change.
+    key = (x.shape, x.stride(), x.dtype, x.device, w.shape, w.stride(), ctx.params, bool(need[0]), bool(need[1]))
+    known = _GRADIENT_ROUTES.get(key)
+    if known is not None:
+        return known
     fw = _conv_workload(x, w, stride, pad_left, pad_right, dilation, groups)
     if fw is None:
         return False, False
     grads = (fw.grad("input"), fw.grad("weight"))
-    return (bool(need[0]) and choose_config.prefers_torch(x.device, lambda: grads[0]),
-            bool(need[1]) and choose_config.prefers_torch(x.device, lambda: grads[1]))
+    gen = generation.current()
+    known = (bool(need[0]) and choose_config.prefers_torch(x.device, lambda: grads[0]),
+             bool(need[1]) and choose_config.prefers_torch(x.device, lambda: grads[1]))
+    if gen == generation.current():  # not decided against records that changed meanwhile
+        if len(_GRADIENT_ROUTES) >= MAX_GRADIENT_ROUTES:
+            _GRADIENT_ROUTES.clear()
+        _GRADIENT_ROUTES[key] = known
+    return known
+
+
+MAX_GRADIENT_ROUTES = 4096
+"""Signatures whose gradient routes ``_gradients_to_torch`` remembers (a model has a few dozen)."""
+_GRADIENT_ROUTES: dict[tuple[Any, ...], tuple[bool, bool]] = {}
+generation.on_bump(_GRADIENT_ROUTES.clear)
 
 
 def conv_grads(x: torch.Tensor, w: torch.Tensor, dz: torch.Tensor, stride: tuple[int, ...],

@@ -708,3 +708,23 @@ def test_a_training_convolution_weighs_only_the_gradients_it_needs_in_autocasts_
     assert not ran_alcop()
     records(fw, True, 2.0)  # and 0.04 ms more in the forward: together past it
     assert ran_alcop()
+
+
+def test_a_backwards_gradient_routes_are_remembered_until_the_records_change(
+        records: Callable[[Workload, bool], None]) -> None:
+    import types
+
+    from alcop_triton.ops import conv as conv_ops
+    x, w = randn(2, 4, 6, 6), randn(8, 4, 3, 3, seed=1)
+    fw = conv_ops._conv_workload(x, w, (1, 1), (1, 1), (1, 1), (1, 1), 1)
+    assert fw is not None
+    ctx = types.SimpleNamespace(params=((1, 1), (1, 1), (1, 1), (1, 1), 1), patched=True)
+    records(fw.grad("weight"), True)
+    assert conv_ops._gradients_to_torch(ctx, x, w, (True, True)) == (True, False)  # input's unmeasured: torch's
+    assert conv_ops._gradients_to_torch(ctx, x, w, (True, True)) == (True, False)  # remembered
+    records(fw.grad("weight"), False)  # the records change: decided again
+    records(fw.grad("input"), True)
+    assert conv_ops._gradients_to_torch(ctx, x, w, (True, True)) == (False, True)
+    assert conv_ops._gradients_to_torch(ctx, x, w, (False, True)) == (False, True)
+    ctx.patched = False  # a backward outside patch mode: alcop's, whatever the records
+    assert conv_ops._gradients_to_torch(ctx, x, w, (True, True)) == (False, False)
