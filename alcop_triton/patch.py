@@ -84,8 +84,9 @@ CONV_MODULES: tuple[tuple[type[nn.Module], str], ...] = (
 TRAINING_ROUTED: dict[Callable[..., Any], int] = {ops.conv1d: 1, ops.conv2d: 2, ops.conv3d: 3}
 """Drop-ins (with their spatial rank) whose calls that will train (grad mode on and a tensor argument
 requiring grad) patch mode decides by their gradients' records as well (``ops.conv.training_to_torch``):
-torch's unless the records show alcop faster, measured against torch, in the forward or in a gradient
-(``records.CONV_GRAD_OPS``; ``docs/decisions.md#d53``). Unmeasured, a convolution that trains stays
+torch's unless the records show alcop faster, measured against torch, in the forward and the gradients it
+needs (``records.CONV_GRAD_OPS``) by ``TRAINING_MIN_GAIN_MS`` together (``docs/decisions.md#d53``).
+Unmeasured, a convolution that trains stays
 torch's: alcop's gradients were slower than cuDNN's on 13 of the ALCOP suite's 20 conv2d layers on the H200
 (0.921x geomean eagerly, ``docs/decisions.md#d51``). One sent to alcop computes each part where its
 records say (``ops.conv._conv_backward``). The drop-ins themselves, called directly, differentiate
