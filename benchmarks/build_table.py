@@ -538,8 +538,8 @@ class _GradientRunner:
     interface ``measure.time_gpu`` times: inputs (x, weight, dy) in the workload's layout, as a model's
     backward gets them (a channels-last network keeps its weights and gradients channels last)."""
 
-    def __init__(self, w: Workload, impl: str) -> None:
-        self.workload, self.impl = w, impl
+    def __init__(self, w: Workload, impl: str, device: str = "cuda") -> None:
+        self.workload, self.impl, self.device = w, impl, device
         p = w.conv_params()
         self.nd = {"conv1d": 1, "conv2d": 2, "conv3d": 3}[w.forward_op]
         pick = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}[self.nd]
@@ -557,7 +557,7 @@ class _GradientRunner:
         fmt = fmt if self.workload.layout == "nhwc" else torch.contiguous_format
 
         def make(*shape: int, scale: float = 1.0) -> Any:
-            t = (torch.randn(shape, generator=g) * scale).to(dt).to("cuda")
+            t = (torch.randn(shape, generator=g) * scale).to(dt).to(self.device)
             return t.contiguous(memory_format=fmt) if t.dim() > 3 else t
         return (make(p["n"], p["ci"], *self.spatial), make(p["co"], p["ci"] // p["groups"], *self.kernel,
                                                            scale=fan_in ** -0.5), make(p["n"], p["co"], *self.out))
@@ -584,14 +584,18 @@ class _GradientRunner:
             return self.run(inputs, "torch", torch.float32)
 
 
-def measure_gradient(w: Workload, done: set[str], meta: dict[str, Any], write: Any) -> None:
+def measure_gradient(w: Workload, done: set[str], meta: dict[str, Any], write: Any, device: str = "cuda",
+                     timer: Callable[[Any, int], tuple[float, str]] | None = None) -> None:
     """Time alcop's and torch's ``w`` (a convolution's gradient) unless the file holds them: alcop's checked
     against float32 first (normwise relative error <= 1e-2), torch's the faster of a timing before and one
-    after alcop's (``TORCH_TIMINGS_AROUND_CANDIDATES``), written last (it marks the workload complete)."""
-    from alcop_triton.autotune.measure import time_gpu
-    mine, theirs = _GradientRunner(w, "alcop"), _GradientRunner(w, "torch")
+    after alcop's (``TORCH_TIMINGS_AROUND_CANDIDATES``), written last (it marks the workload complete).
+    ``timer``: ``measure.time_gpu`` unless given (tests time on CPU)."""
+    if timer is None:
+        from alcop_triton.autotune.measure import time_gpu as timer
+    assert timer is not None
+    mine, theirs = _GradientRunner(w, "alcop", device), _GradientRunner(w, "torch", device)
     want_torch = _pair_key(w, None) not in done
-    before = time_gpu(theirs, 0) if want_torch else (math.inf, "")
+    before = timer(theirs, 0) if want_torch else (math.inf, "")
     if _pair_key(w, GRADIENT_CONFIG) not in done:
         try:
             x = mine.inputs(0)
@@ -600,13 +604,13 @@ def measure_gradient(w: Workload, done: set[str], meta: dict[str, Any], write: A
             if not err <= 1e-2:
                 write(record(w, GRADIENT_CONFIG, None, "wrong_answer", meta, message=f"relative error {err:.3g}"))
             else:
-                ms, timer = time_gpu(mine, 0)
-                write(record(w, GRADIENT_CONFIG, ms, None, meta, timer))
+                ms, how = timer(mine, 0)
+                write(record(w, GRADIENT_CONFIG, ms, None, meta, how))
         except Exception as e:  # recorded, never dropped: a gradient that fails is never routed to alcop
             write(record(w, GRADIENT_CONFIG, None, "runtime", meta, message=f"{type(e).__name__}: {str(e)[:300]}"))
     if want_torch:
-        ms, timer = min(time_gpu(theirs, 0), before)
-        write(record(w, None, ms, None, meta, timer))
+        ms, how = min(timer(theirs, 0), before)
+        write(record(w, None, ms, None, meta, how))
 
 
 def run_chunks(todo: list[Any], chunk: int, budget_s: float, t_start: float,

@@ -468,3 +468,33 @@ def test_torch_is_timed_before_and_after_the_candidates_and_the_faster_kept(bt, 
     done = {bt._pair_key(w, c) for c in (KernelConfig(64, 32, 16), KernelConfig(32, 32, 16))}
     bt.measure_workload(w, w, [KernelConfig(64, 32, 16), KernelConfig(32, 32, 16)], done, meta, lines.append)
     assert order == ["torch", "torch"] and lines[-1]["time_ms"] == 0.4
+
+
+def test_a_gradient_is_checked_then_timed_both_ways_and_torchs_line_comes_last(bt, monkeypatch):
+    # measure_gradient on CPU (the interpreter), with a timer that counts: alcop's gradient checked against
+    # float32, then one alcop record with GRADIENT_CONFIG and torch's line last, the faster of two timings;
+    # a resumed run measures nothing twice; a wrong gradient is recorded as such and never timed.
+    from alcop_triton.records import GRADIENT_CONFIG
+    fw = Workload("conv2d", (2, 6, 6, 16, 16, 3, 3, 2, 1, 1, 1), "float16", "nhwc")
+    times = iter([0.5, 0.2, 0.4])  # torch before, alcop, torch after
+
+    def timer(runner, seed):
+        assert seed == 0 and runner.workload.gradient == "weight"
+        return next(times), "fake"
+    lines: list[dict] = []
+    meta = {"gpu": "H200", "cc": "9.0", "device": "NVIDIA H200", "mma": "wgmma", "triton": "3.6.0", "torch": "2.11.0",
+            "alcop": "0.1.0", "date": "2026-11-29"}
+    bt.measure_gradient(fw.grad("weight"), set(), meta, lines.append, "cpu", timer)
+    assert [(d["impl"], d["time_ms"], d["error"]) for d in lines] == [("alcop", 0.2, None), ("torch", 0.4, None)]
+    assert [bt.line_problem(json.dumps(d), set()) for d in lines] == [None, None]  # both may be shipped
+    assert lines[0]["config"] == GRADIENT_CONFIG.to_dict() and lines[0]["timer"] == "fake"
+    assert Workload.from_dict(lines[0]["workload"]) == fw.grad("weight")
+    done = {bt._pair_key(fw.grad("weight"), GRADIENT_CONFIG), bt._pair_key(fw.grad("weight"), None)}
+    bt.measure_gradient(fw.grad("weight"), done, meta, lines.append, "cpu", lambda *a: pytest.fail("timed again"))
+    assert len(lines) == 2
+    real = bt._GradientRunner.run
+    monkeypatch.setattr(bt._GradientRunner, "run", lambda self, x, impl=None, dtype=None:
+                        real(self, x, impl, dtype) * (1 if (impl or self.impl) == "torch" else 1.5))
+    wrong: list[dict] = []
+    bt.measure_gradient(fw.grad("input"), set(), meta, wrong.append, "cpu", lambda *a: (0.3, "fake"))
+    assert [(d["impl"], d["error"]) for d in wrong] == [("alcop", "wrong_answer"), ("torch", None)]
