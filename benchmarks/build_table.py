@@ -415,7 +415,8 @@ def write_summary(out_dir: Path, summary: dict[str, Any]) -> None:
     lines = [f"# Shipped-table measurements: {m.get('device', '?')}", "",
              f"triton {m.get('triton')}, torch {m.get('torch')}, alcop {m.get('alcop')}, {m.get('date')}; "
              "timer: autotune.measure.time_gpu (CUDA graphs over rotating input copies below its threshold, "
-             "do_bench above), both for alcop's best candidate and for torch (torch.matmul, F.conv2d, F.conv3d).",
+             "do_bench above), both for alcop's best candidate and for torch (torch.matmul, F.conv2d, F.conv3d; "
+             "a gradient: aten.convolution_backward).",
              "", f"{len(summary['rows'])} workloads, geomean speedup over torch {summary['geomean_speedup']:.3f}x, "
              f"{summary['below_0.9']} below 0.9x (patch mode leaves those below 1x to torch).", "",
              "| workload | alcop ms | torch ms | speedup |", "|---|---|---|---|"]
