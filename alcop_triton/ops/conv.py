@@ -292,9 +292,8 @@ def training_to_torch(nd: int, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     unless the records show alcop faster, measured against torch, in its parts, the forward (weighed as
     ``_routed_conv`` weighs it) and the gradients it needs (``records.CONV_GRAD_OPS``), by
     ``TRAINING_MIN_GAIN_MS`` together. A convolution sent to alcop then runs each part where its own records
-    say (``_conv_backward``). Torch's as well for any
-    call these keys cannot hold (an unbatched input, a padding string, arguments that are not plain), which
-    torch's front end then judges."""
+    say (``_conv_backward``). Torch's as well for any call these keys cannot hold (an unbatched input, a
+    padding string, arguments that are not plain), which torch's front end then judges."""
     names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
     if len(args) > len(names) or any(k not in names for k in kwargs):
         return True
