@@ -400,9 +400,8 @@ def nudged(x: torch.Tensor, dtype: torch.dtype, fraction: float = FLOOR_FRACTION
     (the dtype it computes in: under autocast, autocast's) up or down: the smallest change to the input that
     the computation can see."""
     g = torch.Generator(device="cpu").manual_seed(seed)
-    flat = x.detach().clone()
-    view = flat.view(-1) if flat.is_contiguous() else flat.permute(*torch.argsort(torch.tensor(flat.stride()),
-                                                                                   descending=True).tolist()).reshape(-1)
+    flat = x.detach().clone()  # dense in x's memory format: its elements are one run of storage
+    view = flat.as_strided((flat.numel(),), (1,))
     n = max(1, int(view.numel() * fraction))
     idx = torch.randperm(view.numel(), generator=g)[:n].to(x.device)
     v = view[idx].to(torch.float64)
