@@ -464,6 +464,36 @@ def spread(ts: Sequence[float]) -> dict[str, float]:
     return {"ms": statistics.median(ts), "ms_min": min(ts), "ms_q1": q1, "ms_q3": q3, "ms_max": max(ts)}
 
 
+INTERVAL = 0.95
+"""The confidence of the interval around each mode's ratio to eager (``paired_interval``)."""
+
+
+def paired_interval(ref: Sequence[float], other: Sequence[float], per_round: int = 1,
+                    confidence: float = INTERVAL) -> tuple[float, float, float] | None:
+    """(median, low, high) of ``other``'s speedup over ``ref`` taken round by round: each round's ratio of
+    ``ref``'s time to ``other``'s (a round's turns follow one another, so its two times share the host's state
+    then: a host that drifts over a run moves both), the median of those ratios, and the distribution-free
+    interval around that median at ``confidence`` (the sign test's: order statistics of the ratios, counted
+    off a binomial(n, 1/2)). ``per_round``: each mode's passes per round (a round's median is its time).
+    None where the rounds are too few for that confidence (fewer than six at 95%).
+
+    A host-bound model's passes spread by tens of percent with the host (``docs/decisions.md#d30``); an
+    interval on both sides of 1 says the run shows no difference between the two modes either way."""
+    def rounds(ts: Sequence[float]) -> list[float]:
+        return [statistics.median(ts[i:i + per_round]) for i in range(0, len(ts) - per_round + 1, per_round)]
+    ratios = sorted(a / b for a, b in zip(rounds(ref), rounds(other)))
+    n = len(ratios)
+    tail, k = 0.0, 0
+    while True:  # k ratios off each end while P(binomial(n, 1/2) < k + 1) stays within (1 - confidence) / 2
+        tail += math.comb(n, k) / 2 ** n if n else 1.0
+        if tail > (1 - confidence) / 2:
+            break
+        k += 1
+    if k == 0:
+        return None
+    return statistics.median(ratios), ratios[k - 1], ratios[n - k]
+
+
 def compiled(mode: str, model: nn.Module, alcop: Any) -> tuple[Callable[..., Any], bool, str]:
     """(what ``mode`` calls in place of ``model``, whether it calls it under ``alcop.patched()``, how it was
     compiled). ``alcop``: the package (its ``compile`` is used for compile_alcop where it has one)."""
@@ -613,8 +643,12 @@ def run_model(name: str, device: str, modes: Sequence[str], reps: int, warmup: i
         for mode in times:  # after the timed passes: whether the graph timed is the one whose code was counted
             if "alcop_calls_in_code" in res["modes"][mode]:
                 res["modes"][mode]["alcop_calls_run"] = at.compiling.op_calls(fns[mode])
+    per_round = -(-reps // rounds)
     for mode, ts in times.items():
-        res["modes"][mode].update(spread(ts))
+        res["modes"][mode].update(spread(ts), passes_ms=ts)
+        interval = paired_interval(times["eager"], ts, per_round) if mode != "eager" and "eager" in times else None
+        if interval is not None:
+            res["modes"][mode]["vs_eager_interval"] = list(interval[1:])
     ms = {m: res["modes"].get(m, {}).get("ms") for m in ("eager", "compile", "compile_max")}
     for mode, r in res["modes"].items():
         if "ms" not in r:
@@ -684,7 +718,9 @@ def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
            "grad|; tolerance per dtype in brackets. Floor (training with a floating input): the errors of eager's "
            f"own step with {FLOOR_FRACTION:g} of its input (at least one element) one unit of its compute dtype off; "
            f"a mode is within tolerance where each error is at most the tolerance or {FLOOR_FACTOR:g} times its "
-           "floor.", ""]
+           f"floor. In brackets after a ratio to eager (runs that kept their passes): the {INTERVAL:.0%} interval "
+           "of the median of the mode's round-by-round ratios to eager (sign test); one on both sides of 1 shows no "
+           "difference either way.", ""]
     for task in TASKS:
         rows = [r for r in results if r.get("task", "infer") == task]
         if not rows:
@@ -708,7 +744,9 @@ def markdown(meta: dict[str, Any], results: Sequence[dict[str, Any]]) -> str:
                     continue
                 flag = "" if r.get("within_tolerance", True) else " **over tolerance**"
                 sp = " / ".join(_f(r.get(k), ".2f") for k in ("ms_min", "ms_q1", "ms_q3", "ms_max"))
-                out.append(f"{head} {r['ms']:.2f} | {sp} | **{_f(r.get('speedup_vs_eager'), '.3f', 'x')}** | "
+                ci = r.get("vs_eager_interval")
+                around = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+                out.append(f"{head} {r['ms']:.2f} | {sp} | **{_f(r.get('speedup_vs_eager'), '.3f', 'x')}**{around} | "
                            f"{_f(r.get('speedup_vs_compile'), '.3f', 'x')} | "
                            f"{_f(r.get('speedup_vs_compile_max'), '.3f', 'x')} | {_f(r.get('first_call_s'), '.1f')} | "
                            f"{_f(r['max_rel_err'], '.2e')} ({tol:g}{floor_out}){flag} | "

@@ -105,7 +105,9 @@ def e2e_section(r: Report) -> list[str]:
         for mode, x in res["modes"].items():
             if "ms" in x:
                 rng = f"{f(x.get('ms_min'), '.2f')} - {f(x.get('ms_max'), '.2f')}" if "ms_min" in x else "-"
-                out.append(f"{head} {mode} | {x['ms']:.2f} | {rng} | {_x(x.get('speedup_vs_eager'))} | "
+                ci = x.get("vs_eager_interval")  # e2e.paired_interval's, in runs that kept their passes
+                around = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+                out.append(f"{head} {mode} | {x['ms']:.2f} | {rng} | {_x(x.get('speedup_vs_eager'))}{around} | "
                            f"{_x(x.get('speedup_vs_compile'))} | {_x(x.get('speedup_vs_compile_max'))} | "
                            f"{f(x.get('first_call_s'), '.1f')} | {x['max_rel_err']:.1e} | "
                            f"{f(x.get('grad_max_rel_err'), '.1e')} |")
@@ -502,6 +504,9 @@ def readme_block(results: Path, headline: Path | None = None) -> str:
             x = patched.get("speedup_vs_eager")
             if x is not None:
                 text = f"{res['model']} {_x(x)}"
+                ci = patched.get("vs_eager_interval")
+                if ci:  # the median's 95% interval over the run's rounds (e2e.paired_interval)
+                    text += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
                 # a host-bound pair's passes swing with the host (docs/decisions.md#d30): where the fastest
                 # passes say otherwise than the medians, both are shown (which one holds is the run's to say)
                 if eager.get("ms_min") and patched.get("ms_min"):
@@ -512,7 +517,8 @@ def readme_block(results: Path, headline: Path | None = None) -> str:
         m = r["meta"]
         if parts["infer"] or parts["train"]:
             out += [f"End to end under `patched()` against eager ({m['device']}, {m['date']}; CUDA events around a "
-                    "pass, host included, modes alternated, median, `benchmarks/e2e.py`): fp16 inference "
+                    "pass, host included, modes alternated, median; in brackets, where the run kept its passes, the "
+                    "95% interval of the round-by-round ratio, `benchmarks/e2e.py`): fp16 inference "
                     + ", ".join(parts["infer"]) + "; one bf16 training step " + ", ".join(parts["train"]) + ".", ""]
     conv = results / "conv_h200" / "report.json"
     if conv.is_file():   # training convolutions: a layer's forward and both gradients

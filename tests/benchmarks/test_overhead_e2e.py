@@ -172,6 +172,34 @@ def test_run_model_modes_errors_and_speedups(monkeypatch):
         e2e.build("vgg", "cpu", tiny=True)
 
 
+def test_run_model_keeps_its_passes_and_the_interval_of_each_ratio_to_eager(monkeypatch):
+    pytest.importorskip("triton")
+    entered: list[int] = []
+    turn = {"eager": 0, "patched": 0}
+
+    def timer(fn, reps, warmup, device):
+        before = len(entered)
+        fn()
+        mode = "patched" if len(entered) > before else "eager"
+        turn[mode] += 1
+        # the host drifts from round to round; patched is 0.8 of eager's time in each round but one
+        t = 10.0 + turn[mode]
+        return [t if mode == "eager" else (t * 0.8 if turn[mode] != 3 else t * 1.5)][:reps]
+
+    import alcop_triton as at
+
+    monkeypatch.setattr(at, "patched", lambda: entered.append(1) or _NoPatch())
+    res = e2e.run_model("bert", "cpu", ["eager", "patched"], reps=8, warmup=0, tiny=True, timer=timer)
+    eager, patched = res["modes"]["eager"], res["modes"]["patched"]
+    assert eager["passes_ms"] == [11.0 + i for i in range(8)] and len(patched["passes_ms"]) == 8
+    assert "vs_eager_interval" not in eager
+    low, high = patched["vs_eager_interval"]  # 8 rounds: the 1st and 8th ratios, 1/1.5 and 1.25
+    assert low == pytest.approx(1 / 1.5) and high == pytest.approx(1.25)
+    md = e2e.markdown({"device": "D", "torch": "t", "triton": "tr", "alcop": "a", "date": "d", "reps": 8, "warmup": 0,
+                       "timer": "T"}, [res])
+    assert f"**{patched['speedup_vs_eager']:.3f}x** [0.667, 1.250] |" in md
+
+
 class _NoPatch:
     """Stands in for patched(): a context that routes nothing."""
 
@@ -317,6 +345,20 @@ def test_errors_and_spread():
     assert e2e.rel_err(torch.zeros(2), torch.zeros(2)) == 0.0 and e2e.rel_err(torch.ones(2), torch.zeros(2)) == float("inf")
     assert e2e.spread([4.0, 1.0, 3.0, 2.0, 5.0]) == {"ms": 3.0, "ms_min": 1.0, "ms_q1": 2.0, "ms_q3": 4.0, "ms_max": 5.0}
     assert e2e.spread([7.0])["ms_q1"] == 7.0
+
+
+def test_paired_interval_is_the_sign_tests_interval_of_the_round_ratios():
+    # 20 rounds whose ratios are 1..20: the 95% interval of their median is the 6th and 15th ratio (binomial
+    # (20, 1/2): P(X <= 5) = 0.021 within 0.025, P(X <= 6) = 0.058 not)
+    assert e2e.paired_interval([float(i) for i in range(1, 21)], [1.0] * 20) == (10.5, 6.0, 15.0)
+    # paired by round, not sorted per mode: a host that drifts moves both modes of a round alike
+    ref = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0]
+    assert e2e.paired_interval(ref, [t / 1.25 for t in ref]) == pytest.approx((1.25, 1.25, 1.25))
+    assert e2e.paired_interval(ref, ref[::-1])[1] < 1.0 < e2e.paired_interval(ref, ref[::-1])[2]
+    # several passes a round: each round's median is its time
+    assert e2e.paired_interval([1.0, 3.0] * 6, [1.0, 1.0] * 6, per_round=2) == (2.0, 2.0, 2.0)
+    # too few rounds for 95%: 2 * 0.5**5 > 0.05
+    assert e2e.paired_interval([1.0] * 5, [1.0] * 5) is None and e2e.paired_interval([1.0] * 6, [2.0] * 6) == (0.5, 0.5, 0.5)
 
 
 def test_pairs_and_modes_of_a_call():

@@ -132,6 +132,10 @@ def test_e2e_section_reads_both_forms_of_the_report() -> None:
     assert ("| llama | train | 2x8 | bfloat16 | compile_alcop | 1.60 | 1.50 - 1.70 | 2.500x | 1.250x | - | 30.0 | "
             "1.0e-02 | 3.0e-02 |") in lines
     assert "| llama | train | 2x8 | bfloat16 | patched | error | | | | | | | |" in lines
+    # a run that kept its passes: the ratio to eager with its interval (e2e.paired_interval)
+    train["modes"]["compile_alcop"]["vs_eager_interval"] = [2.25, 2.75]
+    assert any("| compile_alcop | 1.60 | 1.50 - 1.70 | 2.500x [2.250, 2.750] | 1.250x |" in line
+               for line in rr.e2e_section({"meta": meta, "results": [train]}))
 
 
 def test_e2e_section_says_which_compile_alcop_rows_were_not_checked_against_the_graph_they_timed() -> None:
