@@ -478,7 +478,8 @@ def paired_interval(ref: Sequence[float], other: Sequence[float], per_round: int
     None where the rounds are too few for that confidence (fewer than six at 95%).
 
     A host-bound model's passes spread by tens of percent with the host (``docs/decisions.md#d30``); an
-    interval on both sides of 1 says the run shows no difference between the two modes either way."""
+    interval on both sides of 1 says the run shows no difference between the two modes either way
+    (``docs/decisions.md#d55``)."""
     def rounds(ts: Sequence[float]) -> list[float]:
         return [statistics.median(ts[i:i + per_round]) for i in range(0, len(ts) - per_round + 1, per_round)]
     ratios = sorted(a / b for a, b in zip(rounds(ref), rounds(other)))
