@@ -366,6 +366,11 @@ class Workload:
         """Which gradient of its convolution this workload is ("input" or "weight"), None for a forward."""
         return self.op.split("_")[1] if self.op in CONV_GRAD_OPS else None
 
+    @property
+    def spatial_rank(self) -> int:
+        """A convolution's number of spatial dims (1, 2 or 3), of its forward op."""
+        return CONV_OPS.index(self.forward_op) + 1
+
     def grad(self, which: str) -> "Workload":
         """The workload of this convolution's ``which`` gradient (``GRADIENTS``)."""
         if self.op not in CONV_OPS or which not in GRADIENTS:
@@ -414,9 +419,9 @@ class Workload:
         p = self.conv_params()
         g = p["groups"]
         taps, rows = p["kd"] * p["kh"] * p["kw"], p["n"] * p["od"] * p["oh"] * p["ow"]
-        if self.gradient == "input":  # dX: every input position, reduced over the taps that reach it: a stride
-            nd = {"conv1d": 1, "conv2d": 2, "conv3d": 3}[self.forward_op]  # s reaches 1 / s**nd of them
-            return g, p["n"] * p["d"] * p["h"] * p["w"], p["ci"] // g, max(1, p["co"] // g * taps // p["stride"] ** nd)
+        if self.gradient == "input":  # dX: every input position, reduced over the taps that reach it (a stride
+            reach = p["stride"] ** self.spatial_rank  # s reaches 1 / s**nd of them)
+            return g, p["n"] * p["d"] * p["h"] * p["w"], p["ci"] // g, max(1, p["co"] // g * taps // reach)
         if self.gradient == "weight":  # dW: reduced over every output position
             return g, p["co"] // g, p["ci"] // g * taps, rows
         return g, rows, p["co"] // g, p["ci"] // g * taps

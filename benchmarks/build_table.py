@@ -542,7 +542,7 @@ class _GradientRunner:
     def __init__(self, w: Workload, impl: str, device: str = "cuda") -> None:
         self.workload, self.impl, self.device = w, impl, device
         p = w.conv_params()
-        self.nd = {"conv1d": 1, "conv2d": 2, "conv3d": 3}[w.forward_op]
+        self.nd = w.spatial_rank
         pick = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}[self.nd]
         self.spatial = tuple(p[k] for k in pick)
         self.kernel = tuple(p["k" + k] for k in pick)
